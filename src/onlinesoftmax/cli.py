@@ -1,0 +1,320 @@
+"""onlinesoftmax list | check | bench | ladder | inspect | plot
+
+Every command enumerates the registry; none keeps its own list of variants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import registry
+from .errors import OnlineSoftmaxError, Unavailable
+from .harness import results
+from .harness.bench import copy_gbps, measure
+from .harness.check import check_variant
+from .harness.inputs import KINDS, kinds_for
+from .harness.suites import CPU_BENCH, GPU_LADDER, Group, check_shapes, parse_dtype, parse_shape
+
+# Wide enough for the tables in logs and CI, where there is no terminal to measure.
+console = Console(width=max(140, shutil.get_terminal_size((140, 40)).columns))
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _select(args) -> list[registry.Variant]:
+    chosen = registry.variants(op=getattr(args, "op", None), backend=getattr(args, "backend", None))
+    if getattr(args, "variant", None):
+        names = [n for item in args.variant for n in item.split(",") if n]
+        wanted = {registry.get(n).name for n in names}  # raises a clear error for unknown names
+        chosen = [v for v in chosen if v.name in wanted]
+    if not chosen:
+        raise OnlineSoftmaxError("no variant matches the selection (see `onlinesoftmax list`)")
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------- list
+def cmd_list(args) -> int:
+    table = Table(title="onlinesoftmax variants (ladder order)")
+    for col in ("variant", "op", "backend", "rung", "seed", "bytes moved", "here"):
+        table.add_column(col)
+    for v in _select(args):
+        per = v.algo_bytes(1024, 1024, 4) / (1024 * 1024 * 4)
+        table.add_row(v.name, v.op, v.backend, v.rung, v.seed_ref, f"{per:.3g} x M*N*size",
+                      v.available() or "yes")
+    console.print(table)
+    return 0
+
+
+# --------------------------------------------------------------------------------------- check
+def cmd_check(args) -> int:
+    seed = args.seed if args.seed is not None else int(time.time()) % (1 << 31)
+    console.print(f"check seed {seed} (repeat with --seed {seed})")
+    chosen = _select(args)
+    shapes = [parse_shape(s) for s in args.shape] if args.shape else None
+    dtypes = [parse_dtype(d) for d in args.dtype] if args.dtype else None
+    plan, unavailable = [], []
+    for v in chosen:
+        reason = v.available()
+        if reason:
+            unavailable.append((v, reason))
+            continue
+        kinds = [k for k in (args.kind or kinds_for(v.op)) if k in kinds_for(v.op)]
+        for dtype in dtypes or v.dtypes:
+            for M, N in shapes or check_shapes(v):
+                plan.extend((v, M, N, dtype, kind) for kind in kinds)
+    stats: dict[str, dict] = {}
+    failures = []
+    with _progress() as progress:
+        task = progress.add_task("checking", total=len(plan))
+        for i, (v, M, N, dtype, kind) in enumerate(plan):
+            progress.update(task, description=f"{v.name} {M}x{N} {_dtype_name(dtype)} {kind}")
+            s = stats.setdefault(v.name, dict(variant=v, run=0, passed=0, skipped=0, rel=0.0, abs=0.0))
+            try:
+                rep = check_variant(v, M, N, dtype, kind, seed + i)
+            except OnlineSoftmaxError as exc:
+                rep = None
+                failures.append((v.name, M, N, dtype, kind, f"raised: {exc}"))
+            if rep is not None and rep.skipped:
+                s["skipped"] += 1
+            elif rep is not None:
+                s["run"] += 1
+                s["passed"] += rep.ok
+                if rep.rel_err == rep.rel_err:  # not NaN
+                    s["rel"] = max(s["rel"], rep.rel_err)
+                s["abs"] = max(s["abs"], rep.max_abs_err)
+                if not rep.ok:
+                    failures.append((v.name, M, N, dtype, kind, rep.message))
+            elif rep is None:
+                s["run"] += 1
+            progress.advance(task)
+    table = Table(title=f"check against float64 (kinds: {', '.join(args.kind or KINDS)})")
+    for col in ("variant", "op", "cases passed", "skipped", "worst rel err", "worst abs err", "status"):
+        table.add_column(col)
+    for s in stats.values():
+        v = s["variant"]
+        status = "[green]PASS" if s["passed"] == s["run"] else "[red]FAIL"
+        table.add_row(v.name, v.op, f"{s['passed']}/{s['run']}", str(s["skipped"]),
+                      f"{s['rel']:.1e}", f"{s['abs']:.1e}", status)
+    for v, reason in unavailable:
+        table.add_row(v.name, v.op, "-", "-", "-", "-", f"[yellow]not here: {reason}")
+    console.print(table)
+    for name, M, N, dtype, kind, msg in failures[:20]:
+        console.print(f"[red]FAIL[/red] {name} {M}x{N} {_dtype_name(dtype)} {kind}: {msg}")
+    if not stats:
+        raise OnlineSoftmaxError("nothing could be checked on this machine")
+    return 1 if failures else 0
+
+
+# ------------------------------------------------------------------------------- bench, ladder
+def _resources(v, M, N, dtype) -> dict:
+    if v.resources is None:
+        return {}
+    try:
+        return v.resources(M, N, dtype) or {}
+    except OnlineSoftmaxError:
+        return {}
+
+
+def run_groups(groups: list[Group], device_for_copy: str) -> list[dict]:
+    """Measure every member of every group; returns result rows (see results.FIELDS)."""
+    env = results.environment(device_for_copy)
+    copy = copy_gbps(device_for_copy)
+    console.print(f"{env['device']}: copy ceiling {copy:.0f} GB/s (read + write, same run)")
+    plan = [(g, v) for g in groups for v in g.members()]
+    rows = []
+    with _progress() as progress:
+        task = progress.add_task("timing", total=len(plan))
+        for g, v in plan:
+            progress.update(task, description=f"{v.name} {g.M}x{g.N}")
+            reason = v.refuses(g.M, g.N, g.dtype)
+            row = dict(op=g.op, variant=v.name, backend=v.backend, rung=v.rung, M=g.M, N=g.N,
+                       dtype=_dtype_name(g.dtype), copy_gbps=copy, group=g.title, **env)
+            if reason:
+                row["note"] = reason
+            else:
+                m = measure(v, g.M, g.N, g.dtype)
+                row.update(time_ms=m.time_ms, ideal_bytes=m.ideal_bytes, algo_bytes=m.algo_bytes,
+                           gbps_ideal=m.gbps_ideal(), gbps_algo=m.gbps_algo(),
+                           pct_copy=100 * m.gbps_ideal() / copy, rel_err=m.rel_err,
+                           max_abs_err=m.max_abs_err, ok=m.ok, **_resources(v, g.M, g.N, g.dtype))
+            rows.append(row)
+            progress.advance(task)
+    _speedups(rows)
+    return rows
+
+
+def _speedups(rows: list[dict]) -> None:
+    """speedup: over the group's first timed rung; speedup_cpu: over its CPU baseline, if any."""
+    by_group: dict[str, list[dict]] = {}
+    for r in rows:
+        by_group.setdefault(r["group"], []).append(r)
+    for members in by_group.values():
+        timed = [r for r in members if "time_ms" in r]
+        gpu = [r for r in timed if r["backend"] != "numpy"] or timed
+        cpu = [r for r in timed if r["backend"] == "numpy"]
+        for r in timed:
+            r["speedup"] = gpu[0]["time_ms"] / r["time_ms"] if r in gpu else cpu[0]["time_ms"] / r["time_ms"]
+            if cpu and r["backend"] != "numpy":
+                r["speedup_cpu"] = cpu[0]["time_ms"] / r["time_ms"]
+
+
+def print_groups(rows: list[dict]) -> None:
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+    for title, members in groups.items():
+        table = Table(title=title)
+        for col in ("variant", "rung", "ms", "GB/s ideal", "GB/s algo", "% copy", "speed-up",
+                    "max err", "ok", "regs", "stack"):
+            table.add_column(col, justify="left" if col in ("variant", "rung") else "right")
+        for r in members:
+            if "time_ms" not in r:
+                table.add_row(r["variant"], r["rung"], "-", "-", "-", "-", "-", "-",
+                              f"[yellow]{r.get('note', '')}", "", "")
+                continue
+            speed = f"{r['speedup']:.2f}x"
+            if "speedup_cpu" in r:
+                speed += f" ({r['speedup_cpu']:.0f}x cpu)"
+            table.add_row(r["variant"], r["rung"], f"{r['time_ms']:.3f}", f"{r['gbps_ideal']:.3g}",
+                          f"{r['gbps_algo']:.3g}", f"{r['pct_copy']:.0f}%", speed,
+                          f"{r['max_abs_err']:.1e}", "[green]yes" if r["ok"] else "[red]NO",
+                          str(r.get("registers", "")), str(r.get("stack", "")))
+        console.print(table)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _save(rows: list[dict], out, kind: str) -> Path:
+    if out is None:
+        out = Path("results") / f"{kind}-{_slug(rows[0]['device'])[:40]}.csv"
+    path = results.write_csv(rows, out)
+    console.print(f"results written to {path} ({len(rows)} rows)")
+    return path
+
+
+def _require_cuda() -> None:
+    if not torch.cuda.is_available():
+        raise Unavailable("no CUDA GPU is visible to torch on this machine; `ladder` needs one "
+                          "(`onlinesoftmax bench` runs the CPU ladder instead)")
+
+
+def cmd_ladder(args) -> int:
+    _require_cuda()
+    rows = run_groups(GPU_LADDER, "cuda")
+    print_groups(rows)
+    _save(rows, args.out, "ladder")
+    return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
+def cmd_bench(args) -> int:
+    if torch.cuda.is_available() and not args.cpu:
+        return cmd_ladder(args)
+    groups = CPU_BENCH
+    if args.shape:
+        M, N = parse_shape(args.shape)
+        groups = [Group(f"CPU ladder, {M} x {N} fp32", "softmax", M, N, ("numpy",))]
+    rows = run_groups(groups, "cpu")
+    print_groups(rows)
+    _save(rows, args.out, "bench")
+    return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
+# ------------------------------------------------------------------------------ inspect, plot
+def cmd_inspect(args) -> int:
+    from .variants.cuda import inspect_rows
+
+    rows = inspect_rows(arch=args.arch)
+    table = Table(title=f"ptxas report, NVRTC for {args.arch} (no GPU needed)")
+    for col in ("variant", "kernel", "regs", "smem B", "stack B", "spill st", "spill ld"):
+        table.add_column(col, justify="left" if col in ("variant", "kernel") else "right")
+    for r in rows:
+        table.add_row(str(r.get("variant", "")), str(r["kernel"]), str(r["registers"]), str(r.get("smem", "")),
+                      str(r["stack"]), str(r["spill_stores"]), str(r["spill_loads"]))
+    console.print(table)
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .harness.plot import plot
+
+    if not Path(args.csv).is_file():
+        raise OnlineSoftmaxError(f"{args.csv}: no such results file")
+    console.print(f"plot written to {plot(args.csv, args.out)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onlinesoftmax", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def selection(sp):
+        sp.add_argument("--backend", choices=["numpy", "cuda", "triton"])
+        sp.add_argument("--op", choices=list(registry.OPS))
+        sp.add_argument("--variant", action="append", help="variant name(s), comma separated")
+
+    sp = sub.add_parser("list", help="every variant with its rung, backend, seed reference, bytes model")
+    selection(sp)
+    sp.set_defaults(fn=cmd_list)
+
+    sp = sub.add_parser("check", help="every variant available here against float64, every input kind")
+    selection(sp)
+    sp.add_argument("--kind", action="append", choices=list(KINDS))
+    sp.add_argument("--shape", action="append", help="MxN (repeatable); default: the check shapes")
+    sp.add_argument("--dtype", action="append", help="float32 | float16 | bfloat16 (repeatable)")
+    sp.add_argument("--seed", type=int, help="default: fresh from the clock, printed")
+    sp.set_defaults(fn=cmd_check)
+
+    sp = sub.add_parser("bench", help="the main job: the GPU ladder on a GPU, else the CPU ladder")
+    sp.add_argument("--cpu", action="store_true", help="run the CPU ladder even if a GPU is present")
+    sp.add_argument("--shape", help="MxN for the CPU ladder (default: 1024x4096 and 256x65536)")
+    sp.add_argument("--out", help="results CSV (default: results/bench-<device>.csv)")
+    sp.set_defaults(fn=cmd_bench)
+
+    sp = sub.add_parser("ladder", help="every CUDA rung at the seeds' shapes (needs a GPU)")
+    sp.add_argument("--out", help="results CSV (default: results/ladder-<device>.csv)")
+    sp.set_defaults(fn=cmd_ladder)
+
+    sp = sub.add_parser("inspect", help="registers, shared memory, stack and spills of every CUDA kernel")
+    sp.add_argument("--arch", default="sm_90")
+    sp.set_defaults(fn=cmd_inspect)
+
+    sp = sub.add_parser("plot", help="GB/s against N per variant from a results CSV (PNG)")
+    sp.add_argument("csv")
+    sp.add_argument("--out", help="PNG path (default: next to the CSV)")
+    sp.set_defaults(fn=cmd_plot)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except OnlineSoftmaxError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

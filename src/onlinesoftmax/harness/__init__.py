@@ -1,0 +1,1 @@
+"""Inputs, checker, timer, results and plots: what every backend is measured with."""

@@ -1,0 +1,142 @@
+"""Timing: medians after warm-up, the copy ceiling of the same device in the same run, GB/s.
+
+GPU: `triton.testing.do_bench` (CUDA events, L2 flushed before every call, median), or CUDA
+events over rotated buffers when Triton is missing. CPU: `time.perf_counter` medians.
+
+Effective bandwidth = bytes / time. Two byte counts per measurement:
+- ideal: what any softmax must move (one read + one write forward, two reads + one write
+  backward); GB/s on this count is comparable across variants;
+- algorithmic: what the variant's algorithm really moves (3-pass: 3 reads + 1 write).
+The copy ceiling is a large device-to-device copy, bytes read + bytes written.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..reference import reference
+from ..registry import Variant, ideal_bytes
+from .check import compare, error_scale
+from .inputs import out_shape
+
+CPU_COPY_BYTES = 1 << 27  # 128 MiB per array on the CPU
+GPU_COPY_BYTES = 1 << 30  # 1 GiB per array on the GPU: many times the H200's 60 MB L2
+CHECK_ELEMENTS = 1 << 24  # rows compared with float64 in a timed run (all rows up to 16M elements)
+
+
+def gbps(nbytes: float, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def median_ms(fn, device: str, warmup: int = 1, reps: int = 5, budget_s: float = 3.0) -> float:
+    """Median wall time of fn() in milliseconds, after warm-up (CPU: up to `reps` runs within
+    `budget_s`, at least one)."""
+    if device == "cuda":
+        return _cuda_median_ms(fn)
+    for _ in range(warmup):
+        fn()
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < reps and (not times or time.perf_counter() < deadline):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _cuda_median_ms(fn) -> float:
+    try:
+        from triton.testing import do_bench
+    except ImportError:
+        do_bench = None
+    if do_bench is not None:
+        return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")  # evict L2 between calls
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(20):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_gbps(device: str) -> float:
+    """Bandwidth of a large copy on `device`, counting bytes read + bytes written."""
+    if device == "cuda":
+        src = torch.empty(GPU_COPY_BYTES // 4, dtype=torch.float32, device="cuda").uniform_()
+        dst = torch.empty_like(src)
+        ms = median_ms(lambda: dst.copy_(src), "cuda")
+        nbytes = 2 * GPU_COPY_BYTES
+        del src, dst
+        return gbps(nbytes, ms)
+    src = np.random.default_rng(0).random(CPU_COPY_BYTES // 8)
+    dst = np.empty_like(src)
+    ms = median_ms(lambda: np.copyto(dst, src), "cpu", reps=7)
+    return gbps(2 * CPU_COPY_BYTES, ms)
+
+
+@dataclass
+class Measurement:
+    time_ms: float
+    ideal_bytes: int
+    algo_bytes: int
+    rel_err: float
+    max_abs_err: float
+    ok: bool
+
+    def gbps_ideal(self) -> float:
+        return gbps(self.ideal_bytes, self.time_ms)
+
+    def gbps_algo(self) -> float:
+        return gbps(self.algo_bytes, self.time_ms)
+
+
+def timing_inputs(op: str, M: int, N: int, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    """Random N(0, 1) inputs made directly on the device (fast at any size)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shape = (1, N) if op == "sum" else (M, N)
+
+    def randn():
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    if op in ("softmax", "log_softmax", "sum"):
+        return (randn(),)
+    x = randn()
+    y = torch.log_softmax(x.float(), -1) if op == "log_softmax_backward" else torch.softmax(x.float(), -1)
+    return (y.to(dtype), randn())
+
+
+def measure(variant: Variant, M: int, N: int, dtype: torch.dtype, seed: int = 0) -> Measurement:
+    """Time `variant` at (M, N) and check that same output against float64 (first rows)."""
+    inputs = timing_inputs(variant.op, M, N, dtype, variant.device, seed)
+    out = torch.empty(out_shape(variant.op, M, N), dtype=dtype, device=variant.device)
+    out.fill_(float("nan"))
+    variant.run(inputs, out)
+    if variant.device == "cuda":
+        torch.cuda.synchronize()
+    rows = M if variant.op == "sum" else max(1, min(M, CHECK_ELEMENTS // N))
+    host = tuple(t[:rows].cpu() for t in inputs)
+    ref = reference(variant.op, host)
+    report = compare(out[:rows].cpu() if variant.op != "sum" else out.cpu(), ref, dtype,
+                     error_scale(variant.op, host, ref))
+    ms = median_ms(lambda: variant.run(inputs, out), variant.device)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return Measurement(
+        time_ms=ms,
+        ideal_bytes=ideal_bytes(variant.op, M, N, itemsize),
+        algo_bytes=variant.algo_bytes(M, N, itemsize),
+        rel_err=report.rel_err,
+        max_abs_err=report.max_abs_err,
+        ok=report.ok,
+    )

@@ -1,0 +1,121 @@
+"""The checker: a variant's output against the float64 reference, NaN/inf aware.
+
+Rules, elementwise:
+- where the reference is NaN the output must be NaN, and nowhere else;
+- where the reference is +-inf the output must be the same infinity;
+- elsewhere |out - ref| <= atol + rtol * |ref|.
+The report gives the relative L2 error over finite entries, the max abs error, and the first few
+bad indices with got/want. Outputs are poisoned with NaN before every run (see `run_checked`), so
+an element the variant never writes is reported as a mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..reference import as_float64, reference
+from ..registry import Variant
+from .inputs import make_inputs, out_shape
+
+# (rtol, atol) per output dtype: a few ulps of the output format, fp32 arithmetic inside.
+TOLERANCE = {
+    torch.float64: (1e-10, 1e-12),
+    torch.float32: (2e-5, 1e-6),
+    torch.float16: (2e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+}
+SHOW_BAD = 5
+
+
+@dataclass
+class Report:
+    ok: bool
+    rel_err: float  # ||out - ref|| / ||ref|| over entries where ref is finite
+    max_abs_err: float
+    n_bad: int
+    n_total: int
+    bad: list = field(default_factory=list)  # [(index, got, want)]
+    note: str = ""  # set when the case was not compared (refused, or shapes differ)
+    skipped: bool = False  # the variant refused the case: nothing ran
+
+    @property
+    def message(self) -> str:
+        if self.note:
+            return self.note
+        head = (
+            f"{self.n_bad}/{self.n_total} mismatches, rel err {self.rel_err:.2e}, "
+            f"max abs err {self.max_abs_err:.2e}"
+        )
+        shown = "; ".join(f"{idx}: got {g!r} want {w!r}" for idx, g, w in self.bad)
+        return f"{head}; first: {shown}" if self.bad else head
+
+
+def error_scale(op: str, inputs: tuple, ref: np.ndarray) -> np.ndarray:
+    """What absolute errors are measured against, beyond |ref| itself.
+
+    Backward ops cancel (dy - sum dy*y): their rounding scales with the row's largest term, not
+    with the (possibly tiny) result. A sum's rounding scales with sum |x|, not with the sum.
+    """
+    if op == "sum":
+        return np.array([np.abs(as_float64(inputs[0])).sum()])
+    if op.endswith("_backward"):
+        finite = np.where(np.isfinite(ref), np.abs(ref), 0.0)
+        dy = np.abs(np.nan_to_num(as_float64(inputs[1]), nan=0.0, posinf=0.0, neginf=0.0))
+        return np.maximum(finite, dy).max(axis=-1, keepdims=True)
+    return np.zeros_like(ref)
+
+
+def compare(out, ref: np.ndarray, dtype: torch.dtype, scale=None) -> Report:
+    got = as_float64(out)
+    rtol, atol = TOLERANCE[dtype]
+    if got.shape != ref.shape:
+        return Report(False, float("inf"), float("inf"), ref.size, ref.size,
+                      note=f"shape {got.shape} != reference shape {ref.shape}")
+    scale = np.zeros_like(ref) if scale is None else scale
+    ref_nan, got_nan = np.isnan(ref), np.isnan(got)
+    ref_inf = np.isinf(ref)
+    finite = ~ref_nan & ~ref_inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(finite & ~got_nan, np.abs(got - ref), 0.0)
+        bad = (ref_nan != got_nan) | (ref_inf & (got != ref))
+        bad |= finite & ~got_nan & ~(err <= atol + rtol * (np.abs(ref) + scale))
+    bad |= finite & got_nan
+    ref_norm = np.linalg.norm(np.where(finite, ref, 0.0))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(finite & ~got_nan, got - ref, 0.0)
+        rel = float(np.linalg.norm(diff) / ref_norm) if ref_norm > 0 else float(np.abs(diff).max(initial=0.0))
+    if (finite & got_nan).any():
+        rel = float("nan")
+    idx = np.argwhere(bad)[:SHOW_BAD]
+    shown = [(tuple(int(i) for i in ix), float(got[tuple(ix)]), float(ref[tuple(ix)])) for ix in idx]
+    n_bad = int(bad.sum())
+    return Report(n_bad == 0, rel, float(err.max(initial=0.0)), n_bad, ref.size, shown)
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_checked(variant: Variant, inputs: tuple, out: torch.Tensor) -> torch.Tensor:
+    """Poison `out`, run, wait for the device; errors in the launch surface here."""
+    out.fill_(float("nan"))
+    variant.run(inputs, out)
+    _synchronize(variant.device)
+    return out
+
+
+def check_variant(variant: Variant, M: int, N: int, dtype: torch.dtype, kind: str, seed: int) -> Report:
+    """Fresh seeded inputs of `kind`, a poisoned output, one run, compared to float64."""
+    reason = variant.refuses(M, N, dtype)
+    if reason:
+        return Report(True, 0.0, 0.0, 0, 0, note=f"skipped: {reason}", skipped=True)
+    host_inputs = make_inputs(variant.op, M, N, dtype, kind, seed)
+    ref = reference(variant.op, host_inputs)
+    inputs = tuple(t.to(variant.device) for t in host_inputs)
+    out = torch.empty(out_shape(variant.op, M, N), dtype=dtype, device=variant.device)
+    run_checked(variant, inputs, out)
+    return compare(out, ref, dtype, error_scale(variant.op, host_inputs, ref))

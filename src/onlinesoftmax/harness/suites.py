@@ -1,0 +1,84 @@
+"""What `check`, `bench` and `ladder` run: shapes chosen here, variants taken from the registry.
+
+No variant list is written down: a suite names an op, a backend and shapes, and every registered
+variant that matches (and can run the shape) is measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import OnlineSoftmaxError
+from ..registry import Variant, variants
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+# check: N = 1, odd N, N below and above a block of 256 threads, tails off the float4 width,
+# M = 1, and rows long enough for several chunks. Small enough for the CPU ladder's loops.
+CHECK_SHAPES = [(1, 1), (3, 1), (5, 7), (4, 33), (3, 256), (2, 1000), (3, 1027), (1, 4099), (2, 8192)]
+# GPU variants also get longer rows and more rows than a block/grid covers.
+GPU_CHECK_SHAPES = [(33, 12345), (2, 65539), (300, 128), (1, 262144)]
+SUM_CHECK_SHAPES = [(1, 1), (1, 7), (1, 1000), (1, 4099), (1, (1 << 20) + 3)]
+
+
+def check_shapes(variant: Variant) -> list[tuple[int, int]]:
+    if variant.op == "sum":
+        return SUM_CHECK_SHAPES
+    return CHECK_SHAPES + (GPU_CHECK_SHAPES if variant.device == "cuda" else [])
+
+
+@dataclass(frozen=True)
+class Group:
+    """One table of the ladder: an op at one shape, every matching variant in ladder order."""
+
+    title: str
+    op: str
+    M: int
+    N: int
+    backends: tuple[str, ...]
+    dtype: torch.dtype = torch.float32
+
+    def members(self) -> list[Variant]:
+        return [v for b in self.backends for v in variants(op=self.op, backend=b)]
+
+
+# The CPU ladder, the main job on a machine without a GPU (under a minute on 2 cores).
+CPU_BENCH = [
+    Group("CPU ladder, 1024 x 4096 fp32", "softmax", 1024, 4096, ("numpy",)),
+    Group("CPU ladder at seed 003's shape, 256 x 65536 fp32", "softmax", 256, 65536, ("numpy",)),
+    Group("CPU tree sum, 2^24 floats", "sum", 1, 1 << 24, ("numpy",)),
+]
+
+# The seeds' shapes on the GPU. The CPU baseline joins seed 003's table, as it does in the seed.
+GPU_LADDER = [
+    Group("reduction, 32M floats (seed 001 exp 1)", "sum", 1, 32 << 20, ("cuda",)),
+    Group("softmax 4096 x 4096 (seeds 000, 002)", "softmax", 4096, 4096, ("cuda",)),
+    Group("softmax 8192 x 4096 (seed 001 exp 2, 3)", "softmax", 8192, 4096, ("cuda",)),
+    Group("softmax 256 x 65536 (seed 003)", "softmax", 256, 65536, ("numpy", "cuda")),
+]
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    """'MxN' -> (M, N), with clear errors for anything else."""
+    parts = text.lower().replace("×", "x").split("x")
+    if len(parts) != 2:
+        raise OnlineSoftmaxError(
+            f"shape {text!r}: expected MxN (rows x row length), a 2-D problem; got {len(parts)} dims")
+    try:
+        M, N = (int(p) for p in parts)
+    except ValueError:
+        raise OnlineSoftmaxError(f"shape {text!r}: M and N must be integers") from None
+    if M < 1 or N < 1:
+        raise OnlineSoftmaxError(f"shape {text!r}: empty problem; M and N must be >= 1")
+    return M, N
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    try:
+        return DTYPES[text.lower()]
+    except KeyError:
+        raise OnlineSoftmaxError(
+            f"dtype {text!r} not supported; use one of: float32, float16, bfloat16") from None

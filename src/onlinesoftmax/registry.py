@@ -1,0 +1,121 @@
+"""Every implementation is a `Variant` in one registry; the CLI, tests and benchmarks enumerate it.
+
+Calling convention, the same for every backend:
+
+    variant.run(inputs, out)    # inputs: tuple of 2-D tensors (M, N) on `variant.device`
+                                # out: preallocated tensor the variant must fill completely
+
+    op                    inputs      out
+    softmax               (x,)        y          (M, N)
+    log_softmax           (x,)        y          (M, N)
+    softmax_backward      (y, dy)     dx         (M, N)
+    log_softmax_backward  (y, dy)     dx         (M, N)
+    sum                   (x,)        s          (1,)   x is (1, N): a flat reduction
+
+The harness poisons `out` with NaN before each run, so an element a variant forgets to write fails.
+Variants never allocate their output and never pick a kernel for a shape they were not asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+from .errors import OnlineSoftmaxError
+
+# op -> (number of inputs, ideal bytes per element moved: reads + writes)
+OPS: dict[str, tuple[int, int]] = {
+    "softmax": (1, 2),
+    "log_softmax": (1, 2),
+    "softmax_backward": (2, 3),
+    "log_softmax_backward": (2, 3),
+    "sum": (1, 1),
+}
+
+# Modules that register variants when imported. Backends that cannot run here still register
+# (so `list` and `inspect` show them); their `available()` says why they cannot run.
+VARIANT_MODULES = ("onlinesoftmax.variants.cpu",)
+
+
+def ideal_bytes(op: str, M: int, N: int, itemsize: int) -> int:
+    """The physical floor: every input element read once, every output element written once."""
+    if op == "sum":
+        return M * N * itemsize
+    return OPS[op][1] * M * N * itemsize
+
+
+def _always(*_args) -> Optional[str]:
+    return None
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # unique, "<backend>.<rung>", e.g. "cpu.online_2pass", "cuda.online_v3"
+    op: str  # a key of OPS
+    backend: str  # "numpy" | "cuda" | "triton"
+    rung: str  # short label of the ladder step, e.g. "online V3 (1-pass, registers)"
+    seed_ref: str  # where the seeds describe it, e.g. "seed 000 §5"
+    summary: str  # one line: what it does
+    run: Callable[[tuple, torch.Tensor], None]
+    algo_bytes: Callable[[int, int, int], int]  # (M, N, itemsize) -> bytes the algorithm really moves
+    device: str = "cpu"  # where inputs and out live: "cpu" or "cuda"
+    dtypes: tuple = (torch.float32,)
+    # (M, N, dtype) -> None if the shape is supported, else the reason it is refused
+    supports: Callable[[int, int, torch.dtype], Optional[str]] = field(default=_always)
+    # () -> None if this machine can run it, else why not (no GPU, no Triton, ...)
+    available: Callable[[], Optional[str]] = field(default=_always)
+    # (M, N, dtype) -> {"registers": int, "stack": int, "spill_stores": int, ...} of the
+    # instantiation that would run, or None when the backend has no such report
+    resources: Optional[Callable[[int, int, torch.dtype], dict]] = None
+
+    def __post_init__(self):
+        if self.op not in OPS:
+            raise ValueError(f"variant {self.name}: unknown op {self.op!r}")
+
+    def refuses(self, M: int, N: int, dtype: torch.dtype) -> Optional[str]:
+        """None if this variant can run (M, N, dtype) here, else the reason it cannot."""
+        if dtype not in self.dtypes:
+            names = ", ".join(str(d).replace("torch.", "") for d in self.dtypes)
+            return f"dtype {str(dtype).replace('torch.', '')} not supported (supports {names})"
+        return self.available() or self.supports(M, N, dtype)
+
+
+_REGISTRY: dict[str, Variant] = {}
+_loaded = False
+
+
+def register(variant: Variant) -> Variant:
+    if variant.name in _REGISTRY:
+        raise ValueError(f"variant {variant.name} registered twice")
+    _REGISTRY[variant.name] = variant
+    return variant
+
+
+def _load_all() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in VARIANT_MODULES:
+            importlib.import_module(module)
+
+
+def variants(op: Optional[str] = None, backend: Optional[str] = None) -> list[Variant]:
+    """All registered variants, in registration order (which is ladder order), optionally filtered."""
+    _load_all()
+    return [
+        v
+        for v in _REGISTRY.values()
+        if (op is None or v.op == op) and (backend is None or v.backend == backend)
+    ]
+
+
+def get(name: str) -> Variant:
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise OnlineSoftmaxError(f"unknown variant {name!r}; known variants: {known}") from None

@@ -1,0 +1,1 @@
+"""Bindings of each backend's kernels to the registry: one module per backend."""

@@ -1,0 +1,19 @@
+"""Fresh random inputs in every session; the seed is printed so a failure can be replayed
+with ONLINESOFTMAX_SEED=<seed>."""
+
+import os
+import random
+
+import pytest
+
+SEED = int(os.environ.get("ONLINESOFTMAX_SEED", random.randrange(1 << 31)))
+
+
+def pytest_report_header(config):
+    return f"onlinesoftmax seed: {SEED} (replay with ONLINESOFTMAX_SEED={SEED})"
+
+
+@pytest.fixture
+def seed(request):
+    """A seed per test: the session seed mixed with the test's name."""
+    return (SEED + sum(map(ord, request.node.nodeid))) % (1 << 31)

@@ -1,0 +1,84 @@
+"""The checker must catch what is wrong: known-wrong softmaxes, unwritten outputs, bad NaNs."""
+
+import numpy as np
+import pytest
+import torch
+
+from onlinesoftmax import registry, state
+from onlinesoftmax.harness.check import check_variant, compare
+
+
+def _variant(name, fn):
+    def run(inputs, out):
+        x = inputs[0].numpy()
+        with np.errstate(all="ignore"):
+            out.numpy()[...] = fn(x)
+
+    return registry.Variant(name=name, op="softmax", backend="numpy", rung="wrong", seed_ref="-",
+                            summary="known wrong", run=run, algo_bytes=lambda M, N, s: 0)
+
+
+def no_max_shift(x):
+    e = np.exp(x)
+    return e / e.sum(-1, keepdims=True)
+
+
+def skips_last_element(x):
+    y = np.empty_like(x)
+    st = state.of_values(x[:, :-1])
+    y[:, :-1] = state.probabilities(x[:, :-1], st)
+    return y  # last column never written: the NaN poison stays
+
+
+def no_inf_guard(x):
+    m = x.max(-1, keepdims=True)
+    e = np.exp(x - m)
+    return e / e.sum(-1, keepdims=True)
+
+
+def correct(x):
+    return state.probabilities(x, state.of_values(x))
+
+
+@pytest.mark.parametrize("fn, kind", [
+    (no_max_shift, "offset"),        # exp(100) overflows fp32: inf / inf
+    (no_max_shift, "huge"),          # exp(3e38) = inf
+    (skips_last_element, "normal"),
+    (no_inf_guard, "masked"),        # -inf - (-inf) = nan on fully masked rows
+])
+def test_known_wrong_variants_fail(fn, kind, seed):
+    v = _variant(fn.__name__, fn)
+    report = check_variant(v, 4, 300, torch.float32, kind, seed)
+    assert not report.ok, report.message
+    assert report.n_bad > 0 and report.bad
+
+
+@pytest.mark.parametrize("kind", ["normal", "offset", "masked", "nan", "one_finite", "huge"])
+def test_correct_variant_passes(kind, seed):
+    assert check_variant(_variant("correct", correct), 4, 300, torch.float32, kind, seed).ok
+
+
+def test_unwritten_output_is_caught(seed):
+    v = registry.Variant(name="lazy", op="softmax", backend="numpy", rung="-", seed_ref="-",
+                         summary="writes nothing", run=lambda inputs, out: None,
+                         algo_bytes=lambda M, N, s: 0)
+    report = check_variant(v, 3, 10, torch.float32, "normal", seed)
+    assert not report.ok and report.n_bad == 30
+
+
+def test_compare_rules():
+    ref = np.array([0.5, np.nan, np.inf, -np.inf, 1e-3])
+    assert compare(torch.tensor(ref), ref, torch.float64).ok
+    for i, wrong in [(0, 0.5001), (1, 0.0), (2, np.nan), (3, np.inf), (4, np.nan)]:
+        got = ref.copy()
+        got[i] = wrong
+        rep = compare(torch.tensor(got), ref, torch.float64)
+        assert not rep.ok and rep.bad[0][0] == (i,), (i, rep.message)
+    nan_where_finite = np.array([0.5, 0.5])
+    assert not compare(torch.tensor([0.5, np.nan]), nan_where_finite, torch.float64).ok
+
+
+def test_tolerance_is_per_dtype():
+    ref = np.array([0.25])
+    assert compare(torch.tensor([0.25 * (1 + 5e-3)], dtype=torch.bfloat16), ref, torch.bfloat16).ok
+    assert not compare(torch.tensor([0.25 * (1 + 5e-3)]), ref, torch.float32).ok
