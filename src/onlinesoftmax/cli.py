@@ -1,4 +1,4 @@
-"""onlinesoftmax list | check | bench | ladder | inspect | plot
+"""onlinesoftmax list | check | bench | ladder | sweep | inspect | plot
 
 Every command enumerates the registry; none keeps its own list of variants.
 """
@@ -23,7 +23,8 @@ from .harness import results
 from .harness.bench import copy_gbps, measure
 from .harness.check import check_variant
 from .harness.inputs import KINDS, kinds_for
-from .harness.suites import CPU_BENCH, GPU_LADDER, Group, check_shapes, parse_dtype, parse_shape
+from .harness.suites import (CPU_BENCH, GPU_LADDER, SWEEP_DTYPES, SWEEP_OPS, Group, check_shapes,
+                             parse_dtype, parse_shape, sweep_groups)
 
 # Wide enough for the tables in logs and CI, where there is no terminal to measure.
 console = Console(width=max(140, shutil.get_terminal_size((140, 40)).columns))
@@ -71,7 +72,7 @@ def cmd_check(args) -> int:
     dtypes = [parse_dtype(d) for d in args.dtype] if args.dtype else None
     plan, unavailable = [], []
     for v in chosen:
-        reason = v.available()
+        reason = "baseline: timed by sweep, not held to this package's semantics" if v.baseline else v.available()
         if reason:
             unavailable.append((v, reason))
             continue
@@ -238,6 +239,43 @@ def cmd_bench(args) -> int:
     return 0 if all(r.get("ok", True) for r in rows) else 1
 
 
+def cmd_sweep(args) -> int:
+    _require_cuda()
+    groups = sweep_groups(tuple(args.op or SWEEP_OPS), tuple(args.dtype or SWEEP_DTYPES),
+                          [int(n) for n in args.n] if args.n else None)
+    rows = run_groups(groups, "cuda")
+    print_sweep(rows)
+    path = _save(rows, args.out, "sweep")
+    from .harness.plot import plot
+
+    console.print(f"plot written to {plot(path)}")
+    return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
+def print_sweep(rows: list[dict]) -> None:
+    """Per (op, dtype): one line per shape, % of copy bandwidth per implementation."""
+    panels: dict[tuple, list[dict]] = {}
+    for r in rows:
+        panels.setdefault((r["op"], r["dtype"]), []).append(r)
+    for (op, dtype), members in panels.items():
+        names = list(dict.fromkeys(r["variant"] for r in members))
+        table = Table(title=f"{op} {dtype}: % of copy bandwidth (ideal bytes); ! = wrong output")
+        table.add_column("M x N")
+        for n in names:
+            table.add_column(n, justify="right")
+        shapes = list(dict.fromkeys((r["M"], r["N"]) for r in members))
+        for M, N in shapes:
+            cells = []
+            for n in names:
+                r = next((r for r in members if (r["M"], r["N"]) == (M, N) and r["variant"] == n), None)
+                if r is None or "time_ms" not in r:
+                    cells.append("-")
+                else:
+                    cells.append(f"{r['pct_copy']:.0f}%" + ("" if r["ok"] else " !"))
+            table.add_row(f"{M} x {N}", *cells)
+        console.print(table)
+
+
 # ------------------------------------------------------------------------------ inspect, plot
 def cmd_inspect(args) -> int:
     from .variants.cuda import inspect_rows
@@ -292,6 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("ladder", help="every CUDA rung at the seeds' shapes (needs a GPU)")
     sp.add_argument("--out", help="results CSV (default: results/ladder-<device>.csv)")
     sp.set_defaults(fn=cmd_ladder)
+
+    sp = sub.add_parser("sweep", help="ours vs torch, torch.compile, Triton, Liger over N and dtypes (GPU)")
+    sp.add_argument("--op", action="append", choices=list(SWEEP_OPS))
+    sp.add_argument("--dtype", action="append", choices=list(SWEEP_DTYPES))
+    sp.add_argument("--n", action="append", help="row length(s); default 128..262144 and few-row shapes")
+    sp.add_argument("--out", help="results CSV (default: results/sweep-<device>.csv)")
+    sp.set_defaults(fn=cmd_sweep)
 
     sp = sub.add_parser("inspect", help="registers, shared memory, stack and spills of every CUDA kernel")
     sp.add_argument("--arch", default="sm_90")

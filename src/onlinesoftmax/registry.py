@@ -37,7 +37,11 @@ OPS: dict[str, tuple[int, int]] = {
 
 # Modules that register variants when imported. Backends that cannot run here still register
 # (so `list` and `inspect` show them); their `available()` says why they cannot run.
-VARIANT_MODULES = ("onlinesoftmax.variants.cpu",)
+VARIANT_MODULES = (
+    "onlinesoftmax.variants.cpu",
+    "onlinesoftmax.variants.api",
+    "onlinesoftmax.variants.baselines",
+)
 
 
 def ideal_bytes(op: str, M: int, N: int, itemsize: int) -> int:
@@ -70,6 +74,12 @@ class Variant:
     # (M, N, dtype) -> {"registers": int, "stack": int, "spill_stores": int, ...} of the
     # instantiation that would run, or None when the backend has no such report
     resources: Optional[Callable[[int, int, torch.dtype], dict]] = None
+    # The user-facing call, which allocates its output (inputs -> tensor). When set, benchmarks
+    # time this instead of `run`, so libraries without an out= form are timed without a copy.
+    call: Optional[Callable[[tuple], torch.Tensor]] = None
+    # A library we compare against (torch, torch.compile, Liger): timed, never held to this
+    # package's semantics by `check` (torch.softmax gives NaN for fully masked rows).
+    baseline: bool = False
 
     def __post_init__(self):
         if self.op not in OPS:

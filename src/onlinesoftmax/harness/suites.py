@@ -32,7 +32,11 @@ def check_shapes(variant: Variant) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class Group:
-    """One table of the ladder: an op at one shape, every matching variant in ladder order."""
+    """One table: an op at one shape and dtype, every matching variant in registry order.
+
+    A ladder group takes every variant of its backends. A sweep group takes the public ops
+    (`api.*`), the baselines, and the ladder's best rung that runs the shape: the one that moves
+    the fewest bytes, the later rung on a tie."""
 
     title: str
     op: str
@@ -40,9 +44,19 @@ class Group:
     N: int
     backends: tuple[str, ...]
     dtype: torch.dtype = torch.float32
+    sweep: bool = False
 
     def members(self) -> list[Variant]:
-        return [v for b in self.backends for v in variants(op=self.op, backend=b)]
+        if not self.sweep:
+            return [v for b in self.backends for v in variants(op=self.op, backend=b)]
+        chosen = [v for v in variants(op=self.op) if v.name.startswith("api.") or v.baseline]
+        ladder = [v for v in variants(op=self.op, backend="cuda")
+                  if v.name.startswith("cuda.") and not v.refuses(self.M, self.N, self.dtype)]
+        if ladder:
+            size = torch.empty((), dtype=self.dtype).element_size()
+            fewest = min(v.algo_bytes(self.M, self.N, size) for v in ladder)
+            chosen.append([v for v in ladder if v.algo_bytes(self.M, self.N, size) == fewest][-1])
+        return chosen
 
 
 # The CPU ladder, the main job on a machine without a GPU (under a minute on 2 cores).
@@ -82,3 +96,19 @@ def parse_dtype(text: str) -> torch.dtype:
     except KeyError:
         raise OnlineSoftmaxError(
             f"dtype {text!r} not supported; use one of: float32, float16, bfloat16") from None
+
+
+# The sweep: every op and dtype, N = 128 ... 262144 with M * N = 2^27, plus few-row shapes.
+SWEEP_OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
+SWEEP_DTYPES = ("float32", "bfloat16", "float16")
+SWEEP_ELEMENTS = 1 << 27
+SWEEP_N = [1 << k for k in range(7, 19)]
+FEW_ROWS = [(1, 262144), (32, 131072)]
+
+
+def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None) -> list[Group]:
+    shapes = [(SWEEP_ELEMENTS // n, n) for n in (ns or SWEEP_N)] + ([] if ns else FEW_ROWS)
+    return [
+        Group(f"{op} {dt} {M} x {N}", op, M, N, (), parse_dtype(dt), sweep=True)
+        for op in ops for dt in dtypes for M, N in shapes
+    ]
