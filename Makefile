@@ -18,6 +18,9 @@ bench: $(VENV)/.installed  ## the main job: GPU ladder on a GPU, the CPU ladder 
 test: $(VENV)/.installed  ## CPU tests (GPU tests skip without CUDA); exit 5 = nothing collected
 	$(PY) -m pytest -q -rs || [ $$? -eq 5 ]
 
+gpu-test: $(VENV)/.installed  ## on a GPU machine: the tests marked gpu
+	$(PY) -m pytest -q -rs -m gpu
+
 check: $(VENV)/.installed
 	$(VENV)/bin/onlinesoftmax check
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -30,7 +31,10 @@ def _version(dist: str) -> str:
 
 
 def git_commit() -> str:
-    """Short commit of the source tree this package runs from ("" outside a checkout)."""
+    """Short commit of the source tree this package runs from: $ONLINESOFTMAX_COMMIT when set
+    (a copy of the tree without .git, e.g. on a lent GPU machine), else git's ("" if neither)."""
+    if os.environ.get("ONLINESOFTMAX_COMMIT"):
+        return os.environ["ONLINESOFTMAX_COMMIT"]
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
