@@ -285,7 +285,7 @@ def cmd_inspect(args) -> int:
     for col in ("variant", "kernel", "regs", "smem B", "stack B", "spill st", "spill ld"):
         table.add_column(col, justify="left" if col in ("variant", "kernel") else "right")
     for r in rows:
-        table.add_row(str(r.get("variant", "")), str(r["kernel"]), str(r["registers"]), str(r.get("smem", "")),
+        table.add_row(r["variants"], str(r["kernel"]), str(r["registers"]), str(r.get("smem", "")),
                       str(r["stack"]), str(r["spill_stores"]), str(r["spill_loads"]))
     console.print(table)
     return 0

@@ -39,6 +39,7 @@ OPS: dict[str, tuple[int, int]] = {
 # (so `list` and `inspect` show them); their `available()` says why they cannot run.
 VARIANT_MODULES = (
     "onlinesoftmax.variants.cpu",
+    "onlinesoftmax.variants.cuda",
     "onlinesoftmax.variants.api",
     "onlinesoftmax.variants.baselines",
 )

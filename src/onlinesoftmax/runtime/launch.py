@@ -1,0 +1,192 @@
+"""Loading compiled kernels and launching them on torch's current stream through `cuda.core`.
+
+    k = kernel(mod, "online_v3<4>", device=x.device.index)   # loads the cubin once per device
+    k.launch(grid, block, (x.data_ptr(), y.data_ptr(), np.int32(M), np.int32(N)))
+
+Argument convention (cuda.core's): a Python int is passed as a pointer (intptr_t) -- use
+`tensor.data_ptr()` for pointers and np.int32 / np.int64 / np.float32 for scalars, matching
+the kernel signature exactly.
+
+The driver is touched only here, and only when a kernel is fetched or launched: importing this
+module, compiling and inspecting work without a GPU. No GPU or no driver raises
+`errors.Unavailable`; a failed launch raises `errors.OnlineSoftmaxError` naming the kernel.
+Asynchronous faults (illegal address, ...) surface at the next synchronisation, as with any
+CUDA launch.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional, Sequence
+
+from ..errors import OnlineSoftmaxError, Unavailable
+from .nvrtc import CompiledModule
+
+STATIC_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the function attribute raised
+
+_state = threading.local()  # per thread: .current = the device index last made current here
+_device_lock = threading.Lock()
+_devices: dict[int, object] = {}  # index -> cuda.core Device
+_streams: dict[int, object] = {}  # raw stream handle -> cuda.core Stream
+_sm_counts: dict[int, int] = {}
+_cc_launch = None  # cuda.core.launch, imported on the first launch
+try:  # the raw cudaStream_t of torch's current stream without building a torch.cuda.Stream (inductor uses it)
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # CPU-only torch builds, or a future torch without it
+    _raw_stream = None
+
+
+def available() -> Optional[str]:
+    """None if kernels can be launched here (torch sees a GPU and cuda.core imports), else why not."""
+    try:
+        import torch
+    except Exception as e:  # pragma: no cover - torch is a dependency
+        return f"torch is not importable: {e}"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible to torch (torch.cuda.is_available() is False)"
+    try:
+        import cuda.core  # noqa: F401
+        from cuda.core import Device, LaunchConfig, Stream, launch  # noqa: F401
+    except Exception as e:
+        return f"cuda.core is not importable ({type(e).__name__}: {e})"
+    return None
+
+
+def ensure_device(index: Optional[int] = None):
+    """The cuda.core Device for torch device `index` (torch's current device if None), made current
+    on the calling thread. torch and cuda.core share the device's primary context; the call is
+    skipped when this thread already made `index` current through here (see `LoadedKernel.launch`)."""
+    reason = available()
+    if reason:
+        raise Unavailable(reason)
+    import torch
+
+    if index is None:
+        index = torch.cuda.current_device()
+    try:
+        from cuda.core import Device
+
+        with _device_lock:
+            dev = _devices.get(index)
+            if dev is None:
+                torch.cuda.init()  # torch creates/retains the primary context first
+                dev = _devices[index] = Device(index)
+        dev.set_current()
+    except Exception as e:
+        raise Unavailable(f"cannot use CUDA device {index} through cuda.core ({type(e).__name__}: {e})") from None
+    _state.current = index
+    return dev
+
+
+def sm_count(index: Optional[int] = None) -> int:
+    """Multiprocessor count of torch device `index` (cached)."""
+    import torch
+
+    if index is None:
+        index = torch.cuda.current_device()
+    n = _sm_counts.get(index)
+    if n is None:
+        if not torch.cuda.is_available():
+            raise Unavailable("no CUDA GPU visible to torch")
+        n = _sm_counts[index] = int(torch.cuda.get_device_properties(index).multi_processor_count)
+    return n
+
+
+def current_stream(index: Optional[int] = None):
+    """torch's current stream on device `index` as a cuda.core Stream (cached per handle)."""
+    import torch
+
+    if index is None:
+        index = torch.cuda.current_device()
+    handle = _raw_stream(index) if _raw_stream is not None else int(torch.cuda.current_stream(index).cuda_stream)
+    s = _streams.get(handle)
+    if s is None:
+        from cuda.core import Stream
+
+        try:
+            s = Stream.from_handle(handle)
+        except Exception as e:
+            raise OnlineSoftmaxError(f"cannot wrap torch stream {handle:#x} for cuda.core: {e}") from None
+        _streams[handle] = s
+    return s
+
+
+def set_max_dynamic_smem(kern, nbytes: int, device_index: int) -> None:
+    """Allow `nbytes` of dynamic shared memory for `kern` (a cuda.core Kernel) on a device; needed
+    above 48 KiB. Uses cuKernelSetAttribute (cuda.core 1.x kernels are CUkernel handles)."""
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    (err,) = driver.cuKernelSetAttribute(attr, int(nbytes), kern.handle, driver.CUdevice(device_index))
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise OnlineSoftmaxError(f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes}) failed: {err}")
+
+
+class LoadedKernel:
+    """One kernel of a compiled module on one device, with its launch configs cached."""
+
+    __slots__ = ("name", "module", "device", "kernel", "_configs", "_smem_ok")
+
+    def __init__(self, module: CompiledModule, name: str, device: int):
+        self.name, self.module, self.device = name, module, device
+        try:
+            self.kernel = module.object_code().get_kernel(name)
+        except Exception as e:
+            raise OnlineSoftmaxError(
+                f"cannot load kernel {name} from {module.filename} ({module.arch}) on device {device}: "
+                f"{type(e).__name__}: {e}"
+            ) from None
+        self._configs: dict = {}
+        self._smem_ok = STATIC_SMEM_LIMIT
+
+    def config(self, grid, block, smem: int = 0):
+        key = (grid, block, smem)
+        cfg = self._configs.get(key)
+        if cfg is None:
+            from cuda.core import LaunchConfig
+
+            if smem > self._smem_ok:
+                set_max_dynamic_smem(self.kernel, smem, self.device)
+                self._smem_ok = smem
+            cfg = self._configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=smem)
+        return cfg
+
+    def launch(self, grid, block, args: Sequence, smem: int = 0, stream=None) -> None:
+        """Launch on `stream` (a cuda.core Stream; torch's current stream by default)."""
+        global _cc_launch
+        if _cc_launch is None:
+            from cuda.core import launch as _cc_launch
+        if getattr(_state, "current", None) != self.device:
+            ensure_device(self.device)
+        s = stream if stream is not None else current_stream(self.device)
+        try:
+            cfg = self.config(grid, block, smem)
+            _cc_launch(s, cfg, self.kernel, *args)
+        except OnlineSoftmaxError:
+            raise
+        except Exception as e:
+            raise OnlineSoftmaxError(
+                f"launch of {self.name} ({self.module.filename}, grid={grid}, block={block}, smem={smem}) "
+                f"failed: {type(e).__name__}: {e}"
+            ) from None
+
+
+_kernels: dict = {}
+
+
+def kernel(module: CompiledModule, name: str, device: Optional[int] = None) -> LoadedKernel:
+    """The LoadedKernel for `name` in `module` on torch device `device` (loaded once, cached).
+    Raises Unavailable without a GPU; nothing is loaded before the first call for a device."""
+    if device is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise Unavailable(available() or "no CUDA GPU")
+        device = torch.cuda.current_device()
+    key = (module.key, name, device)
+    k = _kernels.get(key)
+    if k is None:
+        if getattr(_state, "current", None) != device:
+            ensure_device(device)
+        k = _kernels[key] = LoadedKernel(module, name, device)
+    return k
