@@ -47,8 +47,9 @@ class Group:
     sweep: bool = False
 
     def members(self) -> list[Variant]:
-        if not self.sweep:
-            return [v for b in self.backends for v in variants(op=self.op, backend=b)]
+        if not self.sweep:  # the rungs themselves, not the public ops that dispatch to them
+            return [v for b in self.backends for v in variants(op=self.op, backend=b)
+                    if not v.name.startswith("api.")]
         chosen = [v for v in variants(op=self.op) if v.name.startswith("api.") or v.baseline]
         ladder = [v for v in variants(op=self.op, backend="cuda")
                   if v.name.startswith("cuda.") and not v.refuses(self.M, self.N, self.dtype)]
