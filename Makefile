@@ -17,6 +17,7 @@ bench: $(VENV)/.installed  ## the main job: GPU ladder on a GPU, the CPU ladder 
 
 test: $(VENV)/.installed  ## CPU tests (GPU tests skip without CUDA); exit 5 = nothing collected
 	$(PY) -m pytest -q -rs || [ $$? -eq 5 ]
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -rs tests/test_triton_interpreter.py
 
 gpu-test: $(VENV)/.installed  ## on a GPU machine: the tests marked gpu
 	$(PY) -m pytest -q -rs -m gpu

@@ -40,6 +40,7 @@ OPS: dict[str, tuple[int, int]] = {
 VARIANT_MODULES = (
     "onlinesoftmax.variants.cpu",
     "onlinesoftmax.variants.cuda",
+    "onlinesoftmax.variants.triton",
     "onlinesoftmax.variants.api",
     "onlinesoftmax.variants.baselines",
 )

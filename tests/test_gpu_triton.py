@@ -1,0 +1,161 @@
+"""Every Triton variant (op x regime) against the float64 reference on a GPU, adversarial inputs
+included, on realistic shapes either side of each regime's thresholds.
+
+Run on the device with `pytest -m gpu tests/test_gpu_triton.py`; skipped cleanly without a GPU.
+Every distinct (kernel, block sizes, dtype) compiles once (~1 s): the 16-bit dtypes run on a
+subset of the shapes so the file stays a few minutes.
+"""
+
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():  # skip the module whole: no thousands of skipped items on CPU
+    pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET") == "1":
+    pytest.skip("TRITON_INTERPRET=1: these are the compiled kernels' tests", allow_module_level=True)
+
+pytest.importorskip("triton")
+
+from onlinesoftmax.harness.check import check_variant  # noqa: E402
+from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
+from onlinesoftmax.registry import get  # noqa: E402
+from onlinesoftmax.variants import triton as tv  # noqa: E402  (registers the triton.* variants)
+
+K = tv.kernels()
+
+OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+# regime -> [(M, N, also in fp16 and bf16)]
+SHAPES = {
+    "rows": [
+        (1, 1, True),
+        (5, 33, True),  # odd N, several rows per tile
+        (1000, 128, False),  # 32 rows per fp32 tile, a partial last tile, a persistent grid
+        (257, 1000, False),
+        (3, 1023, False),
+        (2, 4097, True),  # odd N just past a power of two
+        (1, 16384, False),  # the backward threshold
+        (1, 32769, True),  # past the forward threshold (forced here); refused backward
+    ],
+    "online": [
+        (1, 1, False),
+        (3, 7, True),
+        (2, 4097, False),  # one full chunk and a one-element tail
+        (300, 5000, True),  # more rows than programs
+        (2, 32769, False),
+        (1, 262147, True),  # 65 chunks, odd tail
+    ],
+    "split": [
+        (1, 1, False),
+        (3, 7, True),
+        (1, 2049, False),
+        (300, 4099, True),  # many rows: LAG < M * C, reads and writes interleave
+        (5, 70001, False),
+        (1, 262147, True),  # one row over every SM
+        (32, 131072, False),  # the anchors' few-rows case
+    ],
+}
+BIG = 1 << 20  # above this many elements, only the kinds that change the code path
+
+
+def _cases():
+    for op in OPS:
+        for regime, shapes in SHAPES.items():
+            for M, N, all_dtypes in shapes:
+                for dtype in (F32, F16, BF16) if all_dtypes else (F32,):
+                    d = str(dtype).replace("torch.", "")
+                    yield pytest.param(op, regime, M, N, dtype, id=f"{op}_{regime}-{M}x{N}-{d}")
+
+
+@pytest.mark.parametrize("op,regime,M,N,dtype", list(_cases()))
+def test_variant(op, regime, M, N, dtype, seed):
+    v = get(f"triton.{op}_{regime}")
+    reason = v.refuses(M, N, dtype)
+    if reason:
+        pytest.skip(f"{v.name} refuses ({M}, {N}): {reason}")
+    kinds = kinds_for(op) if M * N <= BIG else ("normal", "masked", "nan", "huge")
+    for kind in kinds:
+        report = check_variant(v, M, N, dtype, kind, seed)
+        assert not report.skipped, report.message
+        assert report.ok, f"{v.name} ({M}, {N}) {dtype} {kind}: {report.message}"
+
+
+@pytest.mark.parametrize(
+    "M,N,dtype,backward,regime",
+    [
+        (4096, 128, BF16, False, "rows"),
+        (64, 32768, F32, False, "rows"),
+        (200, 40000, BF16, False, "online"),  # 80 KB rows, M >= SMs
+        (64, 40000, BF16, False, "split"),  # too few rows for one per SM
+        (160, 70000, F32, False, "split"),  # 280 KB rows: the L2 window
+        (160, 20000, BF16, True, "online"),  # y + dy = 80 KB per row
+        (160, 20000, F32, True, "split"),  # y + dy = 160 KB per row
+    ],
+)
+def test_auto_regime(M, N, dtype, backward, regime):
+    """regime=None picks as documented and matches torch in float64."""
+    assert K.pick_regime(M, N, dtype, backward, K.sm_count(torch.device("cuda"))) == regime
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.randn(M, N, device="cuda", generator=g) * 4).to(dtype)
+    want = torch.softmax(x.double(), -1)
+    out = torch.full_like(x, float("nan"))
+    if backward:
+        y = want.to(dtype)
+        dy = torch.randn(M, N, device="cuda", generator=g).to(dtype)
+        K.softmax_backward(y, dy, out)
+        yd, dyd = y.double(), dy.double()
+        want = yd * (dyd - (dyd * yd).sum(-1, keepdim=True))
+        scale = dyd.abs().amax(-1, keepdim=True)
+    else:
+        K.softmax_forward(x, out)
+        scale = torch.zeros_like(want)
+    torch.cuda.synchronize()
+    rtol = {F32: 2e-5, F16: 2e-3, BF16: 1.6e-2}[dtype]
+    err = (out.double() - want).abs()
+    assert (err <= 1e-5 + rtol * (want.abs() + scale)).all(), err.max().item()
+
+
+def test_runs_on_torch_current_stream():
+    v = get("triton.softmax_split")
+    x = torch.randn(4, 100000, device="cuda")
+    want = torch.softmax(x.double(), dim=-1).float()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = torch.full_like(x, float("nan"))
+        v.run((x,), out)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, want, rtol=2e-5, atol=1e-6)
+
+
+def test_split_is_repeatable_under_contention():
+    """The split regime's counters and ticket start from zero on every call; run it many times
+    back to back (one row over every SM, and many short rows) and compare with the first."""
+    for M, N in [(1, 1 << 20), (512, 8192)]:
+        x = torch.randn(M, N, device="cuda")
+        first = torch.empty_like(x)
+        K.softmax_forward(x, first, regime="split")
+        for _ in range(20):
+            out = torch.full_like(x, float("nan"))
+            K.softmax_forward(x, out, regime="split")
+            assert torch.equal(out, first)
+
+
+def test_every_variant_is_available_here():
+    for v in (get(f"triton.{op}_{r}") for op in OPS for r in SHAPES):
+        assert v.available() is None and v.device == "cuda", v.name
+
+
+def test_resources_report():
+    """Registers / spills of the instantiations the regime thresholds were set from (ptxas for
+    sm_90 offline gave 51-64 registers and no spills for these)."""
+    for name, N in [("triton.softmax_rows", 32768), ("triton.softmax_backward_rows", 16384),
+                    ("triton.softmax_split", 262144), ("triton.softmax_online", 65536)]:
+        r = get(name).resources(512, N, F32)
+        assert r["registers"] > 0 and r["stack"] == 0, (name, r)

@@ -1,0 +1,355 @@
+"""The Triton kernels on CPU tensors under TRITON_INTERPRET=1: every op, every regime, every dtype.
+
+The interpreter runs a kernel's programs one after another in Python, so shapes stay tiny and the
+regime knobs are forced small (FORCE_CHUNK: 16-element chunks for "online" and "split";
+FORCE_PROGRAMS: a grid of 2, so the split schedule interleaves reads and writes). Every case is
+checked against the float64 reference, through the harness where possible.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+# triton.jit decides when a kernel is defined whether it is interpreted, once per process: these
+# tests run in a process of their own (`make test` starts it with TRITON_INTERPRET=1; the main
+# session leaves this file out, see conftest.py), never beside the compiled kernels.
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("run with TRITON_INTERPRET=1 in a process of its own", allow_module_level=True)
+pytest.importorskip("triton")
+
+# The interpreter computes in NumPy, which warns on every inf - inf and overflow the tests provoke.
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]  # NumPy, in the interpreter
+
+from onlinesoftmax import reference  # noqa: E402
+from onlinesoftmax.errors import OnlineSoftmaxError  # noqa: E402
+from onlinesoftmax.harness.check import check_variant, compare, error_scale  # noqa: E402
+from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
+from onlinesoftmax.registry import get  # noqa: E402
+from onlinesoftmax.variants import triton as tv  # noqa: E402  (registers the triton.* variants)
+
+K = tv.kernels()
+
+OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
+REGIMES = ("rows", "online", "split")
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+CHUNK = 16
+
+
+@pytest.fixture(autouse=True)
+def small_knobs(monkeypatch):
+    """Tiny chunks and a grid of 2 programs, so a 21-column row spans two chunks (one a tail)."""
+    monkeypatch.setattr(K, "FORCE_CHUNK", CHUNK)
+    monkeypatch.setattr(K, "FORCE_PROGRAMS", 2)
+
+
+def _variant(op, regime):
+    return get(f"triton.{op}_{regime}")
+
+
+def _run_direct(op, regime, inputs, dtype):
+    """Run a variant on given inputs; the report against float64, as the harness computes it."""
+    variant = _variant(op, regime)
+    out = torch.full(inputs[0].shape, float("nan"), dtype=dtype)
+    variant.run(inputs, out)
+    ref = reference.reference(op, inputs)
+    return compare(out, ref, dtype, error_scale(op, inputs, ref)), out
+
+
+def _special_rows(N, dtype, seed=0):
+    """One row per hazard, each placed across chunk boundaries (chunks of CHUNK columns)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(12, N, generator=g, dtype=torch.float64) * 3
+    big = float(torch.finfo(dtype).max)
+    x[0] = float("-inf")  # masked row
+    x[1, N - 1] = float("nan")  # NaN in the last chunk
+    x[2, 0] = float("nan")  # NaN in the first lane of the first chunk
+    x[3] = float("-inf")
+    x[3, N - 1] = 0.75  # one finite value, in the tail of the last chunk
+    x[4] = float("-inf")
+    x[4, 0] = -2.0  # one finite value, first
+    x[5, N // 2] = float("inf")  # +inf among finite values
+    x[6] = float("-inf")
+    x[6, 1] = float("inf")  # +inf alone among -inf
+    x[7] = big * (torch.rand(N, generator=g, dtype=torch.float64) * 2 - 1)  # near +-max
+    x[8] = big  # all at the max
+    x[9, : N // 2] = float("-inf")  # first chunks empty, the max later
+    x[10] = x[10] + 100.0
+    # row 11: plain N(0, 9)
+    return x.to(dtype)
+
+
+def _inputs(op, x):
+    if op in ("softmax", "log_softmax"):
+        return (x,)
+    y = reference.log_softmax(x) if op.startswith("log") else reference.softmax(x)
+    y = torch.from_numpy(y).to(x.dtype)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(x.dtype)
+    return (y, dy)
+
+
+# ------------------------------------------------------------------------------ registration
+def test_variants_registered():
+    names = [f"triton.{op}_{regime}" for op in OPS for regime in REGIMES]
+    for name in names:
+        v = get(name)
+        assert v.backend == "triton" and v.device == "cpu"
+        assert v.dtypes == (F32, F16, BF16)
+        assert v.available() is None
+        assert v.rung and v.seed_ref and v.summary
+
+
+def test_supports_and_bytes():
+    assert get("triton.softmax_rows").refuses(4, 65536, F32) is None
+    assert "rows" in get("triton.softmax_rows").refuses(4, 65537, F32)
+    assert "rows" in get("triton.softmax_backward_rows").refuses(4, 32769, BF16)
+    assert get("triton.softmax_online").refuses(1, 1 << 20, F32) is None
+    assert get("triton.softmax_split").refuses(1, 1 << 20, F32) is None
+    assert get("triton.softmax_rows").algo_bytes(8, 128, 4) == 2 * 8 * 128 * 4
+    assert get("triton.softmax_backward_rows").algo_bytes(8, 128, 2) == 3 * 8 * 128 * 2
+    assert get("triton.log_softmax_online").algo_bytes(8, 128, 4) == 3 * 8 * 128 * 4
+    assert get("triton.softmax_backward_online").algo_bytes(8, 128, 4) == 5 * 8 * 128 * 4
+    assert get("triton.softmax_split").algo_bytes(8, 128, 4) > 3 * 8 * 128 * 4
+    assert get("triton.softmax_rows").resources(8, 128, F32) is None  # no GPU here
+
+
+# ------------------------------------------------------------------ every kind, via the harness
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("op", OPS)
+def test_harness_kinds_fp32(op, regime, seed):
+    """Every input kind; 3 rows x 21 columns: two chunks (the last a tail) online and split."""
+    for kind in kinds_for(op):
+        report = check_variant(_variant(op, regime), 3, 21, F32, kind, seed)
+        assert report.ok, f"{kind}: {report.message}"
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("op", OPS)
+def test_harness_16bit(op, regime, dtype, seed):
+    for kind in ("normal", "huge"):  # the other hazards: test_special_rows, in every dtype
+        report = check_variant(_variant(op, regime), 3, 21, dtype, kind, seed)
+        assert report.ok, f"{kind}: {report.message}"
+
+
+# ------------------------------------------------------------------------ adversarial rows
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("op", OPS)
+def test_special_rows(op, regime, dtype):
+    """Masked rows, NaN in the first/last chunk, +inf, one finite value, values near the max."""
+    x = _special_rows(24, dtype)
+    report, out = _run_direct(op, regime, _inputs(op, x), dtype)
+    assert report.ok, report.message
+    if op == "log_softmax":
+        assert out[3, -1].item() == 0.0 and out[4, 0].item() == 0.0  # exactly 0: one finite value
+        assert torch.isneginf(out[0]).all()
+    if op == "softmax":
+        assert (out[0] == 0).all()
+        assert out[3, -1].item() == 1.0
+    if op.endswith("backward"):
+        assert (out[0] == 0).all()  # the masked row's gradient
+    if op in ("softmax", "log_softmax"):
+        for row in (1, 2, 5, 6):  # NaN or +inf anywhere: NaN across the row
+            assert torch.isnan(out[row]).all(), (row, out[row])
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_log_backward_nan_with_masked(regime):
+    """y = [nan, -inf, ...]: not a masked row (reference: dx = dy - exp(y) sum dy, nan only
+    where y is nan); `tl.max` may drop the nan, so the live flag must not come from max(y)."""
+    y = torch.full((2, 24), float("-inf"))
+    y[0, 3] = float("nan")
+    dy = torch.randn(2, 24)
+    report, out = _run_direct("log_softmax_backward", regime, (y, dy), F32)
+    assert report.ok, report.message
+    assert torch.isnan(out[0, 3]) and torch.equal(out[0, :3], dy[0, :3])
+    assert (out[1] == 0).all()
+
+
+# ------------------------------------------------------------------- shapes around the knobs
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("op", OPS)
+def test_shapes_around_chunk(op, regime, seed):
+    """N = 1, below, at and just past one and two chunks; M = 1 and a few rows."""
+    for M, N in [(1, 1), (2, CHUNK - 1), (1, CHUNK), (2, CHUNK + 1), (1, 2 * CHUNK + 3)]:
+        report = check_variant(_variant(op, regime), M, N, F32, "normal", seed)
+        assert report.ok, f"{M}x{N}: {report.message}"
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_rows_several_rows_per_tile(op, seed):
+    """Small N packs many rows in one tile; M not a multiple of BLOCK_M; a partial last tile."""
+    cfg = K.rows_config(45, 5, F32)
+    assert cfg.BLOCK_M > 1
+    for kind in ("normal", "masked", "nan"):
+        report = check_variant(_variant(op, "rows"), 45, 5, F32, kind, seed)
+        assert report.ok, f"{kind}: {report.message}"
+
+
+@pytest.mark.parametrize("programs", [1, 3, 64])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax_backward"])
+def test_split_schedules(op, programs, monkeypatch, seed):
+    """LAG = C + programs: 1 program interleaves writes of early rows with reads of later ones;
+    64 make LAG = M*C (all reads first). PBLOCK = 2 merges the C = 3 partials in two steps."""
+    monkeypatch.setattr(K, "FORCE_PROGRAMS", programs)
+    monkeypatch.setattr(K, "SPLIT_MAX_PARTIALS_BLOCK", 2)
+    report = check_variant(_variant(op, "split"), 5, 37, F32, "outliers", seed)
+    assert report.ok, report.message
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("regime", REGIMES)
+def test_row_strides(regime, backward):
+    """Row strides other than N, on the inputs and the output."""
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(4, 64, generator=g)
+    x = wide[:, 5:42]
+    out_wide = torch.full((4, 50), float("nan"))
+    out = out_wide[:, :37]
+    if backward:
+        y = torch.softmax(x, -1)
+        dy = torch.randn(4, 80, generator=g)[:, 11:48]
+        K.softmax_backward(y, dy, out, regime=regime)
+        ref = reference.softmax_backward(y, dy)
+    else:
+        K.softmax_forward(x, out, regime=regime)
+        ref = reference.softmax(x)
+    np.testing.assert_allclose(out.double().numpy(), ref, rtol=2e-5, atol=1e-6)
+    assert torch.isnan(out_wide[:, 37:]).all()  # nothing written past N
+
+
+# ---------------------------------------------------------------------------- regime choice
+def test_pick_regime():
+    sms = 132
+    for N in (1, 128, 1000, 16384, 32768):
+        assert K.pick_regime(4096, N, F32, sms=sms) == "rows"
+        assert K.pick_regime(1, N, BF16, sms=sms) == "rows"
+    assert K.pick_regime(4096, 16384, F32, backward=True, sms=sms) == "rows"
+    # just past the rows limits: online while M >= SMs and a row (y + dy backward) <= 128 KB
+    assert K.pick_regime(4096, 32769, F32, sms=sms) == "split"
+    assert K.pick_regime(4096, 32769, BF16, sms=sms) == "online"
+    assert K.pick_regime(131, 32769, BF16, sms=sms) == "split"
+    assert K.pick_regime(4096, 16385, F32, backward=True, sms=sms) == "split"
+    assert K.pick_regime(4096, 16385, BF16, backward=True, sms=sms) == "online"
+    assert K.pick_regime(4096, 32768, BF16, backward=True, sms=sms) == "online"  # 128 KB of y + dy
+    assert K.pick_regime(2048, 65536, BF16, sms=sms) == "online"
+    assert K.pick_regime(2048, 65536, F32, sms=sms) == "split"  # 256 KB rows: the L2 window
+    assert K.pick_regime(512, 262144, F32, sms=sms) == "split"
+    assert K.pick_regime(32, 131072, BF16, sms=sms) == "split"  # too few rows for one per SM
+    assert K.pick_regime(1, 262144, F32, backward=True, sms=sms) == "split"
+
+
+def test_auto_regime_runs(seed):
+    x = torch.randn(3, 50, dtype=F32)
+    out = torch.empty_like(x)
+    K.softmax_forward(x, out)
+    np.testing.assert_allclose(out.double().numpy(), reference.softmax(x), rtol=2e-5, atol=1e-6)
+
+
+def test_split_config_rules():
+    cfg = K.split_config(1, 262144, 132)  # knobs forced small by the fixture
+    assert cfg.CHUNK == CHUNK and cfg.C == 262144 // CHUNK
+    K.FORCE_CHUNK = K.FORCE_PROGRAMS = None  # the fixture restores them
+    big = K.split_config(512, 262144, 132)
+    assert big.CHUNK == K.SPLIT_MAX_CHUNK and big.C * big.CHUNK == 262144
+    assert K.split_config(512, 262144, 132, backward=True).CHUNK == K.SPLIT_MAX_CHUNK // 2
+    assert K.split_config(1, 262144, 132).CHUNK == K.SPLIT_MIN_CHUNK  # spread one row wide
+    assert K.split_lag(16, 512, 264) == 16 + 264
+    assert K.split_lag(16, 2, 264) == 32
+
+
+# ---------------------------------------------------------------------------------- errors
+def test_launcher_errors():
+    x = torch.randn(2, 8)
+    with pytest.raises(OnlineSoftmaxError, match="regime"):
+        K.softmax_forward(x, torch.empty_like(x), regime="nope")
+    with pytest.raises(OnlineSoftmaxError, match="dtype"):
+        K.softmax_forward(x, torch.empty(2, 8, dtype=F16))
+    with pytest.raises(OnlineSoftmaxError, match="shape"):
+        K.softmax_forward(x, torch.empty(2, 9))
+    with pytest.raises(OnlineSoftmaxError, match="stride"):
+        K.softmax_forward(x.t().contiguous().t(), torch.empty_like(x))
+    with pytest.raises(OnlineSoftmaxError, match="2-D"):
+        K.softmax_forward(torch.randn(8), torch.empty(8))
+    with pytest.raises(OnlineSoftmaxError, match="dtype"):
+        K.softmax_forward(x.double(), torch.empty_like(x.double()))
+    # empty shapes: nothing to do
+    K.softmax_forward(torch.empty(0, 8), torch.empty(0, 8))
+
+
+# ------------------------------------------------------------- the compiled path, without a GPU
+_SM90_SCRIPT = r"""
+import json, os, re, subprocess, sys, tempfile
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from onlinesoftmax.kernels.triton import softmax as K
+
+PTR = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}
+ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+def build(fn, tensors, ints, constexprs, num_warps, num_stages):
+    sig = {**{n: t for n, t in tensors}, **{n: "i32" for n in ints}, **{n: "constexpr" for n in constexprs}}
+    # what the launcher's specialisation gives for aligned tensors, N and strides multiples of 16
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig)
+             if sig[n].startswith("*") or n == "N" or n.startswith("stride")}
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+    with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, "k.ptx"), "w").write(k.asm["ptx"])
+        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", os.path.join(d, "k.ptx"), "-o",
+                            os.path.join(d, "k.cubin")], capture_output=True, text=True, check=True)
+    regs = int(re.search(r"Used (\d+) registers", r.stderr).group(1))
+    spill = int(re.search(r"(\d+) bytes spill stores", r.stderr).group(1))
+    return {"registers": regs, "spill_stores": spill, "shared": k.metadata.shared}
+
+out = {}
+for dtype, backward, log in [(torch.float32, False, False), (torch.bfloat16, False, True),
+                             (torch.float32, True, False), (torch.bfloat16, True, True)]:
+    d = PTR[dtype]
+    io = [("y_ptr", d), ("dy_ptr", d), ("dx_ptr", d)] if backward else [("x_ptr", d), ("y_ptr", d)]
+    strides = ["stride_y", "stride_dy", "stride_dx"] if backward else ["stride_x", "stride_y"]
+    name = f"{'bwd' if backward else 'fwd'}-{'log' if log else 'softmax'}-{dtype}"
+    cfg = K.rows_config(1 << 20, K.rows_max_n(dtype, backward), dtype, backward)
+    out["rows " + name] = build(K._rows_bwd_kernel if backward else K._rows_fwd_kernel, io, ["M", "N", *strides],
+                                dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOG=log, NUM_STAGES=cfg.num_stages),
+                                cfg.num_warps, cfg.num_stages)
+    cfg = K.online_config(1 << 16, dtype, backward)
+    out["online " + name] = build(K._online_bwd_kernel if backward else K._online_fwd_kernel, io,
+                                  ["M", "N", *strides], dict(CHUNK=cfg.CHUNK, LOG=log, NUM_STAGES=cfg.num_stages),
+                                  cfg.num_warps, cfg.num_stages)
+    cfg = K.split_config(512, 1 << 18, 132, backward)
+    out["split " + name] = build(K._split_bwd_kernel if backward else K._split_fwd_kernel,
+                                 io[:-1] + [io[-1], ("ws_ptr", "*fp32"), ("sync_ptr", "*i32")],
+                                 ["M", "N", *strides, "C", "LAG"], dict(CHUNK=cfg.CHUNK, PBLOCK=cfg.PBLOCK, LOG=log),
+                                 cfg.num_warps, 1)
+print(json.dumps(out))
+"""
+
+
+def test_kernels_compile_for_sm90_without_spills():
+    """The compiled (not interpreted) kernels build for sm_90 with ptxas, and the configurations
+    at each regime's limit (rows: N = 32768 forward, 16384 backward) do not spill."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    import triton
+
+    ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        pytest.skip("triton's bundled ptxas is not here")
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    src = str(pathlib.Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    r = subprocess.run([sys.executable, "-c", _SM90_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(report) == 12
+    for name, res in report.items():
+        assert res["spill_stores"] == 0, (name, res)
+        assert res["registers"] <= 128, (name, res)
