@@ -1,4 +1,4 @@
-"""onlinesoftmax list | check | bench | ladder | sweep | inspect | plot
+"""onlinesoftmax list | check | bench | ladder | sweep | inspect | report | plot
 
 Every command enumerates the registry; none keeps its own list of variants.
 """
@@ -300,6 +300,15 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .harness.report import ladder_markdown, sweep_markdown
+
+    if not Path(args.csv).is_file():
+        raise OnlineSoftmaxError(f"{args.csv}: no such results file")
+    print((sweep_markdown if args.sweep else ladder_markdown)(args.csv))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="onlinesoftmax", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -341,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("inspect", help="registers, shared memory, stack and spills of every CUDA kernel")
     sp.add_argument("--arch", default="sm_90")
     sp.set_defaults(fn=cmd_inspect)
+
+    sp = sub.add_parser("report", help="Markdown tables from a results CSV (ladder layout, or --sweep)")
+    sp.add_argument("csv")
+    sp.add_argument("--sweep", action="store_true", help="one table per (op, dtype), %% copy per implementation")
+    sp.set_defaults(fn=cmd_report)
 
     sp = sub.add_parser("plot", help="GB/s against N per variant from a results CSV (PNG)")
     sp.add_argument("csv")
