@@ -50,8 +50,10 @@ class Group:
         if not self.sweep:  # the rungs themselves, not the public ops that dispatch to them
             return [v for b in self.backends for v in variants(op=self.op, backend=b)
                     if not v.name.startswith("api.")]
-        chosen = [v for v in variants(op=self.op) if v.name.startswith("api.") or v.baseline]
-        ladder = [v for v in variants(op=self.op, backend="cuda")
+        ours = self.backends or ("cuda", "triton")
+        chosen = [v for v in variants(op=self.op)
+                  if v.baseline or (v.name.startswith("api.") and v.backend in ours)]
+        ladder = [] if "cuda" not in ours else [v for v in variants(op=self.op, backend="cuda")
                   if v.name.startswith("cuda.") and not v.refuses(self.M, self.N, self.dtype)]
         if ladder:
             size = torch.empty((), dtype=self.dtype).element_size()
@@ -107,9 +109,10 @@ SWEEP_N = [1 << k for k in range(7, 19)]
 FEW_ROWS = [(1, 262144), (32, 131072)]
 
 
-def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None) -> list[Group]:
+def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None, backends=()) -> list[Group]:
+    """backends: which of ours to time ("cuda", "triton"; empty = both)."""
     shapes = [(SWEEP_ELEMENTS // n, n) for n in (ns or SWEEP_N)] + ([] if ns else FEW_ROWS)
     return [
-        Group(f"{op} {dt} {M} x {N}", op, M, N, (), parse_dtype(dt), sweep=True)
+        Group(f"{op} {dt} {M} x {N}", op, M, N, backends, parse_dtype(dt), sweep=True)
         for op in ops for dt in dtypes for M, N in shapes
     ]

@@ -81,10 +81,19 @@ def _compiled_call(op):
     return call
 
 
+COMPILE_SAMPLE_N = (1024, 4096, 32768, 131072)  # every shape costs a compile: time a sample
+
+
+def _compile_supports(M, N, dtype):
+    if N not in COMPILE_SAMPLE_N:
+        return f"torch.compile is timed at N in {COMPILE_SAMPLE_N} only (each shape costs a compile)"
+    return None
+
+
 for _op in OPS:
     if _op != "sum":
         _register(f"compile.{_op}", _op, f"torch.compile of the {_op} formula (Inductor)",
-                  _compiled_call(_op))
+                  _compiled_call(_op), supports=_compile_supports)
 
 
 # ---- Liger-Kernel 0.8.5 (softmax forward and backward only)
