@@ -227,15 +227,16 @@ def test_pick_regime():
     for N in (1, 128, 1000, 16384, 32768):
         assert K.pick_regime(4096, N, F32, sms=sms) == "rows"
         assert K.pick_regime(1, N, BF16, sms=sms) == "rows"
-    assert K.pick_regime(4096, 16384, F32, backward=True, sms=sms) == "rows"
-    # just past the rows limits: online while M >= SMs and a row (y + dy backward) <= 128 KB
+    assert K.pick_regime(4096, 32768, F32, backward=True, sms=sms) == "rows"
+    # just past the rows limit: online while M >= SMs and a row (y + dy backward) <= 128 KB,
+    # and for 16-bit rows of any length; else split
     assert K.pick_regime(4096, 32769, F32, sms=sms) == "split"
     assert K.pick_regime(4096, 32769, BF16, sms=sms) == "online"
     assert K.pick_regime(131, 32769, BF16, sms=sms) == "split"
-    assert K.pick_regime(4096, 16385, F32, backward=True, sms=sms) == "split"
-    assert K.pick_regime(4096, 16385, BF16, backward=True, sms=sms) == "online"
-    assert K.pick_regime(4096, 32768, BF16, backward=True, sms=sms) == "online"  # 128 KB of y + dy
+    assert K.pick_regime(4096, 32769, F32, backward=True, sms=sms) == "split"
+    assert K.pick_regime(4096, 32769, BF16, backward=True, sms=sms) == "online"
     assert K.pick_regime(2048, 65536, BF16, sms=sms) == "online"
+    assert K.pick_regime(512, 262144, BF16, sms=sms) == "online"
     assert K.pick_regime(2048, 65536, F32, sms=sms) == "split"  # 256 KB rows: the L2 window
     assert K.pick_regime(512, 262144, F32, sms=sms) == "split"
     assert K.pick_regime(32, 131072, BF16, sms=sms) == "split"  # too few rows for one per SM
@@ -332,7 +333,7 @@ print(json.dumps(out))
 
 def test_kernels_compile_for_sm90_without_spills():
     """The compiled (not interpreted) kernels build for sm_90 with ptxas, and the configurations
-    at each regime's limit (rows: N = 32768 forward, 16384 backward) do not spill."""
+    at each regime's limit (rows: N = 32768) do not spill, but for the backward rows kernel."""
     import json
     import pathlib
     import subprocess
@@ -351,5 +352,8 @@ def test_kernels_compile_for_sm90_without_spills():
     report = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(report) == 12
     for name, res in report.items():
-        assert res["spill_stores"] == 0, (name, res)
+        # the one known spill: backward rows at N = 32768 (y and dy live), kept because it measured
+        # faster than the chunked regimes on the H200 (benchmarks/results/h200-tune-triton.txt)
+        allowed = 160 if name.startswith("rows bwd") else 0
+        assert res["spill_stores"] <= allowed, (name, res)
         assert res["registers"] <= 128, (name, res)

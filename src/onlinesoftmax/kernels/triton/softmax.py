@@ -24,18 +24,17 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
             (SMs x occupancy programs, learnt from the compiled kernel) walks the row blocks with
             the next tile's loads pipelined (`tl.range(num_stages=...)`).
             Bytes: forward 1 read + 1 write = 2*M*N*size; backward 2 reads + 1 write = 3*M*N*size.
-            Picked for N <= 32768 forward, N <= 16384 backward (`rows_max_n`, every dtype: the
-            values are fp32 in registers). ptxas for sm_90 (Triton 3.6, compiled offline): no
-            spill up to there (forward 32768: 32 warps, 51-64 registers; backward 16384: 16 warps,
-            87-100 registers), spills past it (backward 32768: 32-140 bytes). Accepted up to
-            65536 forward / 32768 backward (`rows_hard_max_n`) when forced.
+            Picked for N <= 32768 (`rows_max_n`, every dtype: the values are fp32 in
+            registers; backward at 32768 spills 32-140 bytes yet measured fastest there).
+            Accepted up to 65536 forward / 32768 backward (`rows_hard_max_n`) when forced.
 2. "online" one program per row (persistent), the row read in chunks of ONLINE_CHUNK elements
             and folded into per-lane states (m_i, d_i) with ONE exp per element (`_fold`), the
             lanes merged at the end with the guarded merge; then a second loop re-reads the row
             (backwards, so the chunks read last, the likeliest still in L2, come first) and writes.
             Bytes: forward 2 reads + 1 write = 3*M*N*size, backward 4 reads + 1 write = 5*M*N*size;
             the re-reads hit L2 while SMs rows fit in it, so it is picked for M >= SMs and rows
-            (x, or y + dy) of at most ONLINE_MAX_ROW_BYTES = 128 KB (a 17 MB window on 132 SMs).
+            (x, or y + dy) of at most ONLINE_MAX_ROW_BYTES = 128 KB, and for any 16-bit rows
+            (measured on the H200: split moves half the bytes per ticket there and loses).
 3. "split"  a row cut into C chunks of CHUNK elements, each chunk a task; the chunk's partial
             state (m, d) (backward: sum dy*y or sum dy, and a live flag) goes to a small fp32
             workspace, a per-row counter says how many partials are in, and the chunk is then
@@ -73,10 +72,11 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # ---------------------------------------------------------------------------------------------
 # Tuning knobs
 # ---------------------------------------------------------------------------------------------
-ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads per iteration
+ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads per iteration (fp32)
+ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows: prefetch the next tile through shared memory up to this
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
-ONLINE_PROGRAMS_PER_SM = 1  # online: the re-read window is SMs x this x row bytes ...
+ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
 ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends longer rows (x, or y + dy) to "split"
 SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
 SPLIT_MIN_CHUNK = 2048  # ... and smallest, so one ticket (an atomic) buys enough work
@@ -97,12 +97,12 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Tuning rules: small named functions, one decision each
 # ---------------------------------------------------------------------------------------------
 def rows_max_n(dtype: torch.dtype, backward: bool = False) -> int:
-    """Largest N the "rows" regime is picked for: the row held in registers without spilling
-    (the same for every dtype: the registers hold fp32).
-    ptxas for sm_90 (Triton 3.6): forward N = 32768 at 32 warps takes 51-63 registers and no spill
-    in fp32 and bf16; backward (y and dy live) spills at 32768 (80-140 bytes fp32/bf16) and takes
-    87-100 registers at 16384, 16 warps."""
-    return 16384 if backward else 32768
+    """Largest N the "rows" regime is picked for: the row held in registers (the same for every
+    dtype: the registers hold fp32). ptxas for sm_90 (Triton 3.6): forward N = 32768 at 32 warps
+    takes 51-63 registers and no spill; backward spills 80-140 bytes at 32768, yet measured on the
+    H200 it still beats the chunked regimes there (81% vs 78% fp32, 89% vs 74% bf16 of copy,
+    benchmarks/results/h200-tune-triton.txt), so backward takes rows up to 32768 too."""
+    return 32768
 
 
 def rows_hard_max_n(backward: bool = False) -> int:
@@ -123,7 +123,7 @@ def pick_regime(M: int, N: int, dtype: torch.dtype, backward: bool = False, sms:
     if N <= rows_max_n(dtype, backward):
         return "rows"
     row_bytes = N * _itemsize(dtype) * (2 if backward else 1)
-    if M >= online_min_rows(sms) and row_bytes <= ONLINE_MAX_ROW_BYTES:
+    if M >= online_min_rows(sms) and (row_bytes <= ONLINE_MAX_ROW_BYTES or dtype in _FP16_BF16):
         return "online"
     return "split"
 
@@ -159,11 +159,23 @@ def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False) -> R
     """Whole rows; several per tile for small N so a tile is ~ROWS_TILE_BYTES of each input."""
     size = _itemsize(dtype)
     block_n = triton.next_power_of_2(N)
-    block_m = max(1, ROWS_TILE_BYTES // (block_n * size))
+    block_m = max(1, rows_tile_bytes(dtype) // (block_n * size))
     block_m = min(block_m, triton.next_power_of_2(M))
     tile = block_m * block_n
     inputs = 2 if backward else 1
-    return RowsConfig(block_m, block_n, num_warps_for(tile), pipeline_stages(tile * size * inputs))
+    return RowsConfig(block_m, block_n, rows_num_warps(tile, dtype), pipeline_stages(tile * size * inputs))
+
+
+def rows_tile_bytes(dtype: torch.dtype) -> int:
+    """Measured on the H200: 16-bit rows lose 15-35% with the fp32 tile (70% vs 87% of copy at
+    N = 512..8192 bf16), a smaller tile with half the warps recovers it."""
+    return ROWS_TILE_BYTES_16BIT if dtype in _FP16_BF16 else ROWS_TILE_BYTES
+
+
+def rows_num_warps(tile_elems: int, dtype: torch.dtype) -> int:
+    """Half the fp32 rule's warps for 16-bit tiles (4-8 warps measured best there)."""
+    warps = num_warps_for(tile_elems)
+    return max(1, warps // 2) if dtype in _FP16_BF16 else warps
 
 
 @dataclass(frozen=True)
