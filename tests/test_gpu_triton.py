@@ -93,8 +93,8 @@ def test_variant(op, regime, M, N, dtype, seed):
         (200, 40000, BF16, False, "online"),  # 80 KB rows, M >= SMs
         (64, 40000, BF16, False, "split"),  # too few rows for one per SM
         (160, 70000, F32, False, "split"),  # 280 KB rows: the L2 window
-        (160, 20000, BF16, True, "online"),  # y + dy = 80 KB per row
-        (160, 20000, F32, True, "split"),  # y + dy = 160 KB per row
+        (160, 40000, BF16, True, "online"),  # past the rows limit: 16-bit rows go online
+        (160, 40000, F32, True, "split"),  # y + dy = 320 KB per row: past the L2 window
     ],
 )
 def test_auto_regime(M, N, dtype, backward, regime):

@@ -350,7 +350,7 @@ def compile_source(filename: str, name_expressions: Iterable[str], arch: Optiona
         mod = _disk_load(key, filename, arch) if use_disk else None
         if mod is None:
             mod = _compile(filename, source, name_expressions, arch, options, key)
-            if use_disk and all(n in mod.report for n in name_expressions):
+            if use_disk:
                 _disk_store(mod)
         _memory[key] = mod
         return mod
@@ -376,10 +376,10 @@ def _compile(filename, source, name_expressions, arch, options, key) -> Compiled
         raise OnlineSoftmaxError(f"NVRTC failed to compile {filename} for {arch}:\n{e}") from None
     mapping = {str(k): _s(v) for k, v in obj.symbol_mapping.items()}
     text = _stable_log(log.getvalue())
-    # The report is diagnostic: the kernels are good without it. Seen on the H200 image
-    # (cuda.core 1.2.0, NVRTC 13.0): recompiling an identical program in one process returns an
-    # empty log. Such a module is used but not written to the disk cache, whose entries must
-    # carry their report (inspect reads it).
+    # The report is diagnostic: the kernels are good without it, and a kernel missing from it
+    # reads as "no report" in inspect and the ladder. Seen on the H200 image (cuda.core 1.2.0,
+    # NVRTC 13.0): a second compile of the same file in one process, even with other defines,
+    # comes back with an empty log (not understood; not seen with NVRTC 13.0.88 here).
     report = parse_ptxas(text, mapping)
     return CompiledModule(filename, arch, key, bytes(obj.code), mapping, report, text, "compiled",
                           name_expressions)
