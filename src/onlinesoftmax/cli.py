@@ -6,6 +6,7 @@ Every command enumerates the registry; none keeps its own list of variants.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import re
 import shutil
 import sys
@@ -42,9 +43,12 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _select(args) -> list[registry.Variant]:
     chosen = registry.variants(op=getattr(args, "op", None), backend=getattr(args, "backend", None))
     if getattr(args, "variant", None):
-        names = [n for item in args.variant for n in item.split(",") if n]
-        wanted = {registry.get(n).name for n in names}  # raises a clear error for unknown names
-        chosen = [v for v in chosen if v.name in wanted]
+        patterns = [n for item in args.variant for n in item.split(",") if n]
+        known = [v.name for v in registry.variants()]
+        for p in patterns:  # a name or a glob ("cuda.online_*") must match something
+            if not fnmatch.filter(known, p):
+                registry.get(p)  # raises the clear "unknown variant" error
+        chosen = [v for v in chosen if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
     if not chosen:
         raise OnlineSoftmaxError("no variant matches the selection (see `onlinesoftmax list`)")
     return chosen
@@ -320,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     def selection(sp):
         sp.add_argument("--backend", choices=["numpy", "cuda", "triton"])
         sp.add_argument("--op", choices=list(registry.OPS))
-        sp.add_argument("--variant", action="append", help="variant name(s), comma separated")
+        sp.add_argument("--variant", action="append",
+                        help="variant name(s) or globs (cuda.online_*), comma separated")
 
     sp = sub.add_parser("list", help="every variant with its rung, backend, seed reference, bytes model")
     selection(sp)
