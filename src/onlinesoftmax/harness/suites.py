@@ -36,7 +36,7 @@ class Group:
 
     A ladder group takes every variant of its backends. A sweep group takes the public ops
     (`api.*`), the baselines, and the ladder's best rung that runs the shape: the one that moves
-    the fewest bytes, the later rung on a tie."""
+    the fewest bytes; on a tie the one without a stack frame, then the later rung."""
 
     title: str
     op: str
@@ -57,8 +57,13 @@ class Group:
                   if v.name.startswith("cuda.") and not v.refuses(self.M, self.N, self.dtype)]
         if ladder:
             size = torch.empty((), dtype=self.dtype).element_size()
-            fewest = min(v.algo_bytes(self.M, self.N, size) for v in ladder)
-            chosen.append([v for v in ladder if v.algo_bytes(self.M, self.N, size) == fewest][-1])
+
+            def cost(item):  # fewest bytes, then no local memory (not V3's runtime-index twin), then later
+                i, v = item
+                stack = ((v.resources(self.M, self.N, self.dtype) or {}) if v.resources else {}).get("stack", 0)
+                return (v.algo_bytes(self.M, self.N, size), stack, -i)
+
+            chosen.append(min(enumerate(ladder), key=cost)[1])
         return chosen
 
 
