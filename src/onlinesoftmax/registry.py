@@ -41,6 +41,7 @@ VARIANT_MODULES = (
     "onlinesoftmax.variants.cpu",
     "onlinesoftmax.variants.cuda",
     "onlinesoftmax.variants.triton",
+    "onlinesoftmax.variants.production",
     "onlinesoftmax.variants.api",
     "onlinesoftmax.variants.baselines",
 )

@@ -1,0 +1,1178 @@
+// softmax.cu -- production softmax / log_softmax, forward and backward: fp32 / fp16 / bf16 storage, fp32 math.
+//
+// Template parameters shared by every kernel:
+//   OP  0 softmax, 1 log_softmax, 2 softmax backward, 3 log_softmax backward
+//   DT  storage type: 0 fp32, 1 fp16, 2 bf16 (converted with cvt PTX: NVRTC needs no headers)
+//   W   elements per access: 16 / sizeof(elem) (one 16-byte uint4) or 1 (the scalar path for unaligned pointers,
+//       row strides or N that are not a multiple of the vector)
+//
+// fwd_warp<OP,DT,W,SLOTS,RPT>            small N: 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1),
+//                                        SLOTS accesses per lane and row, RPT rows per lane group, all loads issued
+//                                        first; 256 threads
+// fwd_row<OP,DT,W,THREADS,SLOTS,SSLOTS,C> one row per CTA (C == 1) or per cluster of C CTAs (partial (m, d) through
+//                                        DSMEM); THREADS <= 512 threads hold SLOTS accesses each in registers and
+//                                        SSLOTS more in dynamic shared memory (cp.async)
+// fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
+// fwd_split_apply<OP,DT,W>               phase 2: merge the row's P partials, re-read the chunk (L2), write
+// fwd_strided<OP,DT,W>                   non-last dim of a contiguous (outer, N, inner) tensor: a persistent CTA owns a
+//                                        strip of columns: (m, d) down N, tree merge, second pass (re-read in L2)
+// bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided: the same shapes for OP 2 and 3,
+//                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
+//
+// Forward arithmetic: each thread takes the max mt of its share, keeps e = exp(x - mt) (softmax; log_softmax keeps
+// x) and d_t = sum e; the (m, d) states merge (one exponential per merge, common.cuh's -inf guard); the outputs are
+// e * exp(mt - m) / d and (x - m) - log d. 16-bit data parked in shared memory is recomputed from x instead. The
+// second passes of the split and strided regimes read with ld.global.cs and all their stores are st.global.cs
+// (evict-first), so the data their first pass left in L2 stays there until it is re-read.
+//
+// Semantics (reference.py): an all -inf row gives softmax 0, log_softmax -inf, gradients 0; a NaN or +inf in a row
+// gives NaN across the row; exponents are 2^((x - m) * log2 e), the difference first (no overflow near the dtype max);
+// exp(m - m) is exactly 1, so log_softmax of a row with one finite value is exactly 0 there.
+//
+// Signatures (pointers are element pointers of the storage type; row strides in elements; `b` is dy for the
+// backward ops and unused (0) for the forward ones):
+//   warp:          (a, b, out, long long M, int N, long long sa, long long sb, long long so, int lg)
+//   row:           (a, b, out, long long M, int N, long long sa, long long sb, long long so)
+//   split_stats:   (a, b, float* ws, long long M, int N, long long sa, long long sb, int P, int CH)
+//   split_apply:   (a, b, const float* ws, out, long long M, int N, long long sa, long long sb, long long so, int P,
+//                   int CH)
+//   strided:       (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
+#include "common.cuh"
+
+#define SM_LOG2E 1.4426950408889634f
+#define SM_POS_INF __int_as_float(0x7f800000)
+#define SM_WARP_THREADS 256
+#define SM_ROW_MAX_THREADS 512
+#define SM_SPLIT_THREADS 256
+#define SM_SPLIT_UNROLL 4
+#define SM_STRIDED_THREADS 512
+#define SM_STRIDED_UNROLL 4
+
+// ---- types and conversions -------------------------------------------------------------------
+
+template <bool B, class T, class F> struct sm_cond { typedef T type; };
+template <class T, class F> struct sm_cond<false, T, F> { typedef F type; };
+template <int DT> struct sm_elem { typedef unsigned short type; };
+template <> struct sm_elem<0> { typedef float type; };
+
+template <int DT> __device__ __forceinline__ float sm_to_f(float v) { return v; }
+template <int DT> __device__ __forceinline__ float sm_to_f(unsigned short h) {
+    if constexpr (DT == 1) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+        return f;
+    } else {
+        return __uint_as_float(((unsigned)h) << 16);
+    }
+}
+
+template <int DT> __device__ __forceinline__ typename sm_elem<DT>::type sm_from_f(float f) {
+    if constexpr (DT == 0) {
+        return f;
+    } else {
+        unsigned short h;
+        if constexpr (DT == 1) asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        else asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+    }
+}
+
+// Two 16-bit values packed in a word (low half first in memory).
+template <int DT> __device__ __forceinline__ void sm_unpack2(unsigned w, float& lo, float& hi) {
+    if constexpr (DT == 1) {
+        asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+            : "=f"(lo), "=f"(hi) : "r"(w));
+    } else {
+        lo = __uint_as_float(w << 16);
+        hi = __uint_as_float(w & 0xffff0000u);
+    }
+}
+
+template <int DT> __device__ __forceinline__ unsigned sm_pack2(float lo, float hi) {
+    unsigned w;
+    if constexpr (DT == 1) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
+}
+
+// Loads of data used for the last time (ld.global.cs) and stores of outputs (st.global.cs): evict-first in L2,
+// so the second passes of the split and strided regimes do not push the first pass's data out of L2 before it
+// is re-read.
+__device__ __forceinline__ uint4 sm_ldcs(const uint4* p) {
+    uint4 v;
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float sm_ldcs(const float* p) {
+    float v;
+    asm("ld.global.cs.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ unsigned short sm_ldcs(const unsigned short* p) {
+    unsigned short v;
+    asm("ld.global.cs.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void sm_stcs(uint4* p, uint4 v) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void sm_stcs(float* p, float v) {
+    asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void sm_stcs(unsigned short* p, unsigned short v) {
+    asm volatile("st.global.cs.u16 [%0], %1;" ::"l"(p), "h"(v) : "memory");
+}
+
+// One access of W elements: a uint4 (16 bytes) or one scalar element.
+template <int DT, int W> struct sm_io {
+    typedef typename sm_elem<DT>::type elem;
+    static_assert(W == 1 || W * sizeof(elem) == 16, "W is 1 or one 16-byte vector");
+    typedef typename sm_cond<W == 1, elem, uint4>::type raw;
+
+    // element i*W .. i*W+W-1 of the row at p (p aligned to 16 bytes when W > 1)
+    static __device__ __forceinline__ raw load(const elem* p, long long i) {
+        return *reinterpret_cast<const raw*>(p + i * W);
+    }
+    static __device__ __forceinline__ void unpack(const raw& r, float* f) {
+        if constexpr (W == 1) {
+            f[0] = sm_to_f<DT>(r);
+        } else if constexpr (DT == 0) {
+            f[0] = __uint_as_float(r.x);
+            f[1] = __uint_as_float(r.y);
+            f[2] = __uint_as_float(r.z);
+            f[3] = __uint_as_float(r.w);
+        } else {
+            sm_unpack2<DT>(r.x, f[0], f[1]);
+            sm_unpack2<DT>(r.y, f[2], f[3]);
+            sm_unpack2<DT>(r.z, f[4], f[5]);
+            sm_unpack2<DT>(r.w, f[6], f[7]);
+        }
+    }
+    static __device__ __forceinline__ raw pack(const float* f) {
+        raw r;
+        if constexpr (W == 1) {
+            r = sm_from_f<DT>(f[0]);
+        } else if constexpr (DT == 0) {
+            r = make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+        } else {
+            r = make_uint4(sm_pack2<DT>(f[0], f[1]), sm_pack2<DT>(f[2], f[3]), sm_pack2<DT>(f[4], f[5]),
+                           sm_pack2<DT>(f[6], f[7]));
+        }
+        return r;
+    }
+    static __device__ __forceinline__ void store(elem* p, long long i, const float* f) {
+        *reinterpret_cast<raw*>(p + i * W) = pack(f);
+    }
+    static __device__ __forceinline__ raw load_last(const elem* p, long long i) {
+        return sm_ldcs(reinterpret_cast<const raw*>(p + i * W));
+    }
+    static __device__ __forceinline__ void store_stream(elem* p, long long i, const float* f) {
+        sm_stcs(reinterpret_cast<raw*>(p + i * W), pack(f));
+    }
+};
+
+// ---- exponentials and the reductions ---------------------------------------------------------
+
+__device__ __forceinline__ float sm_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// 1/d for d in [1, 2^31] or NaN (a row's normaliser): the approximate reciprocal is within 1 ulp.
+__device__ __forceinline__ float sm_rcp(float d) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return r;
+}
+
+// exp(x - s) = 2^((x - s) * log2 e): the difference first, so x and s near FLT_MAX cannot overflow;
+// exp(-inf) = 0 and exp(0) = 1 exactly.
+__device__ __forceinline__ float sm_exp_diff(float x, float s) { return sm_ex2((x - s) * SM_LOG2E); }
+
+// The pair every reduction carries: (m, d) for OP 0/1, (sum, unused) for OP 2, (sum, alive) for OP 3.
+template <int OP> __device__ __forceinline__ float sm_id_a() { return OP < 2 ? OS_NEG_INF : 0.0f; }
+
+// (a, b) <- (a, b) (+) (a2, b2). For (m, d) this is common.cuh's md_merge with one exponential instead of two:
+// the larger state keeps its d, the smaller one is scaled by exp(-|m1 - m2|). Guard: both -inf -> (-inf, 0).
+// +inf - +inf = NaN makes d NaN (as torch); a NaN d (a NaN in the row) stays NaN.
+template <int OP> __device__ __forceinline__ void sm_combine(float& a, float& b, float a2, float b2) {
+    if constexpr (OP < 2) {
+        const float mn = fmaxf(a, a2);
+        const float e = mn == OS_NEG_INF ? 0.0f : sm_ex2(-fabsf(a - a2) * SM_LOG2E);
+        b = a >= a2 ? fmaf(b2, e, b) : fmaf(b, e, b2);
+        a = mn;
+    } else {
+        a += a2;
+        if constexpr (OP == 3) b = fmaxf(b, b2);
+    }
+}
+
+// Butterfly over WIDTH lanes (aligned groups): every lane of a group ends with the group's state, bitwise equal.
+template <int OP, int WIDTH> __device__ __forceinline__ void sm_xor_reduce(float& a, float& b) {
+#pragma unroll
+    for (int off = WIDTH / 2; off > 0; off >>= 1) {
+        const float a2 = __shfl_xor_sync(OS_FULL_MASK, a, off);
+        float b2 = 0.0f;
+        if constexpr (OP != 2) b2 = __shfl_xor_sync(OS_FULL_MASK, b, off);
+        sm_combine<OP>(a, b, a2, b2);
+    }
+}
+
+// Butterflies over a run-time width (a power of 2 <= 32: the warp kernels' lanes per row, the block's warp count)
+// for R independent states at once (the warp kernels' rows per lane group): their shuffles interleave.
+template <int OP, int R> __device__ __forceinline__ void sm_xor_reduce_rt(float* a, float* b, int width) {
+#pragma unroll 1
+    for (int off = width >> 1; off > 0; off >>= 1) {
+#pragma unroll
+        for (int q = 0; q < R; q++) {
+            const float a2 = __shfl_xor_sync(OS_FULL_MASK, a[q], off);
+            float b2 = 0.0f;
+            if constexpr (OP != 2) b2 = __shfl_xor_sync(OS_FULL_MASK, b[q], off);
+            sm_combine<OP>(a[q], b[q], a2, b2);
+        }
+    }
+}
+
+// The warp kernels' reduction: the run-time width for one slot per lane, the unrolled 32-lane butterfly otherwise.
+template <int OP, int R, int SLOTS> __device__ __forceinline__ void sm_rows_reduce(float* a, float* b, int width) {
+    if constexpr (SLOTS > 1) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+            for (int q = 0; q < R; q++) {
+                const float a2 = __shfl_xor_sync(OS_FULL_MASK, a[q], off);
+                float b2 = 0.0f;
+                if constexpr (OP != 2) b2 = __shfl_xor_sync(OS_FULL_MASK, b[q], off);
+                sm_combine<OP>(a[q], b[q], a2, b2);
+            }
+        }
+    } else {
+        sm_xor_reduce_rt<OP, R>(a, b, width);
+    }
+}
+
+// Block reduction: warps by shuffles, the warp states through shared memory, then every warp folds them (lane l
+// reads state l % nw, so every lane ends with the block's state, bitwise equal). sa/sb hold nw floats, used once.
+// blockDim.x is a multiple of 32 with a power-of-2 warp count.
+template <int OP> __device__ __forceinline__ void sm_block_reduce(float& a, float& b, float* sa, float* sb) {
+    sm_xor_reduce<OP, 32>(a, b);
+    const int nw = blockDim.x >> 5;
+    if (nw > 1) {
+        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+        if (lane == 0) {
+            sa[wid] = a;
+            sb[wid] = b;
+        }
+        __syncthreads();
+        a = sa[lane & (nw - 1)];
+        b = sb[lane & (nw - 1)];
+        sm_xor_reduce_rt<OP, 1>(&a, &b, nw);
+    }
+}
+
+template <int n> __device__ __forceinline__ float sm_max_of(const float* v) {
+    float m0 = OS_NEG_INF, m1 = OS_NEG_INF;
+#pragma unroll
+    for (int i = 0; i < n; i += 2) {
+        m0 = fmaxf(m0, v[i]);
+        if (i + 1 < n) m1 = fmaxf(m1, v[i + 1]);
+    }
+    return fmaxf(m0, m1);
+}
+
+template <int n> __device__ __forceinline__ float sm_sum_of(const float* v) {
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < n; i += 2) {
+        s0 += v[i];
+        if (i + 1 < n) s1 += v[i + 1];
+    }
+    return s0 + s1;
+}
+
+// Forward output parameters from a row's final (m, d).
+//  softmax:     y = e * f with e = exp(x - st) (thread shift st = shift of the thread's own max mt),
+//               f = exp(mt - s) / d; or y = exp(x - s) * inv when recomputed from x.
+//  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf.
+struct sm_fwd_out {
+    float s, inv, sh, ld;
+    __device__ __forceinline__ sm_fwd_out(float m, float d) {
+        s = os_safe_shift(m);
+        inv = d == 0.0f ? 0.0f : sm_rcp(d);  // os_safe_inv; d is 0, NaN or in [1, N]: no slow path needed
+        const bool empty = d == 0.0f;
+        sh = empty ? SM_POS_INF : s;
+        ld = empty ? 0.0f : logf(d);
+    }
+};
+
+// ---- cluster / async-copy PTX (sm_90) --------------------------------------------------------
+
+__device__ __forceinline__ unsigned sm_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned sm_cluster_id() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void sm_cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void sm_cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// A float in CTA `rank`'s shared memory at the address of the local variable p.
+__device__ __forceinline__ float sm_ld_dsmem(const float* p, unsigned rank) {
+    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+__device__ __forceinline__ void sm_cp_async16(void* dst, const void* src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void sm_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void sm_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// The cluster's state from each CTA's block state: thread 0 parks it in `part`, the cluster barrier publishes it,
+// every lane reads CTA (lane % C)'s and the warp folds them (every CTA ends with the same bits). Ends with the
+// arrive of the second barrier: the caller waits on it before exiting, so no CTA leaves while another may still
+// read its shared memory.
+template <int OP, int C> __device__ __forceinline__ void sm_cluster_reduce(float& a, float& b, float* part) {
+    if (threadIdx.x == 0) {
+        part[0] = a;
+        part[1] = b;
+    }
+    sm_cluster_arrive();
+    sm_cluster_wait();
+    const unsigned src = (threadIdx.x & 31) % C;
+    a = sm_ld_dsmem(&part[0], src);
+    b = sm_ld_dsmem(&part[1], src);
+    sm_xor_reduce<OP, C>(a, b);
+    sm_cluster_arrive();
+}
+
+// ================================================================================================
+// Forward
+// ================================================================================================
+
+template <int OP, int DT, int W, int SLOTS, int RPT>
+__global__ void __launch_bounds__(SM_WARP_THREADS, 4)
+fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+         long long sa, long long sb, long long so, int lg) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    constexpr int E = SLOTS * W;
+    // lanes per row (<= 32) and row groups per CTA; the plan gives a lane several slots only for rows of more
+    // than 32 accesses, so TPR is the compile-time 32 then (immediate load offsets)
+    const int lgt = SLOTS > 1 ? 5 : lg;  // log2 lanes per row
+    const int TPR = 1 << lgt, GROUPS = SM_WARP_THREADS >> lgt;
+    const int lane = threadIdx.x & (TPR - 1);
+    const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
+    const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
+
+    raw r[RPT][SLOTS];
+    bool ok[RPT];
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {
+        const long long row = row0 + (long long)q * GROUPS;
+        ok[q] = row < M;
+        const elem* src = static_cast<const elem*>(a) + row * sa + lane * W;
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++)
+            if (ok[q] && k * TPR < lim) r[q][k] = io::load(src, k * TPR);
+    }
+    float v[RPT][E];
+    float m[RPT], d[RPT], mt[RPT];
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            if (ok[q] && k * TPR < lim) {
+                io::unpack(r[q][k], &v[q][k * W]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < W; j++) v[q][k * W + j] = OS_NEG_INF;
+            }
+        }
+        mt[q] = sm_max_of<E>(v[q]);
+        const float st = os_safe_shift(mt[q]);
+        if constexpr (OP == 0) {
+#pragma unroll
+            for (int j = 0; j < E; j++) v[q][j] = sm_exp_diff(v[q][j], st);
+            d[q] = sm_sum_of<E>(v[q]);
+        } else {
+            float e[E];
+#pragma unroll
+            for (int j = 0; j < E; j++) e[j] = sm_exp_diff(v[q][j], st);
+            d[q] = sm_sum_of<E>(e);
+        }
+        m[q] = mt[q];
+    }
+    sm_rows_reduce<OP, RPT, SLOTS>(m, d, TPR);
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {
+        const long long row = row0 + (long long)q * GROUPS;
+        const sm_fwd_out o(m[q], d[q]);
+        const float f = sm_exp_diff(mt[q], o.s) * o.inv;
+        elem* dst = static_cast<elem*>(out) + row * so + lane * W;
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            float y[W];
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                const float x = v[q][k * W + j];
+                y[j] = OP == 0 ? x * f : (x - o.sh) - o.ld;
+            }
+            if (ok[q] && k * TPR < lim) io::store(dst, k * TPR, y);
+        }
+    }
+}
+
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+        long long sa, long long sb, long long so) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
+    static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
+    constexpr int E = SLOTS * W;
+    static_assert(THREADS % 32 == 0 && THREADS <= SM_ROW_MAX_THREADS, "threads: warps, <= 512");
+    constexpr int CH = THREADS * (SLOTS + SSLOTS);  // accesses per CTA
+    __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
+    extern __shared__ uint4 sm_dyn[];  // SSLOTS * THREADS vectors
+    long long row;
+    int rank;
+    if constexpr (C > 1) {
+        row = sm_cluster_id();
+        rank = (int)sm_cluster_rank();
+    } else {
+        row = blockIdx.x;
+        rank = 0;
+    }
+    const int t = threadIdx.x;
+    const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
+    const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
+    const elem* src = static_cast<const elem*>(a) + row * sa + (long long)first * W;
+
+    raw r[SLOTS];
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) r[k] = io::load(src, k * THREADS);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll
+        for (int j = 0; j < SSLOTS; j++) {
+            if ((SLOTS + j) * THREADS < lim) sm_cp_async16(&sm_dyn[j * THREADS + t], src + (SLOTS + j) * THREADS * W);
+        }
+        sm_cp_async_commit();
+    }
+    float v[E];
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) {
+            io::unpack(r[k], &v[k * W]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
+        }
+    }
+    float mt = sm_max_of<E>(v);
+    if constexpr (SSLOTS > 0) {
+        sm_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+#pragma unroll 1
+        for (int j = 0; j < SSLOTS; j++) {
+            if ((SLOTS + j) * THREADS < lim) {
+                float f[W];
+                io::unpack(sm_dyn[j * THREADS + t], f);
+                mt = fmaxf(mt, sm_max_of<W>(f));
+            }
+        }
+    }
+    const float st = os_safe_shift(mt);
+    float d;
+    if constexpr (OP == 0) {
+#pragma unroll
+        for (int j = 0; j < E; j++) v[j] = sm_exp_diff(v[j], st);
+        d = sm_sum_of<E>(v);
+    } else {
+        float e[E];
+#pragma unroll
+        for (int j = 0; j < E; j++) e[j] = sm_exp_diff(v[j], st);
+        d = sm_sum_of<E>(e);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+        for (int j = 0; j < SSLOTS; j++) {
+            if ((SLOTS + j) * THREADS < lim) {
+                float f[W];
+                io::unpack(sm_dyn[j * THREADS + t], f);
+#pragma unroll
+                for (int u = 0; u < W; u++) f[u] = sm_exp_diff(f[u], st);
+                d += sm_sum_of<W>(f);
+                // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
+                if constexpr (OP == 0 && DT == 0) sm_dyn[j * THREADS + t] = sm_io<0, 4>::pack(f);
+            }
+        }
+    }
+    float m = mt;
+    sm_block_reduce<OP>(m, d, red_a, red_b);
+    if constexpr (C > 1) sm_cluster_reduce<OP, C>(m, d, part);
+
+    const sm_fwd_out o(m, d);
+    const float f = sm_exp_diff(mt, o.s) * o.inv;
+    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        float y[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+        if (k * THREADS < lim) io::store(dst, k * THREADS, y);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+        for (int j = 0; j < SSLOTS; j++) {
+            const int i = (SLOTS + j) * THREADS;
+            if (i < lim) {
+                float x[W], y[W];
+                io::unpack(sm_dyn[j * THREADS + t], x);
+#pragma unroll
+                for (int u = 0; u < W; u++) {
+                    if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
+                    else if constexpr (OP == 0) y[u] = sm_exp_diff(x[u], o.s) * o.inv;
+                    else y[u] = (x[u] - o.sh) - o.ld;
+                }
+                io::store(dst, i, y);
+            }
+        }
+    }
+    if constexpr (C > 1) sm_cluster_wait();
+}
+
+// Phase 1 of the split regime: the (m, d) of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)].
+template <int DT, int W>
+__global__ void __launch_bounds__(SM_SPLIT_THREADS)
+fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
+                long long sa, long long sb, int P, int CH) {
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    constexpr int U = SM_SPLIT_UNROLL;
+    __shared__ float red_a[SM_SPLIT_THREADS / 32], red_b[SM_SPLIT_THREADS / 32];
+    const long long row = blockIdx.x / P;
+    const int p = blockIdx.x % P;
+    const int nv = N / W;
+    const int end = min(p * CH + CH, nv);
+    const elem* src = static_cast<const elem*>(a) + row * sa;
+    float m = OS_NEG_INF, d = 0.0f;
+#pragma unroll 1
+    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
+        raw r[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (base + u * SM_SPLIT_THREADS < end) r[u] = io::load(src, base + u * SM_SPLIT_THREADS);
+        float v[U * W];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (base + u * SM_SPLIT_THREADS < end) {
+                io::unpack(r[u], &v[u * W]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < W; j++) v[u * W + j] = OS_NEG_INF;
+            }
+        }
+        const float mn = fmaxf(m, sm_max_of<U * W>(v));
+        const float s = os_safe_shift(mn);
+#pragma unroll
+        for (int j = 0; j < U * W; j++) v[j] = sm_exp_diff(v[j], s);
+        d = d * sm_exp_diff(m, s) + sm_sum_of<U * W>(v);
+        m = mn;
+    }
+    sm_block_reduce<0>(m, d, red_a, red_b);
+    if (threadIdx.x == 0) {
+        ws[2 * (long long)blockIdx.x] = m;
+        ws[2 * (long long)blockIdx.x + 1] = d;
+    }
+}
+
+// The row's P partial states, folded by every warp (lane-strided, then a butterfly): every thread of every CTA
+// of the row ends with the same bits.
+template <int OP> __device__ __forceinline__ void sm_fold_partials(const float* __restrict__ wr, int P, float& a,
+                                                                   float& b) {
+    a = sm_id_a<OP>();
+    b = 0.0f;
+    for (int j = threadIdx.x & 31; j < P; j += 32) sm_combine<OP>(a, b, wr[2 * j], wr[2 * j + 1]);
+    sm_xor_reduce<OP, 32>(a, b);
+}
+
+// Phase 2: merge the partials, re-read the chunk (an L2 hit for the sizes the plan sends here) and write it.
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SM_SPLIT_THREADS)
+fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
+                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    constexpr int U = SM_SPLIT_UNROLL;
+    const long long row = blockIdx.x / P;
+    const int p = blockIdx.x % P;
+    const int nv = N / W;
+    const int end = min(p * CH + CH, nv);
+    float m, d;
+    sm_fold_partials<0>(ws + 2 * row * P, P, m, d);
+    const sm_fwd_out o(m, d);
+    const elem* src = static_cast<const elem*>(a) + row * sa;
+    elem* dst = static_cast<elem*>(out) + row * so;
+#pragma unroll 1
+    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
+        raw r[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (base + u * SM_SPLIT_THREADS < end) r[u] = io::load_last(src, base + u * SM_SPLIT_THREADS);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = base + u * SM_SPLIT_THREADS;
+            if (i < end) {
+                float x[W], y[W];
+                io::unpack(r[u], x);
+#pragma unroll
+                for (int j = 0; j < W; j++) y[j] = OP == 0 ? sm_exp_diff(x[j], o.s) * o.inv : (x[j] - o.sh) - o.ld;
+                io::store_stream(dst, i, y);
+            }
+        }
+    }
+}
+
+// Softmax over the middle dim of a contiguous (outer, N, inner) tensor. blockDim = (lanes, rows): thread (tx, ty)
+// owns columns [col, col + W) of a strip of lanes * W columns and rows ty, ty + rows, ... of N. Persistent: the
+// CTA walks work items (o, strip) with a grid stride; both passes over a strip run back to back, so the second
+// read of the strip hits L2 when the plan keeps grid * N * strip bytes inside the cache.
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SM_STRIDED_THREADS, 2)
+fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+            long long inner, long long strips, long long items) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    constexpr int U = W > 4 ? SM_STRIDED_UNROLL / 2 : SM_STRIDED_UNROLL;  // bounded registers: <= 64 for 2 CTAs/SM
+    __shared__ float sh_a[SM_STRIDED_THREADS * W], sh_b[SM_STRIDED_THREADS * W];
+    const int lanes = blockDim.x, rows = blockDim.y;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int slot = (ty * lanes + tx) * W;
+#pragma unroll 1
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long o = item / strips;
+        const long long col = ((item - o * strips) * lanes + tx) * W;
+        const bool active = col < inner;
+        const long long base = o * (long long)N * inner + col;
+        const elem* src = static_cast<const elem*>(a) + base;
+        float m[W], d[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            m[j] = OS_NEG_INF;
+            d[j] = 0.0f;
+        }
+#pragma unroll 1
+        for (int n0 = ty; n0 < N; n0 += rows * U) {
+            raw r[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int n = n0 + u * rows;
+                if (active && n < N) r[u] = *reinterpret_cast<const raw*>(src + (long long)n * inner);
+            }
+            float x[U][W];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (active && n0 + u * rows < N) {
+                    io::unpack(r[u], x[u]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                float mx = x[0][j];
+#pragma unroll
+                for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
+                const float mn = fmaxf(m[j], mx);
+                const float s = os_safe_shift(mn);
+                float e = 0.0f;
+#pragma unroll
+                for (int u = 0; u < U; u++) e += sm_exp_diff(x[u][j], s);
+                d[j] = d[j] * sm_exp_diff(m[j], s) + e;
+                m[j] = mn;
+            }
+        }
+        // tree over the rows of the CTA, in shared memory
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            sh_a[slot + j] = m[j];
+            sh_b[slot + j] = d[j];
+        }
+        __syncthreads();
+#pragma unroll 1
+        for (int h = rows >> 1; h > 0; h >>= 1) {
+            if (ty < h) {
+                const int other = slot + h * lanes * W;
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    sm_combine<0>(m[j], d[j], sh_a[other + j], sh_b[other + j]);
+                    sh_a[slot + j] = m[j];
+                    sh_b[slot + j] = d[j];
+                }
+            }
+            __syncthreads();
+        }
+        float s[W], inv[W], sh[W], ld[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            const sm_fwd_out q(sh_a[tx * W + j], sh_b[tx * W + j]);
+            s[j] = q.s;
+            inv[j] = q.inv;
+            sh[j] = q.sh;
+            ld[j] = q.ld;
+        }
+        elem* dst = static_cast<elem*>(out) + base;
+#pragma unroll 1
+        for (int n0 = ty; n0 < N; n0 += rows * U) {
+            raw r[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int n = n0 + u * rows;
+                if (active && n < N) r[u] = sm_ldcs(reinterpret_cast<const raw*>(src + (long long)n * inner));
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int n = n0 + u * rows;
+                if (active && n < N) {
+                    float x[W], y[W];
+                    io::unpack(r[u], x);
+#pragma unroll
+                    for (int j = 0; j < W; j++)
+                        y[j] = OP == 0 ? sm_exp_diff(x[j], s[j]) * inv[j] : (x[j] - sh[j]) - ld[j];
+                    sm_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(y));
+                }
+            }
+        }
+        __syncthreads();  // the next item rewrites sh_a / sh_b
+    }
+}
+
+// ================================================================================================
+// Backward: dx = y * (dy - sum(dy * y))            (softmax; y = probabilities)
+//           dx = dy - exp(y) * sum(dy), 0 if all y = -inf   (log_softmax; y = log-probabilities)
+// The rows stay in registers as raw storage (y and dy), unpacked when used (no exponential to save).
+// ================================================================================================
+
+// Per-element contribution to the row's reduction pair.
+template <int OP> __device__ __forceinline__ void sm_bwd_acc(float y, float dy, float& a, float& b) {
+    if constexpr (OP == 2) {
+        a = fmaf(y, dy, a);
+    } else {
+        a += dy;
+        b = y != OS_NEG_INF ? 1.0f : b;  // NaN counts as alive (the row's output is NaN, as the reference)
+    }
+}
+
+template <int OP> __device__ __forceinline__ float sm_bwd_out(float y, float dy, float a, float b) {
+    if constexpr (OP == 2) return y * (dy - a);
+    else return b > 0.0f ? dy - sm_ex2(y * SM_LOG2E) * a : 0.0f;
+}
+
+template <int OP, int DT, int W, int SLOTS, int RPT>
+__global__ void __launch_bounds__(SM_WARP_THREADS, 4)
+bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+         long long sa, long long sb, long long so, int lg) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    const int lgt = SLOTS > 1 ? 5 : lg;  // log2 lanes per row
+    const int TPR = 1 << lgt, GROUPS = SM_WARP_THREADS >> lgt;
+    const int lane = threadIdx.x & (TPR - 1);
+    const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
+    const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
+
+    raw ry[RPT][SLOTS], rd[RPT][SLOTS];
+    bool ok[RPT];
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {
+        const long long row = row0 + (long long)q * GROUPS;
+        ok[q] = row < M;
+        const elem* py = static_cast<const elem*>(a) + row * sa + lane * W;
+        const elem* pd = static_cast<const elem*>(b) + row * sb + lane * W;
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            if (ok[q] && k * TPR < lim) {
+                ry[q][k] = io::load(py, k * TPR);
+                rd[q][k] = io::load(pd, k * TPR);
+            }
+        }
+    }
+    float acc[RPT], alive[RPT];
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {
+        float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            if (ok[q] && k * TPR < lim) {
+                float y[W], dy[W];
+                io::unpack(ry[q][k], y);
+                io::unpack(rd[q][k], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
+                    else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
+                }
+            }
+        }
+        acc[q] = a0 + a1;
+        alive[q] = b0;
+    }
+    sm_rows_reduce<OP, RPT, SLOTS>(acc, alive, TPR);
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {
+        const long long row = row0 + (long long)q * GROUPS;
+        elem* dst = static_cast<elem*>(out) + row * so + lane * W;
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            if (ok[q] && k * TPR < lim) {
+                float y[W], dy[W], dx[W];
+                io::unpack(ry[q][k], y);
+                io::unpack(rd[q][k], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc[q], alive[q]);
+                io::store(dst, k * TPR, dx);
+            }
+        }
+    }
+}
+
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+        long long sa, long long sb, long long so) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
+    static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
+    static_assert(THREADS % 32 == 0 && THREADS <= SM_ROW_MAX_THREADS, "threads: warps, <= 512");
+    constexpr int CH = THREADS * (SLOTS + SSLOTS);
+    __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
+    extern __shared__ uint4 sm_dyn[];  // [SSLOTS][2][THREADS] vectors: y then dy
+    long long row;
+    int rank;
+    if constexpr (C > 1) {
+        row = sm_cluster_id();
+        rank = (int)sm_cluster_rank();
+    } else {
+        row = blockIdx.x;
+        rank = 0;
+    }
+    const int t = threadIdx.x;
+    const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
+    const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
+    const elem* py = static_cast<const elem*>(a) + row * sa + (long long)first * W;
+    const elem* pd = static_cast<const elem*>(b) + row * sb + (long long)first * W;
+
+    raw ry[SLOTS], rd[SLOTS];
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) {
+            ry[k] = io::load(py, k * THREADS);
+            rd[k] = io::load(pd, k * THREADS);
+        }
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll
+        for (int j = 0; j < SSLOTS; j++) {
+            const int i = (SLOTS + j) * THREADS;
+            if (i < lim) {
+                sm_cp_async16(&sm_dyn[(2 * j) * THREADS + t], py + i * W);
+                sm_cp_async16(&sm_dyn[(2 * j + 1) * THREADS + t], pd + i * W);
+            }
+        }
+        sm_cp_async_commit();
+    }
+    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) {
+            float y[W], dy[W];
+            io::unpack(ry[k], y);
+            io::unpack(rd[k], dy);
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
+                else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
+            }
+        }
+    }
+    if constexpr (SSLOTS > 0) {
+        sm_cp_async_wait_all();
+#pragma unroll 1
+        for (int j = 0; j < SSLOTS; j++) {
+            if ((SLOTS + j) * THREADS < lim) {
+                float y[W], dy[W];
+                io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
+                io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
+#pragma unroll
+                for (int u = 0; u < W; u++) {
+                    if (u & 1) sm_bwd_acc<OP>(y[u], dy[u], a1, b0);
+                    else sm_bwd_acc<OP>(y[u], dy[u], a0, b0);
+                }
+            }
+        }
+    }
+    float acc = a0 + a1, alive = b0;
+    sm_block_reduce<OP>(acc, alive, red_a, red_b);
+    if constexpr (C > 1) sm_cluster_reduce<OP, C>(acc, alive, part);
+
+    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) {
+            float y[W], dy[W], dx[W];
+            io::unpack(ry[k], y);
+            io::unpack(rd[k], dy);
+#pragma unroll
+            for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc, alive);
+            io::store(dst, k * THREADS, dx);
+        }
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+        for (int j = 0; j < SSLOTS; j++) {
+            const int i = (SLOTS + j) * THREADS;
+            if (i < lim) {
+                float y[W], dy[W], dx[W];
+                io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
+                io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
+#pragma unroll
+                for (int u = 0; u < W; u++) dx[u] = sm_bwd_out<OP>(y[u], dy[u], acc, alive);
+                io::store(dst, i, dx);
+            }
+        }
+    }
+    if constexpr (C > 1) sm_cluster_wait();
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SM_SPLIT_THREADS)
+bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
+                long long sa, long long sb, int P, int CH) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    constexpr int U = SM_SPLIT_UNROLL;
+    __shared__ float red_a[SM_SPLIT_THREADS / 32], red_b[SM_SPLIT_THREADS / 32];
+    const long long row = blockIdx.x / P;
+    const int p = blockIdx.x % P;
+    const int nv = N / W;
+    const int end = min(p * CH + CH, nv);
+    const elem* py = static_cast<const elem*>(a) + row * sa;
+    const elem* pd = static_cast<const elem*>(b) + row * sb;
+    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+#pragma unroll 1
+    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
+        raw ry[U], rd[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = base + u * SM_SPLIT_THREADS;
+            if (i < end) {
+                ry[u] = io::load(py, i);
+                rd[u] = io::load(pd, i);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (base + u * SM_SPLIT_THREADS < end) {
+                float y[W], dy[W];
+                io::unpack(ry[u], y);
+                io::unpack(rd[u], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
+                    else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
+                }
+            }
+        }
+    }
+    float acc = a0 + a1, alive = b0;
+    sm_block_reduce<OP>(acc, alive, red_a, red_b);
+    if (threadIdx.x == 0) {
+        ws[2 * (long long)blockIdx.x] = acc;
+        ws[2 * (long long)blockIdx.x + 1] = alive;
+    }
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SM_SPLIT_THREADS)
+bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
+                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    constexpr int U = SM_SPLIT_UNROLL;
+    const long long row = blockIdx.x / P;
+    const int p = blockIdx.x % P;
+    const int nv = N / W;
+    const int end = min(p * CH + CH, nv);
+    float acc, alive;
+    sm_fold_partials<OP>(ws + 2 * row * P, P, acc, alive);
+    const elem* py = static_cast<const elem*>(a) + row * sa;
+    const elem* pd = static_cast<const elem*>(b) + row * sb;
+    elem* dst = static_cast<elem*>(out) + row * so;
+#pragma unroll 1
+    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
+        raw ry[U], rd[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = base + u * SM_SPLIT_THREADS;
+            if (i < end) {
+                ry[u] = io::load_last(py, i);
+                rd[u] = io::load_last(pd, i);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = base + u * SM_SPLIT_THREADS;
+            if (i < end) {
+                float y[W], dy[W], dx[W];
+                io::unpack(ry[u], y);
+                io::unpack(rd[u], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc, alive);
+                io::store_stream(dst, i, dx);
+            }
+        }
+    }
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SM_STRIDED_THREADS, 2)
+bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+            long long inner, long long strips, long long items) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    constexpr int U = W > 1 ? SM_STRIDED_UNROLL / 2 : SM_STRIDED_UNROLL;  // y and dy: bounded registers
+    // per column: the sum in sh_a; log_softmax's "alive" flags travel as one bit mask per thread (sh_live)
+    __shared__ float sh_a[SM_STRIDED_THREADS * W];
+    __shared__ unsigned sh_live[SM_STRIDED_THREADS];
+    const int lanes = blockDim.x, rows = blockDim.y;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int me = ty * lanes + tx;
+#pragma unroll 1
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long o = item / strips;
+        const long long col = ((item - o * strips) * lanes + tx) * W;
+        const bool active = col < inner;
+        const long long base = o * (long long)N * inner + col;
+        const elem* py = static_cast<const elem*>(a) + base;
+        const elem* pd = static_cast<const elem*>(b) + base;
+        float acc[W];
+        unsigned live = 0;
+#pragma unroll
+        for (int j = 0; j < W; j++) acc[j] = 0.0f;
+#pragma unroll 1
+        for (int n0 = ty; n0 < N; n0 += rows * U) {
+            raw ry[U], rd[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int n = n0 + u * rows;
+                if (active && n < N) {
+                    ry[u] = *reinterpret_cast<const raw*>(py + (long long)n * inner);
+                    rd[u] = *reinterpret_cast<const raw*>(pd + (long long)n * inner);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (active && n0 + u * rows < N) {
+                    float y[W], dy[W];
+                    io::unpack(ry[u], y);
+                    io::unpack(rd[u], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        if constexpr (OP == 2) {
+                            acc[j] = fmaf(y[j], dy[j], acc[j]);
+                        } else {
+                            acc[j] += dy[j];
+                            live |= (y[j] != OS_NEG_INF ? 1u : 0u) << j;  // NaN counts as alive
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < W; j++) sh_a[me * W + j] = acc[j];
+        if constexpr (OP == 3) sh_live[me] = live;
+        __syncthreads();
+#pragma unroll 1
+        for (int h = rows >> 1; h > 0; h >>= 1) {
+            if (ty < h) {
+                const int other = me + h * lanes;
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    acc[j] += sh_a[other * W + j];
+                    sh_a[me * W + j] = acc[j];
+                }
+                if constexpr (OP == 3) {
+                    live |= sh_live[other];
+                    sh_live[me] = live;
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int j = 0; j < W; j++) acc[j] = sh_a[tx * W + j];
+        if constexpr (OP == 3) live = sh_live[tx];
+        elem* dst = static_cast<elem*>(out) + base;
+#pragma unroll 1
+        for (int n0 = ty; n0 < N; n0 += rows * U) {
+            raw ry[U], rd[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int n = n0 + u * rows;
+                if (active && n < N) {
+                    ry[u] = sm_ldcs(reinterpret_cast<const raw*>(py + (long long)n * inner));
+                    rd[u] = sm_ldcs(reinterpret_cast<const raw*>(pd + (long long)n * inner));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int n = n0 + u * rows;
+                if (active && n < N) {
+                    float y[W], dy[W], dx[W];
+                    io::unpack(ry[u], y);
+                    io::unpack(rd[u], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++)
+                        dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc[j], (float)((live >> j) & 1u));
+                    sm_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(dx));
+                }
+            }
+        }
+        __syncthreads();  // the next item rewrites sh_a / sh_live
+    }
+}

@@ -1,0 +1,931 @@
+"""Production softmax / log_softmax forward and backward on CUDA (kernels/cuda/softmax.cu): launch plans,
+launchers and one registry Variant per regime.
+
+ops.py calls (x, y, dy: CUDA tensors of fp32 / fp16 / bf16, any shape and strides; `dim` in [0, ndim);
+`out` contiguous with the input's shape and dtype, completely written):
+
+    forward(x, out, dim, log)           out = softmax(x, dim), or log_softmax when log
+    backward(y, dy, out, dim, log)      out = dx from the forward output y (probabilities, or log-probabilities)
+    plan(M, N, dtype, op=...)           the launch plan (pure Python, no GPU): regime, kernels, grid, block
+
+Layouts. The reduced dim last with stride 1 and the leading dims collapsing to one row stride: row kernels
+(each input keeps its own row stride). Else a contiguous input with the dim not last: the strided kernel over
+(outer, N, inner), no transpose copy. Else the inputs are made contiguous first (one copy each) and one of the
+two applies.
+
+Regimes (row layout), picked by `choose_regime` from N, M and the register budget of the op and dtype:
+    warp     N <= warp_max_n (1024 fwd; 512 fp32 bwd): 2^lg lanes per row, RPT rows per lane group in flight
+    block    one CTA (128..512 threads) per row, the row in registers (+ dynamic smem when SSLOTS > 0)
+    cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM
+    split    rows too few to fill the GPU (M * C < SMs) or N beyond the cluster capacity: (m, d) per chunk into
+             a cached fp32 workspace, then merge + re-read (an L2 hit for these sizes) + write
+    strided  softmax over a non-last dim of a contiguous tensor
+The 16-byte vector path needs N (inner for strided), every row stride and every pointer to be multiples of
+16 bytes; otherwise the plan picks the scalar instantiations (W = 1) of the same kernels.
+
+Kernel sources are compiled per instantiation on first use (NVRTC, disk-cached); nothing here needs a GPU to
+import, plan, compile or report resources. Per call: one dict lookup on (op, shape, strides, dim, dtype,
+device, alignment), the argument tuple, the launch(es).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ..errors import OnlineSoftmaxError, Unavailable
+from ..registry import OPS, Variant, register
+from ..runtime import launch as rt_launch
+from ..runtime import nvrtc
+
+FILE = "softmax.cu"
+INSPECT_ARCH = "sm_90"  # what `resources` / the compile test report for without a GPU (the H200)
+DEFAULT_SMS = 132  # H200; the real count is read from the device at run time
+
+OP_CODE = {"softmax": 0, "log_softmax": 1, "softmax_backward": 2, "log_softmax_backward": 3}
+FORWARD_OPS = ("softmax", "log_softmax")
+BACKWARD_OPS = ("softmax_backward", "log_softmax_backward")
+DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+REGIMES = ("warp", "block", "cluster", "split", "strided")
+
+# ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
+WARP_THREADS = 256  # SM_WARP_THREADS
+ROW_MAX_THREADS = 512  # SM_ROW_MAX_THREADS; __launch_bounds__(512, 2): <= 64 registers, 2 CTAs/SM
+ROW_MIN_THREADS = 128
+SPLIT_THREADS = 256  # SM_SPLIT_THREADS
+SPLIT_UNROLL = 4  # SM_SPLIT_UNROLL
+STRIDED_THREADS = 512  # SM_STRIDED_THREADS; __launch_bounds__(512, 2)
+REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
+WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
+MAX_RPT = 4  # warp kernels: rows per lane group
+MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
+PORTABLE_CLUSTER = 8
+SPLIT_BELOW_CTAS_PER_SM = 1  # split when a row regime would launch fewer CTAs than this many per SM
+SPLIT_MIN_N = 4096  # ... and the row is at least this long (shorter rows: latency-bound either way)
+SPLIT_CTAS_PER_SM = 4  # split: aim for this many CTAs per SM in total
+SPLIT_MIN_CHUNK = 512  # split: at least this many accesses per CTA
+STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM
+STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip) the second pass finds in L2
+INT_MAX = 2**31 - 1
+STATIC_SMEM_LIMIT = 48 * 1024
+
+
+class Unsupported(OnlineSoftmaxError):
+    """A shape the requested regime cannot take (plan with a forced regime)."""
+
+
+# ---- small helpers --------------------------------------------------------------------------------------
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2ceil(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+_SIZES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
+
+
+def _check_op_dtype(op: str, dtype) -> None:
+    if op not in OP_CODE:
+        raise OnlineSoftmaxError(f"unknown op {op!r}; ops: {', '.join(OP_CODE)}")
+    if dtype not in DT_CODE:
+        raise OnlineSoftmaxError(f"dtype {dtype} not supported (float32, float16, bfloat16)")
+
+
+# ---- tuning rules (pure functions of the shape; each one a named, testable decision) ---------------------
+
+
+def vec_width(dtype) -> int:
+    """Elements per 16-byte access: 4 fp32, 8 fp16/bf16."""
+    return 16 // _SIZES[dtype]
+
+
+def reg_slots(op: str, dtype, W: int) -> int:
+    """Accesses per thread the row kernels hold in registers: REG_WORDS floats forward (the row is kept
+    unpacked: softmax overwrites it with exp(x - m_thread), one exponential per element); REG_WORDS raw 32-bit
+    words of y and dy backward (no exponential to save: unpacked when used)."""
+    if op in FORWARD_OPS:
+        return REG_WORDS // W
+    words = max(1, W * _SIZES[dtype] // 4)  # per access and tensor (a 16-bit scalar still takes a register)
+    return REG_WORDS // (2 * words)
+
+
+def smem_slots(op: str, dtype, W: int) -> int:
+    """Extra accesses per thread parked in dynamic shared memory when one CTA's registers are not enough
+    (16-byte path only): as many as in registers, i.e. 64 KB (fp32 fwd, any bwd) or 32 KB (16-bit fwd) per
+    512-thread CTA, so two CTAs still fit an SM."""
+    return 0 if W == 1 else reg_slots(op, dtype, W)
+
+
+def smem_bytes(op: str, W: int, threads: int, sslots: int) -> int:
+    return sslots * threads * 16 * (1 if op in FORWARD_OPS else 2)
+
+
+def warp_max_n(op: str, dtype, W: int) -> int:
+    """Largest N the warp regime takes: 32 lanes x min(reg_slots, WARP_MAX_SLOTS) accesses x W."""
+    return 32 * min(reg_slots(op, dtype, W), WARP_MAX_SLOTS) * W
+
+
+def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
+    """(lg, slots, rpt): 2^lg lanes per row (the smallest power of 2 covering the row's accesses, <= 32),
+    slots accesses per lane (power of 2), rpt rows per lane group: up to MAX_RPT while the rows' registers stay
+    within the budget (half of it on the scalar path), so each thread keeps 32..64 bytes of loads in flight even
+    for short rows."""
+    nv = _cdiv(N, W)
+    lanes = min(32, _pow2ceil(nv))
+    slots = _pow2ceil(_cdiv(nv, lanes))
+    cap = min(reg_slots(op, dtype, W), WARP_MAX_SLOTS)
+    if slots > cap:
+        raise Unsupported(f"N = {N} > {warp_max_n(op, dtype, W)}: too long for a warp per row")
+    budget = reg_slots(op, dtype, W) // (2 if W == 1 else 1)  # scalar: every element has its own address
+    rpt = max(1, min(MAX_RPT, budget // slots))
+    return _log2(lanes), slots, rpt
+
+
+def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
+    """(threads, slots) of one CTA per row holding the row in registers: half the register budget per thread
+    when the threads suffice (more CTAs per SM, shorter per-thread chains), the whole budget at 512 threads."""
+    nv = _cdiv(N, W)
+    rs = reg_slots(op, dtype, W)
+    half = max(1, rs // 2)
+    threads = min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, _pow2ceil(_cdiv(nv, half))))
+    slots = half if nv <= threads * half else rs
+    if nv > threads * slots:
+        raise Unsupported(f"N = {N}: more than {ROW_MAX_THREADS * rs * W} elements do not fit one CTA's registers")
+    return threads, slots
+
+
+def row_capacity(op: str, dtype, W: int) -> int:
+    """Elements one 512-thread CTA holds (registers + shared memory)."""
+    return ROW_MAX_THREADS * (reg_slots(op, dtype, W) + smem_slots(op, dtype, W)) * W
+
+
+def cluster_size(op: str, dtype, W: int, N: int) -> int:
+    """CTAs per row: the smallest power of 2 whose CTAs hold the row (registers + smem)."""
+    return _pow2ceil(_cdiv(N, row_capacity(op, dtype, W)))
+
+
+def max_cluster(op: str, dtype) -> int:
+    """Largest cluster a plan uses: portable 8, except fp32 backward (y and dy: 16K elements per CTA) up to 16
+    to reach N = 262144 with two CTAs per SM."""
+    return MAX_CLUSTER if (op in BACKWARD_OPS and dtype == torch.float32) else PORTABLE_CLUSTER
+
+
+def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:
+    """(parts, chunk): each row cut into `parts` chunks of `chunk` accesses (a multiple of the CTA width), about
+    SPLIT_CTAS_PER_SM CTAs per SM in total, at least SPLIT_MIN_CHUNK accesses per CTA."""
+    nv = _cdiv(N, W)
+    want = max(1, _cdiv(SPLIT_CTAS_PER_SM * sms, M))
+    chunk = max(SPLIT_MIN_CHUNK, _cdiv(nv, want))
+    if min_parts > 1 and nv >= min_parts:
+        chunk = min(chunk, _cdiv(nv, min_parts))
+    chunk = _cdiv(chunk, SPLIT_THREADS) * SPLIT_THREADS if chunk >= SPLIT_THREADS else chunk
+    parts = _cdiv(nv, chunk)
+    return parts, chunk
+
+
+def strided_tile(op: str, dtype, W: int, outer: int, N: int, inner: int, sms: int) -> tuple[int, int, int, int]:
+    """(lanes, rows, strips, grid) of the strided kernel. rows: threads down N (up to the CTA), lanes: threads
+    across `inner` (W columns each). The persistent grid is STRIDED_CTAS_PER_SM per SM; lanes shrink until the
+    strips in progress (grid x N x lanes x W x size x inputs) fit STRIDED_L2_BUDGET, so the second pass re-reads
+    from L2; when one access per row is already the narrowest strip, the grid shrinks (to one CTA per SM at
+    least) instead."""
+    size = _SIZES[dtype]
+    inputs = 1 if op in FORWARD_OPS else 2
+    need = _cdiv(inner, W)
+    lanes = max(1, min(STRIDED_THREADS // min(_pow2ceil(N), STRIDED_THREADS), _pow2ceil(need)))
+    grid_cap = STRIDED_CTAS_PER_SM * sms
+    while lanes > 1 and grid_cap * N * lanes * W * size * inputs > STRIDED_L2_BUDGET:
+        lanes //= 2
+    rows = min(_pow2ceil(N), STRIDED_THREADS // lanes)
+    strips = _cdiv(need, lanes)
+    # one strip is as narrow as it gets (one access wide): fewer CTAs in flight instead, down to one per SM
+    per_cta = N * lanes * W * size * inputs
+    grid = max(1, min(outer * strips, grid_cap, max(sms, STRIDED_L2_BUDGET // per_cta)))
+    return lanes, rows, strips, grid
+
+
+def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
+    """Row layout: warp for short rows, then one CTA, then a cluster; split when the row regime would not give
+    every SM a CTA (and rows are long enough to matter) or the row is beyond the cluster capacity."""
+    if N <= warp_max_n(op, dtype, W):
+        return "warp"
+    ctas_per_row = None
+    if _cdiv(N, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
+        ctas_per_row = 1
+    elif W > 1:
+        c = cluster_size(op, dtype, W, N)
+        if c <= max_cluster(op, dtype):
+            ctas_per_row = c
+    if ctas_per_row is None:
+        return "split"
+    if N >= SPLIT_MIN_N and M * ctas_per_row < SPLIT_BELOW_CTAS_PER_SM * sms:
+        return "split"
+    return "block" if ctas_per_row == 1 else "cluster"
+
+
+# ---- plans ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str  # name expression in softmax.cu
+    grid: int  # blocks, or clusters when cluster > 1 (cuda.core's LaunchConfig convention)
+    block: tuple  # (x,) or (x, y)
+    cluster: int = 1
+    smem: int = 0  # dynamic shared memory bytes
+    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided
+
+
+@dataclass(frozen=True)
+class Plan:
+    regime: str
+    op: str
+    dtype: torch.dtype
+    M: int  # rows (outer for strided)
+    N: int
+    W: int  # elements per access (16-byte vector or 1)
+    launches: tuple
+    inner: int = 1
+    lg: int = 0  # warp: log2 lanes per row
+    parts: int = 0  # split: chunks per row
+    chunk: int = 0  # split: accesses per chunk
+    strips: int = 0  # strided: column strips per outer index
+    items: int = 0  # strided: outer * strips
+    workspace: int = 0  # split: fp32 elements (2 per chunk)
+
+    @property
+    def kernels(self) -> tuple:
+        return tuple(l.kernel for l in self.launches)
+
+
+def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, inner: int = 1, layout: str = "rows",
+         sms: int = DEFAULT_SMS, regime: Optional[str] = None) -> Plan:
+    """The launch plan for `op` on M rows of N (layout "rows"), or on (outer=M, N, inner) (layout "strided").
+    vec: the 16-byte path is allowed (pointers, strides and N or inner aligned; the plan also checks N / inner).
+    regime: force one (the registry variants do); raises Unsupported if it cannot take the shape."""
+    p = _plan(M, N, dtype, op, vec, inner, layout, sms, regime)
+    for l in p.launches:
+        if l.grid * l.cluster > INT_MAX:
+            raise Unsupported(f"{p.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
+    return p
+
+
+def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sms: int,
+          regime: Optional[str]) -> Plan:
+    _check_op_dtype(op, dtype)
+    if M < 1 or N < 1 or inner < 1:
+        raise Unsupported(f"empty shape (M={M}, N={N}, inner={inner})")
+    if N > INT_MAX // 2:
+        raise Unsupported(f"N = {N} >= 2^30: the kernels index a row with 32-bit offsets")
+    V = vec_width(dtype)
+    o, dt = OP_CODE[op], DT_CODE[dtype]
+    fwd = op in FORWARD_OPS
+    pre = "fwd" if fwd else "bwd"
+    if layout == "strided" or regime == "strided":
+        if layout == "rows":  # a (M, N) row input through the strided kernel: (outer=M, N, inner=1)
+            inner = 1
+        W = V if (vec and inner % V == 0) else 1
+        lanes, rows, strips, grid = strided_tile(op, dtype, W, M, N, inner, sms)
+        items = M * strips
+        name = f"{pre}_strided<{o},{dt},{W}>"
+        return Plan("strided", op, dtype, M, N, W, (Launch(name, grid, (lanes, rows), sig="strided"),),
+                    inner=inner, strips=strips, items=items)
+    if layout != "rows":
+        raise OnlineSoftmaxError(f"unknown layout {layout!r}")
+    W = V if (vec and N % V == 0) else 1
+    chosen = regime or choose_regime(op, dtype, W, M, N, sms)
+    if chosen == "warp":
+        lg, slots, rpt = warp_config(op, dtype, W, N)
+        per_cta = (WARP_THREADS >> lg) * rpt
+        name = f"{pre}_warp<{o},{dt},{W},{slots},{rpt}>"
+        return Plan("warp", op, dtype, M, N, W, (Launch(name, _cdiv(M, per_cta), (WARP_THREADS,), sig="warp"),),
+                    lg=lg)
+    if chosen == "block":
+        if _cdiv(N, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
+            threads, slots = block_threads(op, dtype, W, N)
+            sslots = 0
+        elif W > 1 and N <= row_capacity(op, dtype, W):
+            threads, slots, sslots = ROW_MAX_THREADS, reg_slots(op, dtype, W), smem_slots(op, dtype, W)
+        else:
+            raise Unsupported(f"N = {N} does not fit one CTA ({ROW_MAX_THREADS * reg_slots(op, dtype, W) * W} "
+                              f"elements in registers" + (f", {row_capacity(op, dtype, W)} with shared memory)"
+                                                          if W > 1 else "; the scalar path has no smem slots)"))
+        name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1>"
+        return Plan("block", op, dtype, M, N, W, (Launch(name, M, (threads,), 1, smem_bytes(op, W, threads, sslots)),))
+    if chosen == "cluster":
+        if W == 1:
+            raise Unsupported(f"N = {N} is not a multiple of {V} (or the data is not 16-byte aligned): the cluster "
+                              "regime needs 16-byte aligned rows; unaligned long rows go to the split regime")
+        c = max(2, cluster_size(op, dtype, W, N))
+        if c > max_cluster(op, dtype):
+            raise Unsupported(f"N = {N} needs {c} CTAs per row (> {max_cluster(op, dtype)}); "
+                              f"rows up to {max_cluster(op, dtype) * row_capacity(op, dtype, W)} elements")
+        slots, sslots = reg_slots(op, dtype, W), smem_slots(op, dtype, W)
+        name = f"{pre}_row<{o},{dt},{W},{ROW_MAX_THREADS},{slots},{sslots},{c}>"
+        return Plan("cluster", op, dtype, M, N, W,
+                    (Launch(name, M, (ROW_MAX_THREADS,), c, smem_bytes(op, W, ROW_MAX_THREADS, sslots)),))
+    if chosen == "split":
+        parts, chunk = split_parts(M, N, W, sms, min_parts=2 if regime == "split" else 1)
+        if M * parts > INT_MAX:
+            raise Unsupported(f"{M} rows x {parts} chunks exceed the grid")
+        stats = f"fwd_split_stats<{dt},{W}>" if fwd else f"bwd_split_stats<{o},{dt},{W}>"
+        apply = f"{pre}_split_apply<{o},{dt},{W}>"
+        return Plan("split", op, dtype, M, N, W,
+                    (Launch(stats, M * parts, (SPLIT_THREADS,), sig="stats"),
+                     Launch(apply, M * parts, (SPLIT_THREADS,), sig="apply")),
+                    parts=parts, chunk=chunk, workspace=2 * M * parts)
+    raise OnlineSoftmaxError(f"unknown regime {chosen!r}; regimes: {', '.join(REGIMES)}")
+
+
+# ---- the instantiations the plans can pick (for the compile test and `resource_table`) -------------------
+
+
+def _probe_ns(W: int) -> list[int]:
+    """Row lengths on both sides of every breakpoint of the rules (powers of two times W, and between)."""
+    ns = set(range(1, 40))
+    for k in range(5, 20):
+        p = 1 << k
+        ns.update({p - 1, p, p + 1, p + p // 2})
+    return sorted({n * W for n in ns} | ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _instantiations() -> tuple:
+    return tuple(sorted((k, tuple(sorted(v))) for k, v in _probe_instantiations().items()))
+
+
+def instantiations() -> dict[str, set]:
+    """Every kernel name expression `plan` can return -> {regimes that use it} (see _probe_instantiations)."""
+    return {k: set(v) for k, v in _instantiations()}
+
+
+def _probe_instantiations() -> dict[str, set]:
+    """Every kernel name expression `plan` can return, by probing the rules over shapes on both sides of every
+    breakpoint (the rules are step functions of N at powers of two), every op, dtype, alignment, regime and
+    layout. Maps name -> {regimes that use it}."""
+    seen: dict[str, set] = {}
+
+    def add(p: Plan) -> None:
+        for l in p.launches:
+            seen.setdefault(l.kernel, set()).add(p.regime)
+
+    for op in OP_CODE:
+        for dtype in DTYPES:
+            for vec in (True, False):
+                W = vec_width(dtype) if vec else 1
+                for N in _probe_ns(W):
+                    for M in (1, 64, 1 << 20):
+                        try:
+                            add(plan(M, N, dtype, op, vec=vec))
+                        except Unsupported:
+                            pass
+                    for regime in ("warp", "block", "cluster", "split"):
+                        try:
+                            add(plan(2, N, dtype, op, vec=vec, regime=regime))
+                        except Unsupported:
+                            pass
+                for inner in (1, 3, W, 64 * W):
+                    add(plan(4, 1000, dtype, op, vec=vec, inner=inner, layout="strided"))
+    return seen
+
+
+# ---- compiled modules and loaded kernels ------------------------------------------------------------------
+
+_lock = threading.Lock()
+_modules: dict = {}  # (kernel, arch) -> CompiledModule (one instantiation per module: compile what is used)
+_archs: dict = {}
+_avail: Optional[tuple] = None
+
+
+def available() -> Optional[str]:
+    """None if a GPU is visible to torch and cuda.core + NVRTC load, else the reason."""
+    global _avail
+    if _avail is None:
+        reason = rt_launch.available()
+        if reason is None:
+            try:
+                nvrtc.nvrtc_version()
+            except Unavailable as e:
+                reason = str(e)
+        _avail = (reason,)
+    return _avail[0]
+
+
+def module(kernel: str, arch: str = INSPECT_ARCH) -> nvrtc.CompiledModule:
+    """The compiled module holding one instantiation (cached in process and on disk)."""
+    key = (kernel, arch)
+    mod = _modules.get(key)
+    if mod is None:
+        mod = _modules[key] = nvrtc.compile_source(FILE, [kernel], arch=arch)
+    return mod
+
+
+def compile_all(names, arch: str = INSPECT_ARCH, batch: int = 64, workers: int = 1) -> dict[str, dict]:
+    """ptxas reports of many instantiations: `batch` per NVRTC call (one front-end pass for many kernels;
+    batch=1 produces exactly the cache entries the run-time path looks up), spread over `workers` processes."""
+    names = sorted(names)
+    groups = [names[i:i + batch] for i in range(0, len(names), batch)]
+    if workers > 1 and len(groups) > 1:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(min(workers, len(groups)), mp_context=mp.get_context("spawn")) as ex:
+            parts = list(ex.map(_compile_group, groups, [arch] * len(groups)))
+    else:
+        parts = [_compile_group(g, arch) for g in groups]
+    report: dict[str, dict] = {}
+    for part in parts:
+        report.update(part)
+    return report
+
+
+def _compile_group(group, arch: str) -> dict:
+    mod = nvrtc.compile_source(FILE, list(group), arch=arch)
+    return {n: mod.resources(n) for n in group}
+
+
+def _arch_of(device: int) -> str:
+    a = _archs.get(device)
+    if a is None:
+        a = _archs[device] = nvrtc.current_arch(device)
+    return a
+
+
+def _sms(device: Optional[int]) -> int:
+    if device is not None and torch.cuda.is_available():
+        return rt_launch.sm_count(device)
+    return DEFAULT_SMS
+
+
+class _Kernel:
+    """One instantiation loaded on one device with one launch shape and its cuda.core LaunchConfig, launched
+    straight through cuda.core (cluster launches count the grid in clusters, cuda.core's convention; above 8 CTAs
+    per cluster the kernel gets the non-portable-cluster attribute)."""
+
+    __slots__ = ("lk", "kern", "device", "grid", "block", "smem", "cluster", "cfg", "_launch")
+
+    def __init__(self, name: str, device: int, grid: int, block: tuple, smem: int, cluster: int):
+        from cuda.core import LaunchConfig
+        from cuda.core import launch as _launch
+
+        self.lk = rt_launch.kernel(module(name, _arch_of(device)), name, device)
+        self.kern = self.lk.kernel
+        self.device, self.grid, self.block, self.smem, self.cluster = device, grid, block, smem, cluster
+        if smem > STATIC_SMEM_LIMIT:
+            rt_launch.set_max_dynamic_smem(self.kern, smem, device)
+        if cluster > PORTABLE_CLUSTER:
+            _allow_non_portable_cluster(self.kern, device)
+        self.cfg = LaunchConfig(grid=grid, cluster=cluster if cluster > 1 else None, block=block, shmem_size=smem)
+        if cluster > 1 and _grid_counts_blocks(self.cfg, grid):  # an older cuda.core: grid in blocks
+            self.cfg = LaunchConfig(grid=grid * cluster, cluster=cluster, block=block, shmem_size=smem)
+        self._launch = _launch
+
+    def launch(self, args) -> None:
+        if getattr(rt_launch._state, "current", None) != self.device:
+            rt_launch.ensure_device(self.device)
+        try:
+            self._launch(_stream(self.device), self.cfg, self.kern, *args)
+        except Exception as e:
+            raise OnlineSoftmaxError(f"launch of {self.lk.name} (grid={self.grid}, cluster={self.cluster}, "
+                                     f"block={self.block}, smem={self.smem}) failed: {type(e).__name__}: {e}") from None
+
+    def clusters_fit(self) -> Optional[bool]:
+        """Whether one cluster of this shape can be resident (cuOccupancyMaxActiveClusters through cuda.core);
+        None when the query is not available."""
+        if self.cluster == 1:
+            return True
+        try:
+            n = self.kern.occupancy.max_active_clusters(self.cfg, stream=_stream(self.device))
+            return int(n) > 0
+        except Exception:
+            return None
+
+
+def _grid_counts_blocks(cfg, grid: int) -> bool:
+    """cuda.core 1.2 counts a cluster launch's grid in clusters (gridDimX = grid * cluster); True if this one
+    passes the grid through as blocks instead (checked on the driver struct it builds; False if unknowable)."""
+    try:
+        from cuda.core._launch_config import _to_native_launch_config
+
+        return int(_to_native_launch_config(cfg).gridDimX) == grid
+    except Exception:
+        return False
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_streams: dict = {}
+
+
+def _stream_handle(device: int) -> int:
+    if _raw_stream is not None:
+        return int(_raw_stream(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _stream(device: int):
+    """torch's current stream on `device` as a cuda.core Stream (cached per raw handle)."""
+    s = _streams.get(_stream_handle(device))
+    if s is None:
+        s = _streams[_stream_handle(device)] = rt_launch.current_stream(device)
+    return s
+
+
+def _allow_non_portable_cluster(kern, device: int) -> None:
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    (err,) = driver.cuKernelSetAttribute(attr, 1, kern.handle, driver.CUdevice(device))
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise OnlineSoftmaxError(f"cuKernelSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) failed: {err}")
+
+
+_workspaces: dict = {}
+
+
+def _workspace(device: torch.device, n: int) -> torch.Tensor:
+    """The split regime's fp32 workspace, cached per (device, stream): kernels of one stream run in order,
+    so a workspace is never shared by two kernels in flight. Grown on demand."""
+    key = (device.index, _stream_handle(device.index))
+    ws = _workspaces.get(key)
+    if ws is None or ws.numel() < n:
+        ws = _workspaces[key] = torch.empty(max(n, 4096), dtype=torch.float32, device=device)
+    return ws
+
+
+# ---- layouts ----------------------------------------------------------------------------------------------
+
+
+def _row_layout(shape, stride, dim) -> Optional[tuple[int, int, int]]:
+    """(M, N, row_stride) when the reduced dim is last with stride 1 (or size 1) and the leading dims collapse
+    to one row stride; else None."""
+    nd = len(shape)
+    if dim != nd - 1:
+        return None
+    N = shape[-1]
+    if N != 1 and stride[-1] != 1:
+        return None
+    rs = expect = None
+    for i in range(nd - 2, -1, -1):
+        if shape[i] == 1:
+            continue
+        if rs is None:
+            rs = stride[i]
+        elif stride[i] != expect:
+            return None
+        expect = stride[i] * shape[i]
+    M = math.prod(shape[:-1])
+    return M, N, (N if rs is None else rs)
+
+
+def _is_contiguous(shape, stride) -> bool:
+    expect = 1
+    for n, s in zip(reversed(shape), reversed(stride)):
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
+
+
+# ---- running a plan ---------------------------------------------------------------------------------------
+
+
+class _Entry:
+    """Everything one (op, shape, strides, dim, dtype, device, alignment) needs per call: the plan, whether the
+    inputs are made contiguous first, the loaded kernels and the constant tail of each argument tuple."""
+
+    __slots__ = ("plan", "contig", "calls", "ws_n", "device", "single")
+
+    def __init__(self, p: Optional[Plan], device: int, contig: bool, strides: tuple, so: int):
+        self.plan, self.contig, self.device = p, contig, device
+        self.ws_n = p.workspace if p is not None else 0
+        self.calls, self.single = (), None
+        if p is None:  # an empty tensor: nothing to launch
+            return
+        i64, i32 = np.int64, np.int32
+        sa = strides[0]
+        sb = strides[1] if len(strides) > 1 else 0
+        calls = []
+        for l in p.launches:
+            k = _Kernel(l.kernel, device, l.grid, l.block, l.smem, l.cluster)
+            if l.sig in ("rows", "warp"):
+                tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so))
+                if l.sig == "warp":
+                    tail += (i32(p.lg),)
+            elif l.sig == "stats":
+                tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i32(p.parts), i32(p.chunk))
+            elif l.sig == "apply":
+                tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts), i32(p.chunk))
+            else:  # strided
+                tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
+            calls.append((k, l.sig, tail))
+        self.calls = tuple(calls)
+        if len(calls) == 1:
+            self.single = (calls[0][0].launch, calls[0][2])
+
+    def clusters_fit(self) -> bool:
+        return all(k.clusters_fit() is not False for k, _, _ in self.calls)
+
+    def __call__(self, a: int, b: int, out: int, dev: torch.device) -> None:
+        if self.single is not None:
+            launch, tail = self.single
+            launch((a, b, out) + tail)
+            return
+        ws = _workspace(dev, self.ws_n).data_ptr() if self.ws_n else 0
+        for k, sig, tail in self.calls:
+            if sig == "stats":
+                k.launch((a, b, ws) + tail)
+            elif sig == "apply":
+                k.launch((a, b, ws, out) + tail)
+            else:
+                k.launch((a, b, out) + tail)
+
+
+_entries: dict = {}
+
+
+def _device_index(x: torch.Tensor, op: str) -> int:
+    if not x.is_cuda:
+        raise OnlineSoftmaxError(f"{op}: CUDA tensors expected (got {x.device})")
+    return x.device.index if x.device.index is not None else torch.cuda.current_device()
+
+
+def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> _Entry:
+    x = ins[0]
+    if x.dtype not in DT_CODE:
+        raise OnlineSoftmaxError(f"{op}: dtype {x.dtype} not supported (float32, float16, bfloat16)")
+    for t in ins[1:] + (out,):
+        if t.dtype != x.dtype or t.shape != x.shape or t.device != x.device:
+            raise OnlineSoftmaxError(f"{op}: inputs and out must share shape, dtype and device "
+                                     f"(got {[(tuple(u.shape), u.dtype, str(u.device)) for u in ins + (out,)]})")
+    shape = tuple(x.shape)
+    if x.numel() == 0:
+        return _Entry(None, -1, False, (), 0)
+    if not _is_contiguous(shape, out.stride()):
+        raise OnlineSoftmaxError(f"{op}: out must be contiguous (torch.empty_like(x, memory_format="
+                                 "torch.contiguous_format))")
+    reason = available()
+    if reason:
+        raise Unavailable(f"{op}: CUDA kernels cannot run here: {reason}")
+    device = _device_index(x, op)
+    sms = _sms(device)
+    V = vec_width(x.dtype)
+    aligned = all(t.data_ptr() % 16 == 0 for t in ins + (out,))
+    N = shape[dim] if shape else 1
+    strides = [tuple(t.stride()) for t in ins]
+    contig = False
+    rows = [_row_layout(shape, s, dim) for s in strides]
+    if regime != "strided" and all(r is not None for r in rows):
+        M = rows[0][0]
+        rss = tuple(r[2] for r in rows)
+        vec = aligned and (M == 1 or all(rs % V == 0 for rs in rss))
+        p = plan(M, N, x.dtype, op, vec=vec, sms=sms, regime=regime)
+        return _fit(p, device, contig, rss, N, op, M, x.dtype, vec, sms, regime)
+    if not all(_is_contiguous(shape, s) for s in strides):
+        # made contiguous per call (one copy per input). `aligned` stays the verdict on the original pointers:
+        # the cache key only records that bit, and an input that is already contiguous is not copied.
+        contig = True
+    outer = math.prod(shape[:dim])
+    inner = math.prod(shape[dim + 1:])
+    if inner == 1 and regime != "strided":  # contiguous with the dim innermost: rows of N
+        p = plan(outer, N, x.dtype, op, vec=aligned, sms=sms, regime=regime)
+        return _fit(p, device, contig, (N,) * len(ins), N, op, outer, x.dtype, aligned, sms, regime)
+    p = plan(outer, N, x.dtype, op, vec=aligned, inner=inner, layout="strided", sms=sms)
+    return _Entry(p, device, contig, (0,) * len(ins), 0)
+
+
+def _fit(p: Plan, device: int, contig: bool, rss: tuple, N: int, op: str, M: int, dtype, vec: bool, sms: int,
+         regime: Optional[str]) -> _Entry:
+    """The entry for plan p; an automatic cluster plan falls back to the split regime when its clusters cannot be
+    resident on this device or the cluster attributes are refused."""
+    if p.regime != "cluster" or regime is not None:
+        return _Entry(p, device, contig, rss, N)
+    try:
+        e = _Entry(p, device, contig, rss, N)
+        if e.clusters_fit():
+            return e
+    except OnlineSoftmaxError:
+        pass
+    return _Entry(plan(M, N, dtype, op, vec=vec, sms=sms, regime="split"), device, contig, rss, N)
+
+
+def _get(key, op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> _Entry:
+    with _lock:
+        e = _entries.get(key)
+        if e is None:
+            e = _entries[key] = _prepare(op, ins, out, dim, regime)
+    return e
+
+
+def _call(e: _Entry, ins: tuple, out: torch.Tensor, pa: int, pb: int, po: int) -> None:
+    if e.contig:
+        ins = tuple(t.contiguous() for t in ins)
+        pa = ins[0].data_ptr()
+        pb = ins[1].data_ptr() if len(ins) > 1 else 0
+    if e.calls:
+        e(pa, pb, po, ins[0].device)
+
+
+def _run(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str] = None) -> None:
+    """Any op, optionally with a forced regime (the registry variants)."""
+    pa = ins[0].data_ptr()
+    pb = ins[1].data_ptr() if len(ins) > 1 else 0
+    po = out.data_ptr()
+    x = ins[0]
+    key = (op, regime, x.shape, tuple(t.stride() for t in ins), dim, x.dtype, x.get_device(),
+           not ((pa | pb | po) & 15))
+    e = _entries.get(key) or _get(key, op, ins, out, dim, regime)
+    _call(e, ins, out, pa, pb, po)
+
+
+# ---- the contract with ops.py -----------------------------------------------------------------------------
+# The hot path: one key of tensor metadata, one dict lookup, one argument tuple, the launch. `out` must be
+# contiguous (ops.py allocates it so); that is checked when a key is first seen, not on every call.
+
+
+def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
+    """out <- softmax(x, dim) (log_softmax when log). x: CUDA fp32/fp16/bf16, any shape and strides; dim in
+    [0, x.ndim); out contiguous, x's shape and dtype. Accumulates in fp32."""
+    pa, po = x.data_ptr(), out.data_ptr()
+    key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), not ((pa | po) & 15))
+    e = _fwd_entries.get(key)
+    if e is None:
+        e = _get(("fwd",) + key, "log_softmax" if log else "softmax", (x,), out, dim, None)
+        _fwd_entries[key] = e
+    if e.single is not None and not e.contig:
+        launch, tail = e.single
+        launch((pa, 0, po) + tail)
+    else:
+        _call(e, (x,), out, pa, 0, po)
+
+
+def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
+    """out <- dx from y = the forward output (probabilities; log-probabilities when log) and dy:
+    softmax: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy), 0 for a row of y all -inf."""
+    pa, pb, po = y.data_ptr(), dy.data_ptr(), out.data_ptr()
+    key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), not ((pa | pb | po) & 15))
+    e = _bwd_entries.get(key)
+    if e is None:
+        e = _get(("bwd",) + key, "log_softmax_backward" if log else "softmax_backward", (y, dy), out, dim, None)
+        _bwd_entries[key] = e
+    if e.single is not None and not e.contig:
+        launch, tail = e.single
+        launch((pa, pb, po) + tail)
+    else:
+        _call(e, (y, dy), out, pa, pb, po)
+
+
+_fwd_entries: dict = {}
+_bwd_entries: dict = {}
+
+
+def plan_for(op: str, *tensors: torch.Tensor, dim: int = -1, regime: Optional[str] = None) -> Plan:
+    """The plan forward/backward would use for these tensors (inspection; loads kernels on first use)."""
+    out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
+    return _prepare(op, tuple(tensors), out, dim % tensors[0].dim(), regime).plan
+
+
+# ---- resources and the registry variants ------------------------------------------------------------------
+
+
+def plan_resources(p: Plan, arch: str = INSPECT_ARCH) -> dict:
+    """ptxas report of the plan's kernels; for two kernels: max registers/smem/stack, summed spills, and each
+    kernel's own report under "per_kernel"."""
+    rows = []
+    for l in p.launches:
+        r = module(l.kernel, arch).resources(l.kernel)
+        r.update(kernel=l.kernel, block=l.block, grid=l.grid, cluster=l.cluster, dynamic_smem=l.smem,
+                 regime=p.regime)
+        rows.append(r)
+    if len(rows) == 1:
+        return rows[0]
+    return {
+        "kernel": "+".join(r["kernel"] for r in rows),
+        "regime": p.regime,
+        "registers": max(r["registers"] for r in rows),
+        "smem": max(r["smem"] for r in rows),
+        "stack": max(r["stack"] for r in rows),
+        "spill_stores": sum(r["spill_stores"] for r in rows),
+        "spill_loads": sum(r["spill_loads"] for r in rows),
+        "block": rows[0]["block"],
+        "dynamic_smem": max(r["dynamic_smem"] for r in rows),
+        "per_kernel": {r["kernel"]: r for r in rows},
+    }
+
+
+def _variant_plan(op: str, regime: str, M: int, N: int, dtype) -> Plan:
+    dev = torch.cuda.current_device() if torch.cuda.is_available() else None
+    return plan(M, N, dtype, op, vec=True, sms=_sms(dev), regime=regime)
+
+
+def _supports(op: str, regime: str):
+    def supports(M: int, N: int, dtype) -> Optional[str]:
+        if dtype not in DT_CODE:
+            return f"dtype {dtype} not supported"
+        try:
+            _variant_plan(op, regime, M, N, dtype)
+        except Unsupported as e:
+            return str(e)
+        return None
+
+    return supports
+
+
+def _algo_bytes(op: str, regime: str):
+    per = OPS[op][1]  # reads + writes per element, ideal
+
+    def algo_bytes(M: int, N: int, s: int) -> int:
+        ideal = per * M * N * s
+        if regime in ("warp", "block", "cluster"):
+            return ideal
+        reads = OPS[op][0]
+        total = ideal + reads * M * N * s  # the second pass re-reads the inputs (from L2 when the plan works)
+        if regime == "split":
+            dtype = {4: torch.float32, 2: torch.bfloat16}.get(s, torch.float32)
+            try:
+                p = _variant_plan(op, regime, M, N, dtype)
+                total += 8 * M * p.parts * (1 + p.parts)  # partials written once, each read by every chunk
+            except Unsupported:
+                pass
+        return total
+
+    return algo_bytes
+
+
+def _resources(op: str, regime: str):
+    def resources(M: int, N: int, dtype=torch.float32) -> dict:
+        return plan_resources(_variant_plan(op, regime, M, N, dtype))
+
+    return resources
+
+
+def _variant_run(op: str, regime: str):
+    def run(inputs, out) -> None:
+        _run(op, tuple(inputs), out, inputs[0].dim() - 1, regime)
+
+    return run
+
+
+_RUNG = {
+    "warp": ("warp per row", "2^lg lanes (<= 32) per row, RPT rows per lane group, row in registers as 16-byte "
+             "vectors, (m, d) by shuffles"),
+    "block": ("CTA per row", "one CTA (128..512 threads) per row, row in registers (+ dynamic smem), one block "
+              "merge, 16-byte stores"),
+    "cluster": ("cluster per row", "a cluster of C CTAs per row (Hopper DSMEM): each holds N/C in registers + "
+                "smem, partial states exchanged through distributed shared memory; 1 read + 1 write"),
+    "split": ("split rows", "each row cut into P chunks: partial states to an fp32 workspace, then merge + "
+              "re-read (L2) + write: two launches"),
+    "strided": ("strided (non-last dim)", "(outer, N, inner) with threads along inner: states down N, tree "
+                "merge, second pass over the strip (L2); here on (M, N) as inner = 1"),
+}
+
+_SUMMARY_OP = {
+    "softmax": "softmax forward",
+    "log_softmax": "log_softmax forward",
+    "softmax_backward": "softmax backward dx = y * (dy - sum(dy * y))",
+    "log_softmax_backward": "log_softmax backward dx = dy - exp(y) * sum(dy)",
+}
+
+VARIANT_NAMES: list[str] = []
+
+for _op in OP_CODE:
+    for _regime in REGIMES:
+        _name = f"cuda.{_op}_{_regime}"
+        VARIANT_NAMES.append(_name)
+        register(Variant(
+            name=_name, op=_op, backend="cuda", rung=f"production: {_RUNG[_regime][0]}",
+            seed_ref="issue #4", summary=f"{_SUMMARY_OP[_op]}: {_RUNG[_regime][1]}",
+            run=_variant_run(_op, _regime), algo_bytes=_algo_bytes(_op, _regime), device="cuda", dtypes=DTYPES,
+            supports=_supports(_op, _regime), available=available, resources=_resources(_op, _regime),
+        ))
+
+
+def resource_table(arch: str = INSPECT_ARCH, workers: int = 1) -> list[dict]:
+    """One row per instantiation the plans can pick: regimes, kernel, registers, smem, stack, spills."""
+    inst = instantiations()
+    rep = compile_all(inst, arch, workers=workers)
+    return [{"kernel": k, "regimes": ",".join(sorted(inst[k])), **{f: rep[k][f] for f in
+             ("registers", "smem", "stack", "spill_stores", "spill_loads")}} for k in sorted(inst)]
+
+
+if __name__ == "__main__":  # python -m onlinesoftmax.variants.production: ptxas table of every instantiation
+    import os
+
+    print(f"{'kernel':40s} {'regimes':8s} {'regs':>4s} {'smem':>6s} {'stack':>5s} {'spills st/ld':>12s}")
+    for r in resource_table(workers=os.cpu_count() or 1):
+        print(f"{r['kernel']:40s} {r['regimes']:8s} {r['registers']:4d} {r['smem']:6d} {r['stack']:5d} "
+              f"{r['spill_stores']:6d}/{r['spill_loads']:<5d}")

@@ -1,0 +1,250 @@
+"""Production CUDA softmax kernels on a GPU (marker gpu; skipped without CUDA).
+
+- every production variant (cuda.<op>_<regime>) against the float64 reference with the harness's checker, on
+  every input kind, every dtype, shapes on both sides of its thresholds (taken from the plan rules), odd N,
+  N = 1, M = 1;
+- the public forward / backward (what ops.py calls) on non-contiguous inputs, non-last dims of 3-D and 4-D
+  tensors, an unaligned pointer, expanded rows, 1-D inputs, the automatic plans of a few large shapes, a side
+  stream, and one tensor beyond 2^31 elements (64-bit offsets).
+
+The instantiations the variant checks use are compiled up front in parallel (same cache entries as the
+run-time path), so a cold NVRTC cache costs seconds, not minutes.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+pytest.importorskip("cuda.core", reason="cuda-core not installed")
+
+from onlinesoftmax import reference as R  # noqa: E402
+from onlinesoftmax import registry  # noqa: E402
+from onlinesoftmax.harness.check import check_variant, compare, error_scale, run_checked  # noqa: E402
+from onlinesoftmax.harness.inputs import kinds_for, make_inputs, out_shape  # noqa: E402
+from onlinesoftmax.runtime import nvrtc  # noqa: E402
+from onlinesoftmax.variants import production as P  # noqa: E402
+
+DTYPES = P.DTYPES
+
+
+def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
+    """(M, N) on both sides of the regime's thresholds, from the plan rules."""
+    W = P.vec_width(dtype)
+    wmax = P.warp_max_n(op, dtype, W)
+    rcap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W
+    cap = P.row_capacity(op, dtype, W)
+    return {
+        # N = 1, odd N (scalar path), the longest warp row; M = 37 spans several lane groups and a partial CTA
+        "warp": [(1, 1), (37, 33), (37, wmax)],
+        # just above the warp regime, odd N, registers full, first smem slot
+        "block": [(3, wmax + W), (2, wmax + 1), (2, rcap), (1, rcap + W)],
+        # a cluster of 2 on a short row (mostly empty CTAs), just above one CTA, N = 262144 (C = 8, or 16 fp32 bwd)
+        "cluster": [(2, 100 * W), (2, cap + W), (1, 262144)],
+        # one element, odd N, several chunks per row
+        "split": [(1, 1), (3, 3001), (2, 70000)],
+        # the strided kernel on (M, N) as (outer = M, N, inner = 1)
+        "strided": [(3, 5), (2, 300)],
+    }[regime]
+
+
+def _variants():
+    return [registry.get(n) for n in P.VARIANT_NAMES]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _precompile():
+    arch = nvrtc.current_arch()
+    names = set()
+    for v in _variants():
+        regime = v.name.rsplit("_", 1)[1]
+        for dtype in DTYPES:
+            for M, N in _shapes(v.op, regime, dtype):
+                try:
+                    names.update(P.plan(M, N, dtype, v.op, sms=P._sms(0), regime=regime).kernels)
+                except P.Unsupported:
+                    pass
+    P.compile_all(names, arch, batch=1, workers=max(1, min(16, os.cpu_count() or 1)))
+
+
+def _check_rounded(v, M, N, dtype, kind, seed):
+    """check_variant with the reference rounded to the output dtype: log_softmax of "huge" inputs is below
+    -dtype max (x - m ~ -2 max), so the exact answer is -inf in the dtype while the float64 reference is finite."""
+    host = make_inputs(v.op, M, N, dtype, kind, seed)
+    ref = R.reference(v.op, host)
+    ref = torch.from_numpy(ref).to(dtype).double().numpy()
+    out = torch.empty(out_shape(v.op, M, N), dtype=dtype, device="cuda")
+    run_checked(v, tuple(t.cuda() for t in host), out)
+    return compare(out, ref, dtype, error_scale(v.op, host, ref))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("name", P.VARIANT_NAMES)
+def test_variant_matches_reference(name, dtype, seed):
+    v = registry.get(name)
+    regime = name.rsplit("_", 1)[1]
+    failures, ran = [], 0
+    for M, N in _shapes(v.op, regime, dtype):
+        for kind in kinds_for(v.op):
+            if v.op == "log_softmax" and kind == "huge":
+                rep = _check_rounded(v, M, N, dtype, kind, seed)
+            else:
+                rep = check_variant(v, M, N, dtype, kind, seed)
+            if rep.skipped:
+                failures.append(f"({M}, {N}) refused: {rep.message}")
+                continue
+            ran += 1
+            if not rep.ok:
+                failures.append(f"({M}, {N}) {kind}: {rep.message}")
+    assert ran and not failures, "\n".join(failures)
+
+
+# ---- the public entry points ----------------------------------------------------------------------------
+
+
+def _ref_forward(x, dim, log):
+    xm = x.detach().cpu().double().movedim(dim, -1)
+    r = (R.log_softmax if log else R.softmax)(xm.reshape(-1, xm.shape[-1]))
+    return torch.from_numpy(r).reshape(xm.shape).movedim(-1, dim)
+
+
+def _ref_backward(y, dy, dim, log):
+    ym = y.detach().cpu().double().movedim(dim, -1)
+    dym = dy.detach().cpu().double().movedim(dim, -1)
+    f = R.log_softmax_backward if log else R.softmax_backward
+    r = f(ym.reshape(-1, ym.shape[-1]), dym.reshape(-1, ym.shape[-1]))
+    return torch.from_numpy(r).reshape(ym.shape).movedim(-1, dim)
+
+
+def _layouts(dtype):
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+    base = rnd(6, 37, 40)
+    wide = rnd(5, 1025)
+    return [
+        ("contiguous, last dim", rnd(4, 5, 64), 2),
+        ("3-D dim 0", base, 0),
+        ("3-D dim 1", base, 1),
+        ("3-D dim 2", base, 2),
+        ("transposed, last dim", base.transpose(1, 2), 2),
+        ("transposed, dim 1", base.transpose(1, 2), 1),
+        ("unaligned pointer x[:, 1:]", wide[:, 1:], 1),
+        ("unaligned, long rows", rnd(3, 20001)[:, 1:], 1),
+        ("padded rows x[:, :512]", wide[:, :512], 1),
+        ("expanded rows (stride 0)", rnd(1, 96).expand(5, 96), 1),
+        ("1-D", rnd(300), 0),
+        ("N = 1", rnd(7, 1), 1),
+        ("dim 0 of size 1", rnd(1, 9), 0),
+        ("4-D dim 1", rnd(2, 33, 3, 8), 1),
+        ("strided, odd inner", rnd(3, 50, 7), 1),
+        ("dim 0 of 70 x 64", rnd(70, 64), 0),
+        ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
+        ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
+    ]
+
+
+def _tol(dtype):
+    from onlinesoftmax.harness.check import TOLERANCE
+
+    return TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_forward_backward_layouts(dtype, log):
+    failures = []
+    for label, x, dim in _layouts(dtype):
+        out = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
+        P.forward(x, out, dim, log)
+        torch.cuda.synchronize()
+        rep = compare(out, _ref_forward(x, dim, log).numpy(), dtype)
+        if not rep.ok:
+            failures.append(f"forward {label}: {rep.message}")
+        y = out.clone()
+        dy = torch.randn(x.shape, device="cuda").to(dtype)
+        if x.dim() > 1:  # strides other than y's: the backward takes each input's own layout
+            dy = dy.transpose(0, -1).contiguous().transpose(0, -1)
+        dx = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
+        P.backward(y, dy, dx, dim, log)
+        torch.cuda.synchronize()
+        ref = _ref_backward(y, dy, dim, log).numpy()
+        scale = np.maximum(np.abs(np.nan_to_num(ref)), np.abs(dy.double().cpu().numpy())).max(initial=0.0)
+        rep = compare(dx, ref, dtype, np.full(ref.shape, scale))
+        if not rep.ok:
+            failures.append(f"backward {label}: {rep.message}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("shape, dim, dtype, regime", [
+    ((4096, 128), 1, torch.bfloat16, "warp"),
+    ((2048, 4096), 1, torch.float32, "block"),
+    ((256, 32768), 1, torch.bfloat16, "block"),
+    ((256, 65536), 1, torch.float16, "cluster"),
+    ((64, 262144), 1, torch.float32, "cluster"),
+    ((1, 262144), 1, torch.bfloat16, "split"),
+    ((32, 131072), 1, torch.float32, "split"),
+    ((1, 1 << 20), 1, torch.float32, "split"),
+    ((2048, 2048), 0, torch.float32, "strided"),
+])
+def test_automatic_plans(shape, dim, dtype, regime):
+    x = torch.randn(shape, device="cuda").to(dtype) * 4
+    for log in (False, True):
+        op = "log_softmax" if log else "softmax"
+        assert P.plan_for(op, x, dim=dim).regime == regime
+        out = torch.empty_like(x)
+        P.forward(x, out, dim, log)
+        want = (torch.log_softmax if log else torch.softmax)(x.double(), dim)
+        rtol, atol = _tol(dtype)
+        torch.testing.assert_close(out.double(), want.to(dtype).double(), rtol=2 * rtol, atol=atol + 2 * rtol)
+        bop = op + "_backward"
+        y = out
+        dy = torch.randn_like(x)
+        assert P.plan_for(bop, y, dy, dim=dim).regime in (regime, "split", "cluster")
+        dx = torch.empty_like(x)
+        P.backward(y, dy, dx, dim, log)
+        yd, dyd = y.double(), dy.double()
+        if log:
+            want = dyd - yd.exp() * dyd.sum(dim, keepdim=True)
+        else:
+            want = yd * (dyd - (dyd * yd).sum(dim, keepdim=True))
+        scale = dyd.abs().amax(dim, keepdim=True)
+        err = (dx.double() - want).abs() / scale
+        assert err.max().item() < 8 * rtol, (shape, dim, dtype, log, err.max().item())
+
+
+def test_side_stream_and_workspace():
+    x = torch.randn(4, 200000, device="cuda")
+    out = torch.empty_like(x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        assert P.plan_for("softmax", x).regime == "split"
+        P.forward(x, out, 1, False)
+    s.synchronize()
+    torch.testing.assert_close(out, torch.softmax(x, 1), rtol=2e-5, atol=1e-7)
+
+
+def test_beyond_2_31_elements():
+    """Row offsets in 64 bits: 2^21 + 3 rows of 1024 bf16 (just over 2^31 elements); the last rows checked."""
+    M, N = (1 << 21) + 3, 1024
+    need = 2 * M * N * 2
+    free, _ = torch.cuda.mem_get_info()
+    if free < need + (2 << 30):
+        pytest.skip(f"needs {need >> 30} GiB free")
+    x = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    x[-8:].normal_()
+    x[:-8].fill_(1.0)
+    out = torch.empty_like(x)
+    P.forward(x, out, 1, False)
+    want = torch.softmax(x[-8:].double(), 1)
+    torch.testing.assert_close(out[-8:].double(), want.to(torch.bfloat16).double(), rtol=1.6e-2, atol=1e-5)
+    assert torch.all(out[:4].float() == 1.0 / N)
+    del x, out
+    torch.cuda.empty_cache()

@@ -1,0 +1,304 @@
+"""Production softmax kernels (kernels/cuda/softmax.cu, variants/production.py) without a GPU.
+
+- every instantiation the launch plans can pick compiles for sm_90 with no spills and no stack frame; the list
+  comes from the plan rules themselves (production.instantiations probes them on both sides of every breakpoint);
+- the plans pick each regime on both sides of each threshold (pure Python);
+- the registry variants exist, refuse what they cannot run with a reason, report resources without a GPU.
+"""
+
+import math
+import os
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("cuda.core", reason="cuda-core not installed (pip install .[cuda])")
+
+from onlinesoftmax import registry  # noqa: E402
+from onlinesoftmax.errors import Unavailable  # noqa: E402
+from onlinesoftmax.runtime import nvrtc  # noqa: E402
+
+try:
+    nvrtc.nvrtc_version()
+except Unavailable as e:  # pragma: no cover - CI installs nvidia-cuda-nvrtc
+    pytest.skip(f"NVRTC not loadable: {e}", allow_module_level=True)
+
+from onlinesoftmax.variants import production as P  # noqa: E402  (registers the production variants)
+
+ARCH = "sm_90"
+SMS = 132
+SMEM_PER_SM = 228 * 1024
+REGS_PER_SM = 64 * 1024
+FWD, BWD = P.FORWARD_OPS, P.BACKWARD_OPS
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Keep the test's cubins out of ~/.cache (as tests/test_compile.py)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv(nvrtc.CACHE_ENV, str(tmp_path_factory.mktemp("nvrtc-cache")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def inst():
+    return P.instantiations()
+
+
+@pytest.fixture(scope="module")
+def report(inst):
+    # one NVRTC call per 48 kernels, spread over the CPU cores (each worker process reads the cache env var)
+    return P.compile_all(inst, ARCH, batch=48, workers=max(1, min(4, os.cpu_count() or 1)))
+
+
+# ---- compilation ----------------------------------------------------------------------------------------
+
+
+def test_every_instantiation_compiles_without_spills(inst, report):
+    assert set(report) == set(inst)
+    assert len(inst) > 100
+    bad = {k: r for k, r in report.items() if r["spill_stores"] or r["spill_loads"] or r["stack"]}
+    assert not bad, bad
+    for k, r in report.items():
+        assert 0 < r["registers"] <= 255, (k, r)
+
+
+def _block_of(name: str) -> int:
+    fam = name.split("<")[0]
+    args = [int(a) for a in name[name.index("<") + 1:-1].split(",")]
+    if fam.endswith("_warp"):
+        return P.WARP_THREADS
+    if fam.endswith("_row"):
+        return args[3]
+    if "split" in fam:
+        return P.SPLIT_THREADS
+    return P.STRIDED_THREADS
+
+
+def test_occupancy_targets(inst, report):
+    """Launch bounds hold: warp kernels 4 CTAs/SM, row kernels 1024 threads/SM (two 512-thread CTAs per SM for the
+    block/cluster rows), strided 2 CTAs/SM; dynamic + static smem of two row CTAs fits an SM."""
+    for k, r in report.items():
+        threads = _block_of(k)
+        per_sm = {"warp": 4 * threads, "row": 1024, "strided": 2 * threads}
+        fam = k.split("<")[0].split("_", 1)[1]
+        if fam in per_sm:
+            assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
+    for op in P.OP_CODE:
+        for dtype in P.DTYPES:
+            W = P.vec_width(dtype)
+            dyn = P.smem_bytes(op, W, P.ROW_MAX_THREADS, P.smem_slots(op, dtype, W))
+            name = f"{'fwd' if op in FWD else 'bwd'}_row<{P.OP_CODE[op]},{P.DT_CODE[dtype]},{W},512," \
+                   f"{P.reg_slots(op, dtype, W)},{P.smem_slots(op, dtype, W)},2>"
+            assert name in report, name
+            assert 2 * (dyn + report[name]["smem"] + 1024) <= SMEM_PER_SM, (name, dyn)
+
+
+def test_plans_only_pick_enumerated_kernels(inst):
+    """The probe grid of `instantiations` covers what plan returns on arbitrary shapes."""
+    rng = random.Random(1234)
+    for _ in range(3000):
+        op = rng.choice(list(P.OP_CODE))
+        dtype = rng.choice(P.DTYPES)
+        N = rng.choice([rng.randint(1, 2048), rng.randint(1, 1 << 19)])
+        M = rng.choice([1, 2, rng.randint(1, 300), rng.randint(1, 1 << 20)])
+        vec = rng.random() < 0.7
+        regime = rng.choice([None, None, "warp", "block", "cluster", "split", "strided"])
+        try:
+            p = P.plan(M, N, dtype, op, vec=vec, sms=SMS, regime=regime)
+        except P.Unsupported:
+            continue
+        for k in p.kernels:
+            assert k in inst, (op, dtype, M, N, vec, regime, k)
+        inner = rng.choice([1, 3, 8, 1000, 4096])
+        p = P.plan(M % 64 + 1, N, dtype, op, vec=vec, inner=inner, layout="strided", sms=SMS)
+        assert p.kernels[0] in inst, p
+
+
+# ---- the plan rules -------------------------------------------------------------------------------------
+
+
+def _regime(op, dtype, M, N, vec=True):
+    return P.plan(M, N, dtype, op, vec=vec, sms=SMS).regime
+
+
+@pytest.mark.parametrize("dtype", P.DTYPES)
+@pytest.mark.parametrize("op", list(P.OP_CODE))
+def test_regime_thresholds(op, dtype):
+    W = P.vec_width(dtype)
+    many = 1 << 16
+    wmax = P.warp_max_n(op, dtype, W)
+    reg_cap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W
+    cap = P.row_capacity(op, dtype, W)
+    cmax = P.max_cluster(op, dtype)
+    # warp | block
+    assert _regime(op, dtype, many, wmax) == "warp"
+    assert _regime(op, dtype, many, wmax + W) == "block"
+    assert _regime(op, dtype, 1, 1) == "warp"
+    # block in registers | block with smem slots | cluster of 2
+    p = P.plan(many, reg_cap, dtype, op, sms=SMS)
+    assert p.regime == "block" and p.launches[0].smem == 0
+    p = P.plan(many, reg_cap + W, dtype, op, sms=SMS)
+    assert p.regime == "block" and p.launches[0].smem > 0
+    assert cap == 2 * reg_cap
+    p = P.plan(many, cap, dtype, op, sms=SMS)
+    assert p.regime == "block" and p.launches[0].cluster == 1
+    p = P.plan(many, cap + W, dtype, op, sms=SMS)
+    assert p.regime == "cluster" and p.launches[0].cluster == 2
+    # the largest cluster, then split
+    p = P.plan(4096, cmax * cap, dtype, op, sms=SMS)
+    assert p.regime == "cluster" and p.launches[0].cluster == cmax
+    assert _regime(op, dtype, 4096, cmax * cap + W) == "split"
+    assert cmax * cap >= 262144  # the brief: large N up to at least 262144 for every dtype
+    # few rows: split once M * (CTAs per row) < SMs and N >= SPLIT_MIN_N
+    n = P.SPLIT_MIN_N
+    assert _regime(op, dtype, SMS - 1, n) == "split"
+    assert _regime(op, dtype, SMS, n) == "block"
+    assert _regime(op, dtype, 1, n - W) == "block"
+    c = P.cluster_size(op, dtype, W, 4 * cap)
+    assert _regime(op, dtype, math.ceil(SMS / c), 4 * cap) == "cluster"
+    assert _regime(op, dtype, math.ceil(SMS / c) - 1, 4 * cap) == "split"
+    assert _regime(op, dtype, 1, 262144) == "split"
+    if op in FWD:  # the brief's few-rows examples (fp32 backward holds 16K per CTA: 32 rows x 8 CTAs fill a wave)
+        assert _regime(op, dtype, 32, 131072) == "split"
+    # the scalar path: odd N or unaligned data; no cluster for it (split beyond one CTA's registers)
+    assert P.plan(many, wmax + W + 1, dtype, op, sms=SMS).W == 1
+    assert P.plan(many, 4096, dtype, op, vec=False, sms=SMS).W == 1
+    assert P.plan(many, 4096, dtype, op, vec=True, sms=SMS).W == W
+    scal_cap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, 1)
+    assert _regime(op, dtype, many, scal_cap, vec=False) == "block"
+    assert _regime(op, dtype, many, scal_cap + 1, vec=False) == "split"
+    assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1), vec=False) == "warp"
+    assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1) + 1, vec=False) == "block"
+
+
+def test_warp_rules():
+    f32, bf16 = torch.float32, torch.bfloat16
+    assert P.warp_config("softmax", f32, 4, 128) == (5, 1, 4)  # 32 lanes x 1 float4, 4 rows per lane group
+    assert P.warp_config("softmax", bf16, 8, 128) == (4, 1, 4)  # 16 lanes x 8 bf16, 4 rows: 64 B in flight
+    assert P.warp_config("softmax", f32, 4, 1024) == (5, 8, 1)
+    assert P.warp_config("softmax", f32, 4, 4) == (0, 1, 4)
+    assert P.warp_config("softmax", f32, 1, 1) == (0, 1, 4)
+    assert P.warp_max_n("softmax", f32, 4) == 1024 and P.warp_max_n("softmax", bf16, 8) == 1024
+    assert P.warp_max_n("softmax_backward", f32, 4) == 512 and P.warp_max_n("softmax_backward", bf16, 8) == 1024
+    for op in P.OP_CODE:
+        for dtype in P.DTYPES:
+            for W in (1, P.vec_width(dtype)):
+                for N in range(1, P.warp_max_n(op, dtype, W) + 1, 7):
+                    lg, slots, rpt = P.warp_config(op, dtype, W, N)
+                    assert (1 << lg) * slots * W >= N
+                    assert slots == 1 or lg == 5  # the kernel's TPR is the compile-time 32 when SLOTS > 1
+                    assert 1 <= rpt <= P.MAX_RPT
+
+
+def test_block_rules():
+    for op in P.OP_CODE:
+        for dtype in P.DTYPES:
+            W = P.vec_width(dtype)
+            for N in (P.warp_max_n(op, dtype, W) + W, 4096, 8192, P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W):
+                threads, slots = P.block_threads(op, dtype, W, N)
+                assert P.ROW_MIN_THREADS <= threads <= P.ROW_MAX_THREADS and threads * slots * W >= N
+
+
+def test_split_rules():
+    parts, chunk = P.split_parts(1, 262144, 4, SMS)
+    assert parts * chunk * 4 >= 262144 and parts >= 64
+    parts, chunk = P.split_parts(32, 131072, 8, SMS)
+    assert 32 * parts >= 2 * SMS and chunk % P.SPLIT_THREADS == 0
+    assert P.split_parts(3, 1, 4, SMS)[0] == 1
+    assert P.split_parts(3, 700, 1, SMS, min_parts=2)[0] >= 2
+    p = P.plan(1, 262144, torch.float32, "softmax", sms=SMS)
+    assert p.regime == "split" and p.workspace == 2 * p.parts
+    assert [l.sig for l in p.launches] == ["stats", "apply"]
+
+
+def test_strided_rules():
+    # softmax over dim 0 of 8192 x 8192 fp32: threads down N, the persistent grid's strips inside the L2 budget
+    lanes, rows, strips, grid = P.strided_tile("softmax", torch.float32, 4, 1, 8192, 8192, SMS)
+    assert lanes == 1 and rows == P.STRIDED_THREADS and SMS <= grid <= P.STRIDED_CTAS_PER_SM * SMS
+    assert strips * lanes * 4 >= 8192 and grid * 8192 * 16 <= P.STRIDED_L2_BUDGET
+    lanes, rows, strips, grid = P.strided_tile("softmax_backward", torch.float32, 4, 1, 8192, 8192, SMS)
+    assert lanes == 1 and grid == SMS  # y and dy: twice the bytes per strip, one CTA per SM
+    # short columns: lanes across inner instead of idle rows
+    lanes, rows, strips, grid = P.strided_tile("softmax", torch.float32, 4, 64, 8, 4096, SMS)
+    assert rows == 8 and lanes == 64 and lanes * rows <= P.STRIDED_THREADS
+    p = P.plan(4, 100, torch.bfloat16, "softmax", inner=24, layout="strided", sms=SMS)
+    assert p.regime == "strided" and p.W == 8 and p.items == 4 * p.strips
+    assert P.plan(4, 100, torch.bfloat16, "softmax", inner=20, layout="strided", sms=SMS).W == 1
+
+
+def test_forced_regimes_refuse_with_reasons():
+    f32 = torch.float32
+    with pytest.raises(P.Unsupported, match="warp"):
+        P.plan(4, 2048, f32, "softmax", regime="warp")
+    with pytest.raises(P.Unsupported, match="aligned"):
+        P.plan(4, 4097, f32, "softmax", regime="cluster")
+    with pytest.raises(P.Unsupported, match="fit one CTA"):
+        P.plan(4, 40000, f32, "softmax", regime="block")
+    assert P.plan(4, 8, f32, "softmax", regime="cluster").launches[0].cluster == 2  # forced: at least 2
+    assert P.plan(4, 700, f32, "softmax", regime="split").parts >= 2
+
+
+# ---- layouts (pure Python) ------------------------------------------------------------------------------
+
+
+def test_row_layout_detection():
+    assert P._row_layout((4, 5, 6), (30, 6, 1), 2) == (20, 6, 6)
+    assert P._row_layout((4, 5, 6), (60, 12, 1), 2) == (20, 6, 12)  # padded rows: one row stride
+    assert P._row_layout((4, 5, 6), (70, 12, 1), 2) is None  # leading dims do not collapse
+    assert P._row_layout((4, 6), (1, 4), 1) is None  # transposed: the dim has stride 4
+    assert P._row_layout((4, 1), (1, 4), 1) == (4, 1, 1)  # N = 1: its stride is irrelevant
+    assert P._row_layout((5, 96), (0, 1), 1) == (5, 96, 0)  # expanded rows
+    assert P._row_layout((7,), (1,), 0) == (1, 7, 7)
+    assert P._row_layout((4, 5, 6), (30, 6, 1), 1) is None
+    assert P._is_contiguous((4, 5, 6), (30, 6, 1)) and not P._is_contiguous((4, 6, 5), (30, 1, 6))
+    assert P._is_contiguous((1, 5), (99, 1))
+
+
+# ---- the registry variants ------------------------------------------------------------------------------
+
+
+def test_variants_registered():
+    names = [v.name for v in registry.variants(backend="cuda") if v.name in P.VARIANT_NAMES]
+    assert len(names) == len(P.VARIANT_NAMES) == 20
+    for op in P.OP_CODE:
+        for regime in P.REGIMES:
+            v = registry.get(f"cuda.{op}_{regime}")
+            assert v.op == op and v.device == "cuda" and v.backend == "cuda"
+            assert set(v.dtypes) == set(P.DTYPES)
+
+
+def test_variant_supports_and_bytes():
+    f32, bf16 = torch.float32, torch.bfloat16
+    assert registry.get("cuda.softmax_warp").supports(8, 1024, f32) is None
+    assert "too long" in registry.get("cuda.softmax_warp").supports(8, 1025, f32)
+    assert "aligned" in registry.get("cuda.softmax_cluster").supports(8, 1001, f32)
+    assert registry.get("cuda.softmax_cluster").supports(8, 262144, bf16) is None
+    assert registry.get("cuda.softmax_backward_cluster").supports(2, 262144, f32) is None  # C = 16
+    assert "fit one CTA" in registry.get("cuda.softmax_block").supports(8, 40000, f32)
+    for op in P.OP_CODE:
+        ideal = registry.ideal_bytes(op, 64, 4096, 2)
+        for regime in ("warp", "block", "cluster"):
+            assert registry.get(f"cuda.{op}_{regime}").algo_bytes(64, 4096, 2) == ideal
+        for regime in ("split", "strided"):
+            assert registry.get(f"cuda.{op}_{regime}").algo_bytes(64, 4096, 2) > ideal
+
+
+def test_variant_resources_without_gpu():
+    for name, M, N in [("cuda.softmax_warp", 4096, 128), ("cuda.log_softmax_block", 64, 8192),
+                       ("cuda.softmax_cluster", 64, 131072), ("cuda.softmax_backward_split", 1, 262144),
+                       ("cuda.log_softmax_backward_strided", 8, 300)]:
+        r = registry.get(name).resources(M, N, torch.bfloat16)
+        assert r["registers"] > 0 and r["spill_stores"] == 0 and r["stack"] == 0, (name, r)
+    r = registry.get("cuda.softmax_split").resources(1, 262144, torch.float32)
+    assert set(r["per_kernel"]) == {"fwd_split_stats<0,4>", "fwd_split_apply<0,0,4>"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_no_gpu_is_unavailable():
+    x = torch.zeros(2, 8)
+    assert "GPU" in registry.get("cuda.softmax_warp").available()
+    with pytest.raises(Unavailable):
+        P.forward(x, torch.empty_like(x), 1, False)
