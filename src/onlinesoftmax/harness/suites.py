@@ -35,7 +35,7 @@ class Group:
     """One table: an op at one shape and dtype, every matching variant in registry order.
 
     A ladder group takes every variant of its backends. A sweep group takes the public ops
-    (`api.*`), the baselines, and the ladder's best rung that runs the shape: the one that moves
+    (`api.*`), the baselines, and the seeds' best rung that runs the shape: the one that moves
     the fewest bytes; on a tie the one without a stack frame, then the later rung."""
 
     title: str
@@ -54,7 +54,7 @@ class Group:
         chosen = [v for v in variants(op=self.op)
                   if v.baseline or (v.name.startswith("api.") and v.backend in ours)]
         ladder = [] if "cuda" not in ours else [v for v in variants(op=self.op, backend="cuda")
-                  if v.name.startswith("cuda.") and not v.refuses(self.M, self.N, self.dtype)]
+                  if v.seed_ref.startswith("seed") and not v.refuses(self.M, self.N, self.dtype)]
         if ladder:
             size = torch.empty((), dtype=self.dtype).element_size()
 
