@@ -15,7 +15,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _cuda_available() -> Optional[str]:
-    from ..runtime.launch import available
+    from ..runtime import available
 
     return available()
 

@@ -31,6 +31,7 @@ import torch
 
 from ..errors import OnlineSoftmaxError, Unavailable
 from ..registry import Variant, register
+from ..runtime import available
 from ..runtime import launch as rt_launch
 from ..runtime import nvrtc
 
@@ -67,21 +68,8 @@ FILES = {
 
 # ---- availability, modules, launches -------------------------------------------------------------
 
-_avail: Optional[tuple] = None
 
 
-def available() -> Optional[str]:
-    """None if a GPU is visible to torch and cuda.core + NVRTC load, else the reason."""
-    global _avail
-    if _avail is None:
-        reason = rt_launch.available()
-        if reason is None:
-            try:
-                nvrtc.nvrtc_version()
-            except Unavailable as e:
-                reason = str(e)
-        _avail = (reason,)
-    return _avail[0]
 
 
 _archs: dict = {}

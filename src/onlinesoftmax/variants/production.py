@@ -41,6 +41,7 @@ import torch
 
 from ..errors import OnlineSoftmaxError, Unavailable
 from ..registry import OPS, Variant, register
+from ..runtime import available
 from ..runtime import launch as rt_launch
 from ..runtime import nvrtc
 
@@ -409,21 +410,8 @@ def _probe_instantiations() -> dict[str, set]:
 _lock = threading.Lock()
 _modules: dict = {}  # (kernel, arch) -> CompiledModule (one instantiation per module: compile what is used)
 _archs: dict = {}
-_avail: Optional[tuple] = None
 
 
-def available() -> Optional[str]:
-    """None if a GPU is visible to torch and cuda.core + NVRTC load, else the reason."""
-    global _avail
-    if _avail is None:
-        reason = rt_launch.available()
-        if reason is None:
-            try:
-                nvrtc.nvrtc_version()
-            except Unavailable as e:
-                reason = str(e)
-        _avail = (reason,)
-    return _avail[0]
 
 
 def module(kernel: str, arch: str = INSPECT_ARCH) -> nvrtc.CompiledModule:
