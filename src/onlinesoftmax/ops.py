@@ -70,7 +70,7 @@ def _resolve(x, dim: int, backend: str) -> tuple[int, str]:
 def _default_backend(x) -> str:
     if not x.is_cuda:
         return "reference"
-    from .runtime.launch import available
+    from .runtime import available
 
     return "cuda" if available() is None else "triton"
 

@@ -3,31 +3,14 @@ backend's own dispatch picking the regime. `sweep` times these against the basel
 
 from __future__ import annotations
 
-import os
-from typing import Optional
-
 import torch
 
 from .. import ops
-from ..registry import OPS, Variant, register
+from ..registry import OPS, Variant, ideal_bytes, register
+from ..runtime import available as runtime_available
+from .triton import available as triton_available
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _cuda_available() -> Optional[str]:
-    from ..runtime import available
-
-    return available()
-
-
-def _triton_available() -> Optional[str]:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return "triton is not installed"
-    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
-        return None
-    return "no CUDA GPU (set TRITON_INTERPRET=1 to run the Triton kernels on the CPU)"
 
 
 def _call(op: str, backend: str):
@@ -37,7 +20,7 @@ def _call(op: str, backend: str):
     return lambda a: ops._forward(a[0], a[0].dim() - 1, log, backend)
 
 
-for _backend, _available in (("cuda", _cuda_available), ("triton", _triton_available)):
+for _backend, _available in (("cuda", runtime_available), ("triton", triton_available)):
     for _op in OPS:
         if _op == "sum":
             continue
@@ -47,7 +30,7 @@ for _backend, _available in (("cuda", _cuda_available), ("triton", _triton_avail
             rung=f"onlinesoftmax.{_op.replace('_backward', '')} ({_backend}, auto regime)",
             seed_ref="issue: production ops", summary=f"the public op on the {_backend} backend",
             run=lambda inputs, out, fn=_fn: out.copy_(fn(inputs)), call=_fn,
-            algo_bytes=lambda M, N, s, k=(2 if _op in ("softmax", "log_softmax") else 3): k * M * N * s,
+            algo_bytes=lambda M, N, s, op=_op: ideal_bytes(op, M, N, s),
             device="cuda" if torch.cuda.is_available() or _backend == "cuda" else "cpu",
             dtypes=DTYPES, available=_available,
         ))

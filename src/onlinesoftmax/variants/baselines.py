@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from ..registry import OPS, Variant, register
+from ..registry import OPS, Variant, ideal_bytes, register
 
 LIGER_MAX_N = 65536  # Liger 0.8.5 raises "n exceeds the recommended Triton blocksize" above this
 
@@ -26,15 +26,11 @@ def _liger() -> Optional[str]:
     return _gpu()
 
 
-def _ideal(op):
-    return lambda M, N, s: (2 if op in ("softmax", "log_softmax") else 3) * M * N * s
-
-
 def _register(name, op, rung, call, run=None, available=_gpu, supports=None):
     register(Variant(
         name=name, op=op, backend="baseline", rung=rung, seed_ref="-", summary=rung,
         run=run or (lambda inputs, out: out.copy_(call(inputs))), call=call,
-        algo_bytes=_ideal(op), device="cuda", dtypes=(torch.float32, torch.float16, torch.bfloat16),
+        algo_bytes=lambda M, N, s: ideal_bytes(op, M, N, s), device="cuda", dtypes=(torch.float32, torch.float16, torch.bfloat16),
         available=available, baseline=True,
         **({"supports": supports} if supports else {}),
     ))

@@ -55,7 +55,7 @@ def kernels():
     return softmax
 
 
-def _available() -> Optional[str]:
+def available() -> Optional[str]:
     try:
         import triton  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import failure makes the backend unavailable
@@ -120,7 +120,7 @@ def _algo_bytes(backward: bool, regime: str):
 
 def _resources(backward: bool, log: bool, regime: str):
     def resources(M: int, N: int, dtype: torch.dtype):
-        if _available() is not None:
+        if available() is not None:
             return None
         return kernels().kernel_resources(M, N, dtype, backward, log, regime)
 
@@ -142,7 +142,7 @@ for _op, (_backward, _log) in _OPS.items():
                 device=DEVICE,
                 dtypes=DTYPES,
                 supports=_supports(_backward, _regime),
-                available=_available,
+                available=available,
                 resources=_resources(_backward, _log, _regime),
             )
         )

@@ -62,12 +62,7 @@ __device__ __forceinline__ void md_merge(float& m, float& d, float m2, float d2)
 }
 
 // (m, d) <- (m, d) (+) (x, 1): the per-element online recurrence of seed 000 §1.
-__device__ __forceinline__ void md_update(float& m, float& d, float x) {
-    const float mn = fmaxf(m, x);
-    const float s = os_safe_shift(mn);
-    d = d * expf(m - s) + expf(x - s);
-    m = mn;
-}
+__device__ __forceinline__ void md_update(float& m, float& d, float x) { md_merge(m, d, x, 1.0f); }
 
 // (m, d) <- (m, d) (+) state(v.x, v.y, v.z, v.w): the max of the four first, then one rescale
 // (5 exps per 4 elements instead of 8).
