@@ -16,8 +16,7 @@ two applies.
 Regimes (row layout), picked by `choose_regime` from N, M and the register budget of the op and dtype:
     warp     N <= warp_max_n (1024 fwd; 512 fp32 bwd): 2^lg lanes per row, RPT rows per lane group in flight
     block    one CTA (128..512 threads) per row, the row in registers (+ dynamic smem when SSLOTS > 0)
-    cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
-             as many clusters as fit the GPU at once, each looping over rows (persistent)
+    cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM
     split    rows too few to fill the GPU (M * C < SMs) or N beyond the cluster capacity: (m, d) per chunk into
              a cached fp32 workspace, then merge + re-read (an L2 hit for these sizes) + write
     strided  softmax over a non-last dim of a contiguous tensor
@@ -31,7 +30,6 @@ device, alignment), the argument tuple, the launch(es).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import threading
@@ -494,11 +492,14 @@ class _Kernel:
             raise OnlineSoftmaxError(f"launch of {self.lk.name} (grid={self.grid}, cluster={self.cluster}, "
                                      f"block={self.block}, smem={self.smem}) failed: {type(e).__name__}: {e}") from None
 
-    def resident_clusters(self) -> Optional[int]:
-        """How many clusters of this shape can be resident at once (cuOccupancyMaxActiveClusters through
-        cuda.core); None when the query is not available."""
+    def clusters_fit(self) -> Optional[bool]:
+        """Whether one cluster of this shape can be resident (cuOccupancyMaxActiveClusters through cuda.core);
+        None when the query is not available."""
+        if self.cluster == 1:
+            return True
         try:
-            return int(self.kern.occupancy.max_active_clusters(self.cfg, stream=_stream(self.device)))
+            n = self.kern.occupancy.max_active_clusters(self.cfg, stream=_stream(self.device))
+            return int(n) > 0
         except Exception:
             return None
 
@@ -624,6 +625,9 @@ class _Entry:
         if len(calls) == 1:
             self.single = (calls[0][0].launch, calls[0][2])
 
+    def clusters_fit(self) -> bool:
+        return all(k.clusters_fit() is not False for k, _, _ in self.calls)
+
     def __call__(self, a: int, b: int, out: int, dev: torch.device) -> None:
         if self.single is not None:
             launch, tail = self.single
@@ -694,25 +698,16 @@ def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[
 
 def _fit(p: Plan, device: int, contig: bool, rss: tuple, N: int, op: str, M: int, dtype, vec: bool, sms: int,
          regime: Optional[str]) -> _Entry:
-    """The entry for plan p. A cluster plan launches as many clusters as can be resident at once (the kernel loops
-    over rows); an automatic one falls back to the split regime when none can be resident on this device or the
-    cluster attributes are refused."""
-    if p.regime != "cluster":
+    """The entry for plan p; an automatic cluster plan falls back to the split regime when its clusters cannot be
+    resident on this device or the cluster attributes are refused."""
+    if p.regime != "cluster" or regime is not None:
         return _Entry(p, device, contig, rss, N)
     try:
         e = _Entry(p, device, contig, rss, N)
-        n = e.calls[0][0].resident_clusters()
-    except OnlineSoftmaxError:
-        if regime is not None:
-            raise
-        n = 0
-    if n is None or (n == 0 and regime is not None):  # unknown: one cluster per row; forced: the launch reports
-        return e
-    if n > 0:
-        if n >= p.M:
+        if e.clusters_fit():
             return e
-        (l,) = p.launches
-        return _Entry(dataclasses.replace(p, launches=(dataclasses.replace(l, grid=n),)), device, contig, rss, N)
+    except OnlineSoftmaxError:
+        pass
     return _Entry(plan(M, N, dtype, op, vec=vec, sms=sms, regime="split"), device, contig, rss, N)
 
 

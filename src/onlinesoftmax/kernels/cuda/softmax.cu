@@ -319,11 +319,6 @@ __device__ __forceinline__ unsigned sm_cluster_id() {
     asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
     return r;
 }
-__device__ __forceinline__ unsigned sm_cluster_count() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-    return r;
-}
 __device__ __forceinline__ void sm_cluster_arrive() {
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
@@ -348,11 +343,9 @@ __device__ __forceinline__ void sm_cp_async_wait_all() { asm volatile("cp.async.
 
 // The cluster's state from each CTA's block state: thread 0 parks it in `part`, the cluster barrier publishes it,
 // every lane reads CTA (lane % C)'s and the warp folds them (every CTA ends with the same bits). Ends with the
-// arrive of a second barrier, waited on before `part` is written again (`pending`: the next row of a persistent
-// cluster) and before the CTA exits, so no CTA overwrites or leaves shared memory another may still read.
-template <int OP, int C>
-__device__ __forceinline__ void sm_cluster_reduce(float& a, float& b, float* part, bool pending) {
-    if (pending) sm_cluster_wait();
+// arrive of the second barrier: the caller waits on it before exiting, so no CTA leaves while another may still
+// read its shared memory.
+template <int OP, int C> __device__ __forceinline__ void sm_cluster_reduce(float& a, float& b, float* part) {
     if (threadIdx.x == 0) {
         part[0] = a;
         part[1] = b;
@@ -460,123 +453,112 @@ fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
     constexpr int CH = THREADS * (SLOTS + SSLOTS);  // accesses per CTA
     __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
     extern __shared__ uint4 sm_dyn[];  // SSLOTS * THREADS vectors
-    // One row per CTA (grid = M), or per cluster and persistent: cluster q of Q takes rows q, q + Q, ... (the
-    // launcher makes Q the clusters that fit at once: none waits to be co-scheduled, the barrier is reused).
-    long long row0, row_end;
-    int rank, rows_step;
+    long long row;
+    int rank;
     if constexpr (C > 1) {
-        row0 = sm_cluster_id();
-        row_end = M;
-        rows_step = (int)sm_cluster_count();
+        row = sm_cluster_id();
         rank = (int)sm_cluster_rank();
     } else {
-        row0 = blockIdx.x;
-        row_end = row0 + 1;
-        rows_step = 1;
+        row = blockIdx.x;
         rank = 0;
     }
     const int t = threadIdx.x;
     const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
     const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
-#pragma unroll 1
-    for (long long row = row0; row < row_end; row += rows_step) {
-        const elem* src = static_cast<const elem*>(a) + row * sa + (long long)first * W;
+    const elem* src = static_cast<const elem*>(a) + row * sa + (long long)first * W;
 
-        raw r[SLOTS];
+    raw r[SLOTS];
 #pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (k * THREADS < lim) r[k] = io::load(src, k * THREADS);
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) r[k] = io::load(src, k * THREADS);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll
+        for (int j = 0; j < SSLOTS; j++) {
+            if ((SLOTS + j) * THREADS < lim) sm_cp_async16(&sm_dyn[j * THREADS + t], src + (SLOTS + j) * THREADS * W);
         }
-        if constexpr (SSLOTS > 0) {
+        sm_cp_async_commit();
+    }
+    float v[E];
 #pragma unroll
-            for (int j = 0; j < SSLOTS; j++) {
-                if ((SLOTS + j) * THREADS < lim) sm_cp_async16(&sm_dyn[j * THREADS + t], src + (SLOTS + j) * THREADS * W);
-            }
-            sm_cp_async_commit();
-        }
-        float v[E];
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (k * THREADS < lim) {
-                io::unpack(r[k], &v[k * W]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
-            }
-        }
-        float mt = sm_max_of<E>(v);
-        if constexpr (SSLOTS > 0) {
-            sm_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
-#pragma unroll 1
-            for (int j = 0; j < SSLOTS; j++) {
-                if ((SLOTS + j) * THREADS < lim) {
-                    float f[W];
-                    io::unpack(sm_dyn[j * THREADS + t], f);
-                    mt = fmaxf(mt, sm_max_of<W>(f));
-                }
-            }
-        }
-        const float st = os_safe_shift(mt);
-        float d;
-        if constexpr (OP == 0) {
-#pragma unroll
-            for (int j = 0; j < E; j++) v[j] = sm_exp_diff(v[j], st);
-            d = sm_sum_of<E>(v);
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) {
+            io::unpack(r[k], &v[k * W]);
         } else {
-            float e[E];
 #pragma unroll
-            for (int j = 0; j < E; j++) e[j] = sm_exp_diff(v[j], st);
-            d = sm_sum_of<E>(e);
+            for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
         }
-        if constexpr (SSLOTS > 0) {
+    }
+    float mt = sm_max_of<E>(v);
+    if constexpr (SSLOTS > 0) {
+        sm_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
 #pragma unroll 1
-            for (int j = 0; j < SSLOTS; j++) {
-                if ((SLOTS + j) * THREADS < lim) {
-                    float f[W];
-                    io::unpack(sm_dyn[j * THREADS + t], f);
-#pragma unroll
-                    for (int u = 0; u < W; u++) f[u] = sm_exp_diff(f[u], st);
-                    d += sm_sum_of<W>(f);
-                    // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                    if constexpr (OP == 0 && DT == 0) sm_dyn[j * THREADS + t] = sm_io<0, 4>::pack(f);
-                }
+        for (int j = 0; j < SSLOTS; j++) {
+            if ((SLOTS + j) * THREADS < lim) {
+                float f[W];
+                io::unpack(sm_dyn[j * THREADS + t], f);
+                mt = fmaxf(mt, sm_max_of<W>(f));
             }
         }
-        float m = mt;
-        sm_block_reduce<OP>(m, d, red_a, red_b);
-        if constexpr (C > 1) sm_cluster_reduce<OP, C>(m, d, part, row != row0);
+    }
+    const float st = os_safe_shift(mt);
+    float d;
+    if constexpr (OP == 0) {
+#pragma unroll
+        for (int j = 0; j < E; j++) v[j] = sm_exp_diff(v[j], st);
+        d = sm_sum_of<E>(v);
+    } else {
+        float e[E];
+#pragma unroll
+        for (int j = 0; j < E; j++) e[j] = sm_exp_diff(v[j], st);
+        d = sm_sum_of<E>(e);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+        for (int j = 0; j < SSLOTS; j++) {
+            if ((SLOTS + j) * THREADS < lim) {
+                float f[W];
+                io::unpack(sm_dyn[j * THREADS + t], f);
+#pragma unroll
+                for (int u = 0; u < W; u++) f[u] = sm_exp_diff(f[u], st);
+                d += sm_sum_of<W>(f);
+                // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
+                if constexpr (OP == 0 && DT == 0) sm_dyn[j * THREADS + t] = sm_io<0, 4>::pack(f);
+            }
+        }
+    }
+    float m = mt;
+    sm_block_reduce<OP>(m, d, red_a, red_b);
+    if constexpr (C > 1) sm_cluster_reduce<OP, C>(m, d, part);
 
-        const sm_fwd_out o(m, d);
-        const float f = sm_exp_diff(mt, o.s) * o.inv;
-        elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
+    const sm_fwd_out o(m, d);
+    const float f = sm_exp_diff(mt, o.s) * o.inv;
+    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
 #pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            float y[W];
+    for (int k = 0; k < SLOTS; k++) {
+        float y[W];
 #pragma unroll
-            for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
-            if (k * THREADS < lim) io::store(dst, k * THREADS, y);
-        }
-        if constexpr (SSLOTS > 0) {
+        for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+        if (k * THREADS < lim) io::store(dst, k * THREADS, y);
+    }
+    if constexpr (SSLOTS > 0) {
 #pragma unroll 1
-            for (int j = 0; j < SSLOTS; j++) {
-                const int i = (SLOTS + j) * THREADS;
-                if (i < lim) {
-                    float x[W], y[W];
-                    io::unpack(sm_dyn[j * THREADS + t], x);
+        for (int j = 0; j < SSLOTS; j++) {
+            const int i = (SLOTS + j) * THREADS;
+            if (i < lim) {
+                float x[W], y[W];
+                io::unpack(sm_dyn[j * THREADS + t], x);
 #pragma unroll
-                    for (int u = 0; u < W; u++) {
-                        if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
-                        else if constexpr (OP == 0) y[u] = sm_exp_diff(x[u], o.s) * o.inv;
-                        else y[u] = (x[u] - o.sh) - o.ld;
-                    }
-                    io::store(dst, i, y);
+                for (int u = 0; u < W; u++) {
+                    if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
+                    else if constexpr (OP == 0) y[u] = sm_exp_diff(x[u], o.s) * o.inv;
+                    else y[u] = (x[u] - o.sh) - o.ld;
                 }
+                io::store(dst, i, y);
             }
         }
     }
-    if constexpr (C > 1) {
-        if (row0 < M) sm_cluster_wait();
-    }
+    if constexpr (C > 1) sm_cluster_wait();
 }
 
 // Phase 1 of the split regime: the (m, d) of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)].
@@ -895,112 +877,101 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
     constexpr int CH = THREADS * (SLOTS + SSLOTS);
     __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
     extern __shared__ uint4 sm_dyn[];  // [SSLOTS][2][THREADS] vectors: y then dy
-    // One row per CTA (grid = M), or per cluster and persistent: cluster q of Q takes rows q, q + Q, ... (the
-    // launcher makes Q the clusters that fit at once: none waits to be co-scheduled, the barrier is reused).
-    long long row0, row_end;
-    int rank, rows_step;
+    long long row;
+    int rank;
     if constexpr (C > 1) {
-        row0 = sm_cluster_id();
-        row_end = M;
-        rows_step = (int)sm_cluster_count();
+        row = sm_cluster_id();
         rank = (int)sm_cluster_rank();
     } else {
-        row0 = blockIdx.x;
-        row_end = row0 + 1;
-        rows_step = 1;
+        row = blockIdx.x;
         rank = 0;
     }
     const int t = threadIdx.x;
     const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
     const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
-#pragma unroll 1
-    for (long long row = row0; row < row_end; row += rows_step) {
-        const elem* py = static_cast<const elem*>(a) + row * sa + (long long)first * W;
-        const elem* pd = static_cast<const elem*>(b) + row * sb + (long long)first * W;
+    const elem* py = static_cast<const elem*>(a) + row * sa + (long long)first * W;
+    const elem* pd = static_cast<const elem*>(b) + row * sb + (long long)first * W;
 
-        raw ry[SLOTS], rd[SLOTS];
+    raw ry[SLOTS], rd[SLOTS];
 #pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (k * THREADS < lim) {
-                ry[k] = io::load(py, k * THREADS);
-                rd[k] = io::load(pd, k * THREADS);
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) {
+            ry[k] = io::load(py, k * THREADS);
+            rd[k] = io::load(pd, k * THREADS);
+        }
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll
+        for (int j = 0; j < SSLOTS; j++) {
+            const int i = (SLOTS + j) * THREADS;
+            if (i < lim) {
+                sm_cp_async16(&sm_dyn[(2 * j) * THREADS + t], py + i * W);
+                sm_cp_async16(&sm_dyn[(2 * j + 1) * THREADS + t], pd + i * W);
             }
         }
-        if constexpr (SSLOTS > 0) {
+        sm_cp_async_commit();
+    }
+    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
 #pragma unroll
-            for (int j = 0; j < SSLOTS; j++) {
-                const int i = (SLOTS + j) * THREADS;
-                if (i < lim) {
-                    sm_cp_async16(&sm_dyn[(2 * j) * THREADS + t], py + i * W);
-                    sm_cp_async16(&sm_dyn[(2 * j + 1) * THREADS + t], pd + i * W);
-                }
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) {
+            float y[W], dy[W];
+            io::unpack(ry[k], y);
+            io::unpack(rd[k], dy);
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
+                else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
             }
-            sm_cp_async_commit();
         }
-        float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (k * THREADS < lim) {
+    }
+    if constexpr (SSLOTS > 0) {
+        sm_cp_async_wait_all();
+#pragma unroll 1
+        for (int j = 0; j < SSLOTS; j++) {
+            if ((SLOTS + j) * THREADS < lim) {
                 float y[W], dy[W];
-                io::unpack(ry[k], y);
-                io::unpack(rd[k], dy);
+                io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
+                io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
 #pragma unroll
-                for (int j = 0; j < W; j++) {
-                    if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
-                    else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
+                for (int u = 0; u < W; u++) {
+                    if (u & 1) sm_bwd_acc<OP>(y[u], dy[u], a1, b0);
+                    else sm_bwd_acc<OP>(y[u], dy[u], a0, b0);
                 }
             }
         }
-        if constexpr (SSLOTS > 0) {
-            sm_cp_async_wait_all();
-#pragma unroll 1
-            for (int j = 0; j < SSLOTS; j++) {
-                if ((SLOTS + j) * THREADS < lim) {
-                    float y[W], dy[W];
-                    io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
-                    io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
-#pragma unroll
-                    for (int u = 0; u < W; u++) {
-                        if (u & 1) sm_bwd_acc<OP>(y[u], dy[u], a1, b0);
-                        else sm_bwd_acc<OP>(y[u], dy[u], a0, b0);
-                    }
-                }
-            }
-        }
-        float acc = a0 + a1, alive = b0;
-        sm_block_reduce<OP>(acc, alive, red_a, red_b);
-        if constexpr (C > 1) sm_cluster_reduce<OP, C>(acc, alive, part, row != row0);
+    }
+    float acc = a0 + a1, alive = b0;
+    sm_block_reduce<OP>(acc, alive, red_a, red_b);
+    if constexpr (C > 1) sm_cluster_reduce<OP, C>(acc, alive, part);
 
-        elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
+    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
 #pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (k * THREADS < lim) {
-                float y[W], dy[W], dx[W];
-                io::unpack(ry[k], y);
-                io::unpack(rd[k], dy);
+    for (int k = 0; k < SLOTS; k++) {
+        if (k * THREADS < lim) {
+            float y[W], dy[W], dx[W];
+            io::unpack(ry[k], y);
+            io::unpack(rd[k], dy);
 #pragma unroll
-                for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc, alive);
-                io::store(dst, k * THREADS, dx);
-            }
+            for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc, alive);
+            io::store(dst, k * THREADS, dx);
         }
-        if constexpr (SSLOTS > 0) {
+    }
+    if constexpr (SSLOTS > 0) {
 #pragma unroll 1
-            for (int j = 0; j < SSLOTS; j++) {
-                const int i = (SLOTS + j) * THREADS;
-                if (i < lim) {
-                    float y[W], dy[W], dx[W];
-                    io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
-                    io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
+        for (int j = 0; j < SSLOTS; j++) {
+            const int i = (SLOTS + j) * THREADS;
+            if (i < lim) {
+                float y[W], dy[W], dx[W];
+                io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
+                io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
 #pragma unroll
-                    for (int u = 0; u < W; u++) dx[u] = sm_bwd_out<OP>(y[u], dy[u], acc, alive);
-                    io::store(dst, i, dx);
-                }
+                for (int u = 0; u < W; u++) dx[u] = sm_bwd_out<OP>(y[u], dy[u], acc, alive);
+                io::store(dst, i, dx);
             }
         }
     }
-    if constexpr (C > 1) {
-        if (row0 < M) sm_cluster_wait();
-    }
+    if constexpr (C > 1) sm_cluster_wait();
 }
 
 template <int OP, int DT, int W>
