@@ -189,6 +189,7 @@ def test_forward_backward_layouts(dtype, log):
     ((256, 32768), 1, torch.bfloat16, "block"),
     ((256, 65536), 1, torch.float16, "cluster"),
     ((64, 262144), 1, torch.float32, "cluster"),
+    ((1000, 40000), 1, torch.bfloat16, "cluster"),  # many rows per persistent cluster
     ((1, 262144), 1, torch.bfloat16, "split"),
     ((32, 131072), 1, torch.float32, "split"),
     ((1, 1 << 20), 1, torch.float32, "split"),
@@ -220,6 +221,39 @@ def test_automatic_plans(shape, dim, dtype, regime):
         scale = torch.maximum(dyd.abs().amax(dim, keepdim=True), want.abs().amax(dim, keepdim=True))
         err = (dx.double() - want).abs() / scale
         assert err.max().item() < 8 * rtol, (shape, dim, dtype, log, err.max().item())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_torch_compile_fullgraph_runs_the_custom_op(dtype):
+    """torch.compile(fullgraph=True) with Inductor on the GPU: the graph holds our custom ops (forward and, through
+    the registered autograd, backward), and values and gradients match float64."""
+    import onlinesoftmax as osm
+
+    seen = []
+
+    def backend(gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return compile_fx(gm, example_inputs)
+
+    @torch.compile(fullgraph=True, backend=backend)
+    def f(t, w):
+        return (osm.log_softmax(t * 2.0, dim=-1) * w).sum() + (osm.softmax(t, dim=0) * w).sum()
+
+    x = (torch.randn(64, 3000, device="cuda") * 3).to(dtype).requires_grad_()
+    w = torch.randn(64, 3000, device="cuda").to(dtype)
+    loss = f(x, w)
+    loss.backward()
+    assert any("onlinesoftmax.softmax_forward" in t for t in seen), seen
+    xd = x.detach().double().requires_grad_()
+    want = (torch.log_softmax(xd * 2.0, -1) * w.double()).sum() + (torch.softmax(xd, 0) * w.double()).sum()
+    want.backward()
+    rtol, _ = _tol(dtype)
+    assert abs(loss.double().item() - want.item()) <= 64 * rtol * max(1.0, abs(want.item())), (loss, want)
+    scale = xd.grad.abs().amax()
+    err = ((x.grad.double() - xd.grad).abs() / scale).max().item()
+    assert err < 16 * rtol, err
 
 
 def test_side_stream_and_workspace():

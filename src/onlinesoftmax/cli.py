@@ -1,4 +1,4 @@
-"""onlinesoftmax list | check | bench | ladder | sweep | inspect | report | plot
+"""onlinesoftmax list | check | bench | ladder | sweep | extras | inspect | report | plot
 
 Every command enumerates the registry; none keeps its own list of variants.
 """
@@ -220,14 +220,14 @@ def _save(rows: list[dict], out, kind: str) -> Path:
     return path
 
 
-def _require_cuda() -> None:
+def _require_cuda(command: str) -> None:
     if not torch.cuda.is_available():
-        raise Unavailable("no CUDA GPU is visible to torch on this machine; `ladder` needs one "
+        raise Unavailable(f"no CUDA GPU is visible to torch on this machine; `{command}` needs one "
                           "(`onlinesoftmax bench` runs the CPU ladder instead)")
 
 
 def cmd_ladder(args) -> int:
-    _require_cuda()
+    _require_cuda("ladder")
     rows = run_groups(GPU_LADDER, "cuda")
     print_groups(rows)
     _save(rows, args.out, "ladder")
@@ -248,9 +248,10 @@ def cmd_bench(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    _require_cuda()
+    _require_cuda("sweep")
     groups = sweep_groups(tuple(args.op or SWEEP_OPS), tuple(args.dtype or SWEEP_DTYPES),
-                          [int(n) for n in args.n] if args.n else None, tuple(args.backend or ()))
+                          [int(n) for n in args.n] if args.n else None, tuple(args.backend or ()),
+                          compare=not args.ours_only)
     rows = run_groups(groups, "cuda")
     print_sweep(rows)
     path = _save(rows, args.out, "sweep")
@@ -282,6 +283,32 @@ def print_sweep(rows: list[dict]) -> None:
                     cells.append(f"{r['pct_copy']:.0f}%" + ("" if r["ok"] else " !"))
             table.add_row(f"{M} x {N}", *cells)
         console.print(table)
+
+
+def cmd_extras(args) -> int:
+    """Softmax over dim 0 of 8192 x 8192 and the host overhead per eager call (harness/extras.py)."""
+    from .harness.extras import dim0_rows, host_rows
+
+    _require_cuda("extras")
+    env = results.environment("cuda")
+    copy = copy_gbps("cuda")
+    console.print(f"{env['device']}: copy ceiling {copy:.0f} GB/s (read + write, same run)")
+    rows = [dict(r, **env) for r in dim0_rows(copy) + host_rows()]
+    table = Table(title="softmax over dim 0, and host overhead per eager call")
+    for col in ("group", "variant", "how", "kernel", "% copy / wall", "host overhead", "ok"):
+        table.add_column(col, justify="left" if col in ("group", "variant", "how") else "right")
+    for r in rows:
+        if "time_ms" not in r:
+            table.add_row(r["group"], r["variant"], r["rung"], "-", "-", "-", f"[red]{r.get('note', '')}")
+        elif "host_us" in r:
+            table.add_row(r["group"], r["variant"], r["rung"], f"{r['kernel_us']:.1f} µs", f"{r['wall_us']:.1f} µs",
+                          f"{r['host_us']:.1f} µs", "[green]yes" if r["ok"] else "[red]NO")
+        else:
+            table.add_row(r["group"], r["variant"], r["rung"], f"{r['time_ms']:.3f} ms", f"{r['pct_copy']:.0f}%",
+                          "", "[green]yes" if r["ok"] else "[red]NO")
+    console.print(table)
+    _save(rows, args.out, "extras")
+    return 0 if all(r.get("ok", True) for r in rows) else 1
 
 
 # ------------------------------------------------------------------------------ inspect, plot
@@ -355,8 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--n", action="append", help="row length(s); default 128..262144 and few-row shapes")
     sp.add_argument("--backend", action="append", choices=["cuda", "triton"],
                     help="our backend(s) to time (default: all); baselines are always timed")
+    sp.add_argument("--ours-only", action="store_true", help="time our backends only (no baselines, no ladder rung)")
     sp.add_argument("--out", help="results CSV (default: results/sweep-<device>.csv)")
     sp.set_defaults(fn=cmd_sweep)
+
+    sp = sub.add_parser("extras", help="softmax over dim 0 of 8192x8192, host overhead per eager 1x1024 call (GPU)")
+    sp.add_argument("--out", help="results CSV (default: results/extras-<device>.csv)")
+    sp.set_defaults(fn=cmd_extras)
 
     sp = sub.add_parser("inspect", help="registers, shared memory, stack and spills of every CUDA kernel")
     sp.add_argument("--arch", default="sm_90")

@@ -45,6 +45,7 @@ class Group:
     backends: tuple[str, ...]
     dtype: torch.dtype = torch.float32
     sweep: bool = False
+    compare: bool = True  # sweep: also the baselines and the seeds' best rung
 
     def members(self) -> list[Variant]:
         if not self.sweep:  # the rungs themselves, not the public ops that dispatch to them
@@ -52,8 +53,8 @@ class Group:
                     if not v.name.startswith("api.")]
         ours = self.backends or ("cuda", "triton")
         chosen = [v for v in variants(op=self.op)
-                  if v.baseline or (v.name.startswith("api.") and v.backend in ours)]
-        ladder = [] if "cuda" not in ours else [v for v in variants(op=self.op, backend="cuda")
+                  if (v.baseline and self.compare) or (v.name.startswith("api.") and v.backend in ours)]
+        ladder = [] if "cuda" not in ours or not self.compare else [v for v in variants(op=self.op, backend="cuda")
                   if v.seed_ref.startswith("seed") and not v.refuses(self.M, self.N, self.dtype)]
         if ladder:
             size = torch.empty((), dtype=self.dtype).element_size()
@@ -114,10 +115,10 @@ SWEEP_N = [1 << k for k in range(7, 19)]
 FEW_ROWS = [(1, 262144), (32, 131072)]
 
 
-def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None, backends=()) -> list[Group]:
-    """backends: which of ours to time ("cuda", "triton"; empty = both)."""
+def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None, backends=(), compare=True) -> list[Group]:
+    """backends: which of ours to time ("cuda", "triton"; empty = both); compare: the baselines too."""
     shapes = [(SWEEP_ELEMENTS // n, n) for n in (ns or SWEEP_N)] + ([] if ns else FEW_ROWS)
     return [
-        Group(f"{op} {dt} {M} x {N}", op, M, N, backends, parse_dtype(dt), sweep=True)
+        Group(f"{op} {dt} {M} x {N}", op, M, N, backends, parse_dtype(dt), sweep=True, compare=compare)
         for op in ops for dt in dtypes for M, N in shapes
     ]
