@@ -48,7 +48,8 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "cluster": [(2, 100 * W), (2, cap + W), (1, 262144)],
         # one element, odd N, several chunks per row
         "split": [(1, 1), (3, 3001), (2, 70000)],
-        # the strided kernel on (M, N) as (outer = M, N, inner = 1)
+        # the strided kernels on (M, N) as (outer = M, N, inner = 1): the columns one up to a cluster of 8
+        "columns": [(3, 5), (2, 300), (2, 20000), (1, 100000)],
         "strided": [(3, 5), (2, 300)],
     }[regime]
 
@@ -190,10 +191,13 @@ def test_forward_backward_layouts(dtype, log):
     ((256, 65536), 1, torch.float16, "cluster"),
     ((64, 262144), 1, torch.float32, "cluster"),
     ((1000, 40000), 1, torch.bfloat16, "cluster"),  # many rows per persistent cluster
-    ((1, 262144), 1, torch.bfloat16, "split"),
-    ((32, 131072), 1, torch.float32, "split"),
+    ((1, 262144), 1, torch.bfloat16, "cluster"),  # few rows: a cluster of 16
+    ((32, 131072), 1, torch.float32, "cluster"),  # few rows: clusters of 8 in registers
+    ((3, 100001), 1, torch.float16, "split"),  # few rows, odd N: the scalar path
     ((1, 1 << 20), 1, torch.float32, "split"),
-    ((2048, 2048), 0, torch.float32, "strided"),
+    ((2048, 2048), 0, torch.float32, "columns"),
+    ((8192, 8192), 0, torch.float32, "columns"),  # the brief's dim-0 case: clusters of 8 per strip
+    ((3, 70000, 40), 1, torch.bfloat16, "strided"),  # columns beyond a cluster of 8: two passes
 ])
 def test_automatic_plans(shape, dim, dtype, regime):
     x = torch.randn(shape, device="cuda").to(dtype) * 4
@@ -208,7 +212,7 @@ def test_automatic_plans(shape, dim, dtype, regime):
         bop = op + "_backward"
         y = out
         dy = torch.randn_like(x)
-        assert P.plan_for(bop, y, dy, dim=dim).regime in (regime, "split", "cluster")
+        assert P.plan_for(bop, y, dy, dim=dim).regime in (regime, "split", "cluster", "strided")
         dx = torch.empty_like(x)
         P.backward(y, dy, dx, dim, log)
         yd, dyd = y.double(), dy.double()
@@ -257,7 +261,7 @@ def test_torch_compile_fullgraph_runs_the_custom_op(dtype):
 
 
 def test_side_stream_and_workspace():
-    x = torch.randn(4, 200000, device="cuda")
+    x = torch.randn(4, 200001, device="cuda")
     out = torch.empty_like(x)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):

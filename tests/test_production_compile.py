@@ -82,7 +82,7 @@ def test_occupancy_targets(inst, report):
     block/cluster rows), strided 2 CTAs/SM; dynamic + static smem of two row CTAs fits an SM."""
     for k, r in report.items():
         threads = _block_of(k)
-        per_sm = {"warp": 4 * threads, "row": 1024, "strided": 2 * threads}
+        per_sm = {"warp": 4 * threads, "row": 1024, "cols": 1024, "strided": 2 * threads}
         fam = k.split("<")[0].split("_", 1)[1]
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
@@ -105,7 +105,7 @@ def test_plans_only_pick_enumerated_kernels(inst):
         N = rng.choice([rng.randint(1, 2048), rng.randint(1, 1 << 19)])
         M = rng.choice([1, 2, rng.randint(1, 300), rng.randint(1, 1 << 20)])
         vec = rng.random() < 0.7
-        regime = rng.choice([None, None, "warp", "block", "cluster", "split", "strided"])
+        regime = rng.choice([None, None, "warp", "block", "cluster", "split", "columns", "strided"])
         try:
             p = P.plan(M, N, dtype, op, vec=vec, sms=SMS, regime=regime)
         except P.Unsupported:
@@ -113,8 +113,9 @@ def test_plans_only_pick_enumerated_kernels(inst):
         for k in p.kernels:
             assert k in inst, (op, dtype, M, N, vec, regime, k)
         inner = rng.choice([1, 3, 8, 1000, 4096])
-        p = P.plan(M % 64 + 1, N, dtype, op, vec=vec, inner=inner, layout="strided", sms=SMS)
-        assert p.kernels[0] in inst, p
+        for regime in (None, "strided"):
+            p = P.plan(M % 64 + 1, N, dtype, op, vec=vec, inner=inner, layout="strided", sms=SMS, regime=regime)
+            assert p.kernels[0] in inst, p
 
 
 # ---- the plan rules -------------------------------------------------------------------------------------
@@ -152,17 +153,19 @@ def test_regime_thresholds(op, dtype):
     assert p.regime == "cluster" and p.launches[0].cluster == cmax
     assert _regime(op, dtype, 4096, cmax * cap + W) == "split"
     assert cmax * cap >= 262144  # the brief: large N up to at least 262144 for every dtype
-    # few rows: split once M * (CTAs per row) < SMs and N >= SPLIT_MIN_N
-    n = P.SPLIT_MIN_N
-    assert _regime(op, dtype, SMS - 1, n) == "split"
+    # few rows (M x CTAs per row < SMs, N >= FEW_ROWS_MIN_N): wider clusters on the 16-byte path, split on the
+    # scalar one and beyond the cluster capacity
+    n = P.FEW_ROWS_MIN_N
     assert _regime(op, dtype, SMS, n) == "block"
-    assert _regime(op, dtype, 1, n - W) == "block"
+    assert _regime(op, dtype, 1, n - W) in ("warp", "block")
     c = P.cluster_size(op, dtype, W, 4 * cap)
     assert _regime(op, dtype, math.ceil(SMS / c), 4 * cap) == "cluster"
-    assert _regime(op, dtype, math.ceil(SMS / c) - 1, 4 * cap) == "split"
-    assert _regime(op, dtype, 1, 262144) == "split"
-    if op in FWD:  # the brief's few-rows examples (fp32 backward holds 16K per CTA: 32 rows x 8 CTAs fill a wave)
-        assert _regime(op, dtype, 32, 131072) == "split"
+    assert _regime(op, dtype, SMS - 1, n) in ("block", "cluster")  # a cluster only with >= 128 threads' worth each
+    for M, N in [(1, 262144), (32, 131072), (4, 3 * cap)]:  # the brief's few-row shapes among them
+        p = P.plan(M, N, dtype, op, sms=SMS)
+        assert p.regime == "cluster" and M * p.launches[0].cluster >= min(SMS // 2, M * P.MAX_CLUSTER), (M, N, p)
+    assert _regime(op, dtype, 1, 64 * cap) == "split"
+    assert _regime(op, dtype, 8, 131072 + 1) == "split"  # odd N: the scalar path
     # the scalar path: odd N or unaligned data; no cluster for it (split beyond one CTA's registers)
     assert P.plan(many, wmax + W + 1, dtype, op, sms=SMS).W == 1
     assert P.plan(many, 4096, dtype, op, vec=False, sms=SMS).W == 1
@@ -172,6 +175,26 @@ def test_regime_thresholds(op, dtype):
     assert _regime(op, dtype, many, scal_cap + 1, vec=False) == "split"
     assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1), vec=False) == "warp"
     assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1) + 1, vec=False) == "block"
+
+
+@pytest.mark.parametrize("dtype", P.DTYPES)
+@pytest.mark.parametrize("op", list(P.OP_CODE))
+def test_cluster_shares_are_balanced(op, dtype):
+    """An automatic cluster plan covers the row (C * CH >= N / W, CH = threads * (slots + sslots) accesses per CTA)
+    and no CTA takes more than twice an even share (powers of 2 round the threads up), or the smallest CTA's."""
+    W = P.vec_width(dtype)
+    cap = P.row_capacity(op, dtype, W)
+    for M in (1, 8, 32, 100, 4096):
+        for N in (P.FEW_ROWS_MIN_N, 20000 * W, cap + W, 3 * cap, 262144):
+            p = P.plan(M, N, dtype, op, sms=SMS)
+            if p.regime != "cluster":
+                continue
+            (l,) = p.launches
+            _, _, _, threads, slots, sslots, c = (int(a) for a in l.kernel[l.kernel.index("<") + 1:-1].split(","))
+            ch = threads * (slots + sslots)
+            assert c == l.cluster and threads == l.block[0]
+            nv = N // W
+            assert c * ch >= nv and ch <= max(2 * -(-nv // c), P.ROW_MIN_THREADS * slots), (op, dtype, M, N, l)
 
 
 def test_warp_rules():
@@ -209,7 +232,7 @@ def test_split_rules():
     assert 32 * parts >= 2 * SMS and chunk % P.SPLIT_THREADS == 0
     assert P.split_parts(3, 1, 4, SMS)[0] == 1
     assert P.split_parts(3, 700, 1, SMS, min_parts=2)[0] >= 2
-    p = P.plan(1, 262144, torch.float32, "softmax", sms=SMS)
+    p = P.plan(1, 262144 + 1, torch.float32, "softmax", sms=SMS)  # few rows on the scalar path
     assert p.regime == "split" and p.workspace == 2 * p.parts
     assert [l.sig for l in p.launches] == ["stats", "apply"]
 
@@ -224,9 +247,29 @@ def test_strided_rules():
     # short columns: lanes across inner instead of idle rows
     lanes, rows, strips, grid = P.strided_tile("softmax", torch.float32, 4, 64, 8, 4096, SMS)
     assert rows == 8 and lanes == 64 and lanes * rows <= P.STRIDED_THREADS
-    p = P.plan(4, 100, torch.bfloat16, "softmax", inner=24, layout="strided", sms=SMS)
+    p = P.plan(4, 100, torch.bfloat16, "softmax_backward", inner=24, layout="strided", sms=SMS)
     assert p.regime == "strided" and p.W == 8 and p.items == 4 * p.strips
     assert P.plan(4, 100, torch.bfloat16, "softmax", inner=20, layout="strided", sms=SMS).W == 1
+
+
+def test_columns_rules():
+    # softmax over dim 0 of 8192 x 8192 fp32 (the brief's case): 64-byte row pieces (4 lanes of float4), 128 rows
+    # of threads x (4 in registers + up to 8 in smem), a band of 1024 rows per CTA, a cluster of 8 per strip
+    p = P.plan(1, 8192, torch.float32, "softmax", inner=8192, layout="strided", sms=SMS)
+    (l,) = p.launches
+    assert p.regime == "columns" and l.block == (4, 128) and l.cluster == 8 and l.smem > 0
+    assert p.strips == 8192 // 16 and l.grid == p.items == p.strips
+    assert registry.get("cuda.softmax_columns").algo_bytes(8192, 8192, 4) == registry.ideal_bytes("softmax", 8192,
+                                                                                                   8192, 4)
+    # short columns: lanes across inner instead of idle threads down N
+    assert P.columns_config("softmax", torch.float32, 4, 8, 4096) == (32, 1, 0)
+    # beyond a cluster of 8 (or backward): the two-pass strided kernel
+    assert P.plan(1, 1 << 17, torch.float32, "softmax", inner=64, layout="strided", sms=SMS).regime == "strided"
+    assert P.plan(1, 8192, torch.float32, "softmax_backward", inner=64, layout="strided", sms=SMS).regime == \
+        "strided"
+    for dtype in P.DTYPES:  # every dtype reaches N = 8192 with 64-byte pieces at least
+        lanes, c, _ = P.columns_config("log_softmax", dtype, P.vec_width(dtype), 8192, 8192)
+        assert lanes * 16 >= 64 and c <= P.PORTABLE_CLUSTER
 
 
 def test_forced_regimes_refuse_with_reasons():
@@ -262,9 +305,11 @@ def test_row_layout_detection():
 
 def test_variants_registered():
     names = [v.name for v in registry.variants(backend="cuda") if v.name in P.VARIANT_NAMES]
-    assert len(names) == len(P.VARIANT_NAMES) == 20
+    assert len(names) == len(P.VARIANT_NAMES) == 22  # 4 ops x 5 regimes, and columns for the 2 forward ops
     for op in P.OP_CODE:
         for regime in P.REGIMES:
+            if regime == "columns" and op in P.BACKWARD_OPS:
+                continue
             v = registry.get(f"cuda.{op}_{regime}")
             assert v.op == op and v.device == "cuda" and v.backend == "cuda"
             assert set(v.dtypes) == set(P.DTYPES)

@@ -16,10 +16,13 @@ two applies.
 Regimes (row layout), picked by `choose_regime` from N, M and the register budget of the op and dtype:
     warp     N <= warp_max_n (1024 fwd; 512 fp32 bwd): 2^lg lanes per row, RPT rows per lane group in flight
     block    one CTA (128..512 threads) per row, the row in registers (+ dynamic smem when SSLOTS > 0)
-    cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM
-    split    rows too few to fill the GPU (M * C < SMs) or N beyond the cluster capacity: (m, d) per chunk into
+    cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
+             when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA
+    split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into
              a cached fp32 workspace, then merge + re-read (an L2 hit for these sizes) + write
-    strided  softmax over a non-last dim of a contiguous tensor
+    columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
+             of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write
+    strided  the same (and backward) when the columns do not fit on chip: two passes, the second from L2
 The 16-byte vector path needs N (inner for strided), every row stride and every pointer to be multiples of
 16 bytes; otherwise the plan picks the scalar instantiations (W = 1) of the same kernels.
 
@@ -54,7 +57,7 @@ FORWARD_OPS = ("softmax", "log_softmax")
 BACKWARD_OPS = ("softmax_backward", "log_softmax_backward")
 DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-REGIMES = ("warp", "block", "cluster", "split", "strided")
+REGIMES = ("warp", "block", "cluster", "split", "columns", "strided")
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
 WARP_THREADS = 256  # SM_WARP_THREADS
@@ -68,10 +71,12 @@ WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <=
 MAX_RPT = 4  # warp kernels: rows per lane group
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
 PORTABLE_CLUSTER = 8
-SPLIT_BELOW_CTAS_PER_SM = 1  # split when a row regime would launch fewer CTAs than this many per SM
-SPLIT_MIN_N = 4096  # ... and the row is at least this long (shorter rows: latency-bound either way)
+FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
+#                        are latency-bound either way
+FEW_ROWS_CTAS_PER_SM = 2  # few rows: clusters sized for about this many CTAs per SM
 SPLIT_CTAS_PER_SM = 4  # split: aim for this many CTAs per SM in total
 SPLIT_MIN_CHUNK = 512  # split: at least this many accesses per CTA
+COLUMNS_SMEM_SLOTS = 8  # columns: 16-byte accesses per thread in shared memory (64 KB per CTA, two CTAs per SM)
 STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM
 STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip) the second pass finds in L2
 INT_MAX = 2**31 - 1
@@ -181,9 +186,33 @@ def cluster_size(op: str, dtype, W: int, N: int) -> int:
 
 
 def max_cluster(op: str, dtype) -> int:
-    """Largest cluster a plan uses: portable 8, except fp32 backward (y and dy: 16K elements per CTA) up to 16
-    to reach N = 262144 with two CTAs per SM."""
+    """Largest cluster a plan uses when rows are many: portable 8, except fp32 backward (y and dy: 16K elements per
+    CTA) up to 16 to reach N = 262144 with two CTAs per SM."""
     return MAX_CLUSTER if (op in BACKWARD_OPS and dtype == torch.float32) else PORTABLE_CLUSTER
+
+
+def _pow2floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int) -> tuple[int, int, int]:
+    """(C, threads, sslots) of the cluster regime. Many rows: the smallest cluster whose 512-thread CTAs hold the
+    row in registers + shared memory. Few rows (M x C < SMs): a larger cluster (up to MAX_CLUSTER, at least
+    ROW_MIN_THREADS x reg_slots accesses per CTA) so that the M x C CTAs give every SM about
+    FEW_ROWS_CTAS_PER_SM, each holding its share in registers when it fits (fewer threads when it is small).
+    C == 1 means one CTA per row is as wide as it gets."""
+    nv = _cdiv(N, W)
+    rs = reg_slots(op, dtype, W)
+    need = cluster_size(op, dtype, W, N)
+    c = need
+    if M * need < sms:
+        fill = min(MAX_CLUSTER, _pow2floor(FEW_ROWS_CTAS_PER_SM * sms // M),
+                   _pow2floor(nv // (ROW_MIN_THREADS * rs)))
+        c = max(need, fill)
+    per_cta = _cdiv(nv, c)
+    if per_cta <= ROW_MAX_THREADS * rs:
+        return c, min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, _pow2ceil(_cdiv(per_cta, rs)))), 0
+    return c, ROW_MAX_THREADS, smem_slots(op, dtype, W)
 
 
 def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:
@@ -220,9 +249,35 @@ def strided_tile(op: str, dtype, W: int, outer: int, N: int, inner: int, sms: in
     return lanes, rows, strips, grid
 
 
+def columns_slots(op: str, dtype, W: int) -> int:
+    """Rows per thread the columns kernel holds in registers: half the row kernels' (each thread also carries W
+    (m, d) pairs, one per column), a quarter on the scalar path (every row has its own address)."""
+    return max(1, reg_slots(op, dtype, W) // (2 if W > 1 else 4))
+
+
+def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple[int, int, int]]:
+    """(lanes, C, sslots) of the columns kernel (forward only), or None when N does not fit a cluster of 8: a
+    512-thread CTA is (lanes, 512 / lanes) threads, lanes x W columns wide; each CTA a band of ceil(N / C) rows,
+    each thread columns_slots rows in registers (+ sslots in shared memory). Preference: 128-byte then 64-byte
+    row pieces in registers, then with shared memory, then narrower; short columns get more lanes instead of idle
+    threads down N."""
+    if op not in FORWARD_OPS:
+        return None
+    rs, ss = columns_slots(op, dtype, W), (COLUMNS_SMEM_SLOTS if W > 1 else 0)
+    across = _pow2ceil(_cdiv(inner, W))
+    for pref, sslots in ((8, 0), (4, 0), (8, ss), (4, ss), (2, 0), (2, ss), (1, 0), (1, ss)):
+        lanes = min(pref, across)
+        lanes = max(lanes, min(across, 32, ROW_MAX_THREADS // _pow2ceil(_cdiv(N, rs + sslots))))
+        c = _pow2ceil(_cdiv(N, (ROW_MAX_THREADS // lanes) * (rs + sslots)))
+        if c <= PORTABLE_CLUSTER:
+            return lanes, c, sslots
+    return None
+
+
 def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
-    """Row layout: warp for short rows, then one CTA, then a cluster; split when the row regime would not give
-    every SM a CTA (and rows are long enough to matter) or the row is beyond the cluster capacity."""
+    """Row layout: warp for short rows, then one CTA, then a cluster; when rows are too few to give every SM a CTA
+    (and long enough to matter) a wider cluster on the 16-byte path, split on the scalar one; split when the row
+    is beyond the cluster capacity."""
     if N <= warp_max_n(op, dtype, W):
         return "warp"
     ctas_per_row = None
@@ -234,8 +289,11 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
             ctas_per_row = c
     if ctas_per_row is None:
         return "split"
-    if N >= SPLIT_MIN_N and M * ctas_per_row < SPLIT_BELOW_CTAS_PER_SM * sms:
-        return "split"
+    if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
+        if W == 1:
+            return "split"
+        if cluster_config(op, dtype, W, M, N, sms)[0] > 1:
+            return "cluster"
     return "block" if ctas_per_row == 1 else "cluster"
 
 
@@ -297,10 +355,22 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
     o, dt = OP_CODE[op], DT_CODE[dtype]
     fwd = op in FORWARD_OPS
     pre = "fwd" if fwd else "bwd"
-    if layout == "strided" or regime == "strided":
-        if layout == "rows":  # a (M, N) row input through the strided kernel: (outer=M, N, inner=1)
+    if layout == "strided" or regime in ("columns", "strided"):
+        if layout == "rows":  # a (M, N) row input through the strided kernels: (outer=M, N, inner=1)
             inner = 1
         W = V if (vec and inner % V == 0) else 1
+        cfg = columns_config(op, dtype, W, N, inner) if regime != "strided" else None
+        if cfg is not None:
+            lanes, c, sslots = cfg
+            strips = _cdiv(_cdiv(inner, W), lanes)
+            items = M * strips
+            name = f"fwd_cols<{o},{dt},{W},{columns_slots(op, dtype, W)},{sslots},{c}>"
+            launch = Launch(name, items, (lanes, ROW_MAX_THREADS // lanes), c,
+                            smem_bytes(op, W, ROW_MAX_THREADS, sslots), sig="strided")
+            return Plan("columns", op, dtype, M, N, W, (launch,), inner=inner, strips=strips, items=items)
+        if regime == "columns":
+            cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + COLUMNS_SMEM_SLOTS * (W > 1))
+            raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
         lanes, rows, strips, grid = strided_tile(op, dtype, W, M, N, inner, sms)
         items = M * strips
         name = f"{pre}_strided<{o},{dt},{W}>"
@@ -332,14 +402,16 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
         if W == 1:
             raise Unsupported(f"N = {N} is not a multiple of {V} (or the data is not 16-byte aligned): the cluster "
                               "regime needs 16-byte aligned rows; unaligned long rows go to the split regime")
-        c = max(2, cluster_size(op, dtype, W, N))
-        if c > max_cluster(op, dtype):
-            raise Unsupported(f"N = {N} needs {c} CTAs per row (> {max_cluster(op, dtype)}); "
-                              f"rows up to {max_cluster(op, dtype) * row_capacity(op, dtype, W)} elements")
-        slots, sslots = reg_slots(op, dtype, W), smem_slots(op, dtype, W)
-        name = f"{pre}_row<{o},{dt},{W},{ROW_MAX_THREADS},{slots},{sslots},{c}>"
+        if cluster_size(op, dtype, W, N) > max_cluster(op, dtype):
+            raise Unsupported(f"N = {N} needs {cluster_size(op, dtype, W, N)} CTAs per row "
+                              f"(> {max_cluster(op, dtype)}); rows up to "
+                              f"{max_cluster(op, dtype) * row_capacity(op, dtype, W)} elements")
+        c, threads, sslots = cluster_config(op, dtype, W, M, N, sms)
+        c = max(2, c)
+        slots = reg_slots(op, dtype, W)
+        name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c}>"
         return Plan("cluster", op, dtype, M, N, W,
-                    (Launch(name, M, (ROW_MAX_THREADS,), c, smem_bytes(op, W, ROW_MAX_THREADS, sslots)),))
+                    (Launch(name, M, (threads,), c, smem_bytes(op, W, threads, sslots)),))
     if chosen == "split":
         parts, chunk = split_parts(M, N, W, sms, min_parts=2 if regime == "split" else 1)
         if M * parts > INT_MAX:
@@ -395,13 +467,18 @@ def _probe_instantiations() -> dict[str, set]:
                             add(plan(M, N, dtype, op, vec=vec))
                         except Unsupported:
                             pass
-                    for regime in ("warp", "block", "cluster", "split"):
+                    for regime in ("warp", "block", "cluster", "split", "columns"):
                         try:
                             add(plan(2, N, dtype, op, vec=vec, regime=regime))
                         except Unsupported:
                             pass
                 for inner in (1, 3, W, 64 * W):
-                    add(plan(4, 1000, dtype, op, vec=vec, inner=inner, layout="strided"))
+                    for N in _probe_ns(W)[::3]:
+                        for regime in (None, "strided"):
+                            try:
+                                add(plan(4, N, dtype, op, vec=vec, inner=inner, layout="strided", regime=regime))
+                            except Unsupported:
+                                pass
     return seen
 
 
@@ -677,38 +754,43 @@ def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[
     strides = [tuple(t.stride()) for t in ins]
     contig = False
     rows = [_row_layout(shape, s, dim) for s in strides]
-    if regime != "strided" and all(r is not None for r in rows):
+    column_kernels = regime in ("columns", "strided")
+    if not column_kernels and all(r is not None for r in rows):
         M = rows[0][0]
         rss = tuple(r[2] for r in rows)
         vec = aligned and (M == 1 or all(rs % V == 0 for rs in rss))
         p = plan(M, N, x.dtype, op, vec=vec, sms=sms, regime=regime)
-        return _fit(p, device, contig, rss, N, op, M, x.dtype, vec, sms, regime)
+        return _fit(p, device, contig, rss, regime,
+                    lambda: plan(M, N, x.dtype, op, vec=vec, sms=sms, regime="split"))
     if not all(_is_contiguous(shape, s) for s in strides):
         # made contiguous per call (one copy per input). `aligned` stays the verdict on the original pointers:
         # the cache key only records that bit, and an input that is already contiguous is not copied.
         contig = True
     outer = math.prod(shape[:dim])
     inner = math.prod(shape[dim + 1:])
-    if inner == 1 and regime != "strided":  # contiguous with the dim innermost: rows of N
+    if inner == 1 and not column_kernels:  # contiguous with the dim innermost: rows of N
         p = plan(outer, N, x.dtype, op, vec=aligned, sms=sms, regime=regime)
-        return _fit(p, device, contig, (N,) * len(ins), N, op, outer, x.dtype, aligned, sms, regime)
-    p = plan(outer, N, x.dtype, op, vec=aligned, inner=inner, layout="strided", sms=sms)
-    return _Entry(p, device, contig, (0,) * len(ins), 0)
+        return _fit(p, device, contig, (N,) * len(ins), regime,
+                    lambda: plan(outer, N, x.dtype, op, vec=aligned, sms=sms, regime="split"))
+    p = plan(outer, N, x.dtype, op, vec=aligned, inner=inner, layout="strided", sms=sms, regime=regime)
+    return _fit(p, device, contig, (0,) * len(ins), regime,
+                lambda: plan(outer, N, x.dtype, op, vec=aligned, inner=inner, layout="strided", sms=sms,
+                             regime="strided"))
 
 
-def _fit(p: Plan, device: int, contig: bool, rss: tuple, N: int, op: str, M: int, dtype, vec: bool, sms: int,
-         regime: Optional[str]) -> _Entry:
-    """The entry for plan p; an automatic cluster plan falls back to the split regime when its clusters cannot be
-    resident on this device or the cluster attributes are refused."""
-    if p.regime != "cluster" or regime is not None:
-        return _Entry(p, device, contig, rss, N)
+def _fit(p: Plan, device: int, contig: bool, rss: tuple, regime: Optional[str], fallback) -> _Entry:
+    """The entry for plan p; an automatic plan with clusters (cluster, columns) falls back to fallback() (split,
+    strided) when its clusters cannot be resident on this device or the cluster attributes are refused."""
+    so = p.N if p.regime not in ("columns", "strided") else 0
+    if regime is not None or all(l.cluster == 1 for l in p.launches):
+        return _Entry(p, device, contig, rss, so)
     try:
-        e = _Entry(p, device, contig, rss, N)
+        e = _Entry(p, device, contig, rss, so)
         if e.clusters_fit():
             return e
     except OnlineSoftmaxError:
         pass
-    return _Entry(plan(M, N, dtype, op, vec=vec, sms=sms, regime="split"), device, contig, rss, N)
+    return _Entry(fallback(), device, contig, rss, so)
 
 
 def _get(key, op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> _Entry:
@@ -838,7 +920,7 @@ def _algo_bytes(op: str, regime: str):
 
     def algo_bytes(M: int, N: int, s: int) -> int:
         ideal = per * M * N * s
-        if regime in ("warp", "block", "cluster"):
+        if regime in ("warp", "block", "cluster", "columns"):
             return ideal
         reads = OPS[op][0]
         total = ideal + reads * M * N * s  # the second pass re-reads the inputs (from L2 when the plan works)
@@ -877,6 +959,9 @@ _RUNG = {
                 "smem, partial states exchanged through distributed shared memory; 1 read + 1 write"),
     "split": ("split rows", "each row cut into P chunks: partial states to an fp32 workspace, then merge + "
               "re-read (L2) + write: two launches"),
+    "columns": ("columns on chip (non-last dim)", "(outer, N, inner) forward: a cluster of C CTAs per strip of "
+                "columns, each a band of rows in registers (+ smem), per-column (m, d) by a tree and DSMEM; here on "
+                "(M, N) as inner = 1"),
     "strided": ("strided (non-last dim)", "(outer, N, inner) with threads along inner: states down N, tree "
                 "merge, second pass over the strip (L2); here on (M, N) as inner = 1"),
 }
@@ -892,6 +977,8 @@ VARIANT_NAMES: list[str] = []
 
 for _op in OP_CODE:
     for _regime in REGIMES:
+        if _regime == "columns" and _op in BACKWARD_OPS:  # forward only: backward uses the strided kernel
+            continue
         _name = f"cuda.{_op}_{_regime}"
         VARIANT_NAMES.append(_name)
         register(Variant(

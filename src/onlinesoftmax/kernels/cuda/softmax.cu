@@ -14,8 +14,11 @@
 //                                        SSLOTS more in dynamic shared memory (cp.async)
 // fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
 // fwd_split_apply<OP,DT,W>               phase 2: merge the row's P partials, re-read the chunk (L2), write
-// fwd_strided<OP,DT,W>                   non-last dim of a contiguous (outer, N, inner) tensor: a persistent CTA owns a
-//                                        strip of columns: (m, d) down N, tree merge, second pass (re-read in L2)
+// fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       non-last dim of a contiguous (outer, N, inner) tensor, the columns on chip: a
+//                                        cluster of C CTAs owns a strip of columns, each CTA a band of rows in
+//                                        registers (+ smem); per-column (m, d) by a tree, then through DSMEM
+// fwd_strided<OP,DT,W>                   the same when the columns do not fit on chip: a persistent CTA owns a strip
+//                                        of columns: (m, d) down N, tree merge, second pass (re-read in L2)
 // bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided: the same shapes for OP 2 and 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
@@ -771,6 +774,194 @@ fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
         }
         __syncthreads();  // the next item rewrites sh_a / sh_b
     }
+}
+
+// Softmax over a non-last dim with the columns on chip: 1 read + 1 write. A cluster of C CTAs (C == 1: one CTA)
+// owns item = (o, strip): the LANES * W columns [strip * LANES * W, ...) of outer index o, all N rows of them. CTA
+// `rank` holds the band of rows [rank * B, rank * B + B), B = ceil(N / C) rounded up to ROWS; thread (tx, ty) of
+// the (LANES, ROWS) block holds W columns of rows rank * B + ty + k * ROWS: SLOTS in registers, SSLOTS in dynamic
+// shared memory. Per column: (m, d) of the thread, a tree over ROWS in shared memory, the C partials through DSMEM; then
+// the outputs from chip. A warp reads ROWS-adjacent rows in pieces of LANES * 16 bytes.
+template <int OP, int DT, int W, int SLOTS, int SSLOTS, int C>
+__global__ void __launch_bounds__(SM_ROW_MAX_THREADS, 2)
+fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+         long long inner, long long strips, long long items) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    typedef sm_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
+    static_assert(C >= 1 && C <= 8 && (C & (C - 1)) == 0, "cluster: power of 2 <= 8");
+    __shared__ float red_m[SM_ROW_MAX_THREADS * W], red_d[SM_ROW_MAX_THREADS * W];
+    __shared__ float fin_m[32 * W], fin_d[32 * W];  // LANES <= 32
+    extern __shared__ uint4 sm_dyn[];  // SSLOTS * 512 vectors
+    const int lanes = blockDim.x, rows = blockDim.y;
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * lanes + tx;
+    long long item;
+    int rank;
+    if constexpr (C > 1) {
+        item = sm_cluster_id();
+        rank = (int)sm_cluster_rank();
+    } else {
+        item = blockIdx.x;
+        rank = 0;
+    }
+    const long long o = item / strips;
+    const long long col = ((item - o * strips) * lanes + tx) * W;
+    // the CTA's band: ceil(N / C) rows rounded up to the thread rows (the plan makes SLOTS + SSLOTS cover it)
+    const int band = ((N + C - 1) / C + rows - 1) / rows * rows;
+    const int n_first = rank * band + ty;  // slot k holds row n_first + k * rows
+    const int n_end = min(N, rank * band + band);
+    const bool active = col < inner;
+    const elem* src = static_cast<const elem*>(a) + o * (long long)N * inner + col;
+
+    raw r[SLOTS];
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (active && n_first + k * rows < n_end) r[k] = io::load(src + (long long)(n_first + k * rows) * inner, 0);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll
+        for (int j = 0; j < SSLOTS; j++) {
+            const int n = n_first + (SLOTS + j) * rows;
+            if (active && n < n_end) sm_cp_async16(&sm_dyn[j * SM_ROW_MAX_THREADS + t], src + (long long)n * inner);
+        }
+        sm_cp_async_commit();
+    }
+    float v[SLOTS][W], mt[W], d[W];
+#pragma unroll
+    for (int j = 0; j < W; j++) mt[j] = OS_NEG_INF;
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (active && n_first + k * rows < n_end) {
+            io::unpack(r[k], v[k]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; j++) v[k][j] = OS_NEG_INF;
+        }
+#pragma unroll
+        for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], v[k][j]);
+    }
+    if constexpr (SSLOTS > 0) {
+        sm_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+#pragma unroll 1
+        for (int i = 0; i < SSLOTS; i++) {
+            if (active && n_first + (SLOTS + i) * rows < n_end) {
+                float f[W];
+                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], f);
+#pragma unroll
+                for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], f[j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        const float st = os_safe_shift(mt[j]);
+        d[j] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            const float e = sm_exp_diff(v[k][j], st);
+            d[j] += e;
+            if constexpr (OP == 0) v[k][j] = e;
+        }
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+        for (int i = 0; i < SSLOTS; i++) {
+            if (active && n_first + (SLOTS + i) * rows < n_end) {
+                float f[W];
+                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], f);
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    f[j] = sm_exp_diff(f[j], os_safe_shift(mt[j]));
+                    d[j] += f[j];
+                }
+                // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
+                if constexpr (OP == 0 && DT == 0) sm_dyn[i * SM_ROW_MAX_THREADS + t] = sm_io<0, 4>::pack(f);
+            }
+        }
+    }
+    // the CTA's (m, d) per column: a tree over the rows of threads
+    float m[W], dd[W];
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        m[j] = mt[j];
+        dd[j] = d[j];
+        red_m[t * W + j] = m[j];
+        red_d[t * W + j] = dd[j];
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int h = rows >> 1; h > 0; h >>= 1) {
+        if (ty < h) {
+            const int other = (t + h * lanes) * W;
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                sm_combine<0>(m[j], dd[j], red_m[other + j], red_d[other + j]);
+                red_m[t * W + j] = m[j];
+                red_d[t * W + j] = dd[j];
+            }
+        }
+        __syncthreads();
+    }
+    // the cluster's (m, d) per column: thread c < LANES * W folds column c's C partials (row 0 of each CTA's tree)
+    const int ncols = lanes * W;
+    if constexpr (C > 1) {
+        sm_cluster_arrive();
+        sm_cluster_wait();
+        if (t < ncols) {
+            float pm = OS_NEG_INF, pd = 0.0f;
+#pragma unroll
+            for (int q = 0; q < C; q++) sm_combine<0>(pm, pd, sm_ld_dsmem(&red_m[t], q), sm_ld_dsmem(&red_d[t], q));
+            fin_m[t] = pm;
+            fin_d[t] = pd;
+        }
+        sm_cluster_arrive();  // waited on before exit: no CTA leaves while another may read its red_m / red_d
+        __syncthreads();
+    } else {
+        if (t < ncols) {
+            fin_m[t] = red_m[t];
+            fin_d[t] = red_d[t];
+        }
+        __syncthreads();
+    }
+    float f[W], sh[W], ld[W], s[W], inv[W];
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        const sm_fwd_out q(fin_m[tx * W + j], fin_d[tx * W + j]);
+        s[j] = q.s;
+        inv[j] = q.inv;
+        sh[j] = q.sh;
+        ld[j] = q.ld;
+        f[j] = sm_exp_diff(mt[j], q.s) * q.inv;
+    }
+    elem* dst = static_cast<elem*>(out) + o * (long long)N * inner + col;
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        const int n = n_first + k * rows;
+        float y[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k][j] * f[j] : (v[k][j] - sh[j]) - ld[j];
+        if (active && n < n_end) io::store(dst + (long long)n * inner, 0, y);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+        for (int i = 0; i < SSLOTS; i++) {
+            const int n = n_first + (SLOTS + i) * rows;
+            if (active && n < n_end) {
+                float x[W], y[W];
+                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], x);
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    if constexpr (OP == 0 && DT == 0) y[j] = x[j] * f[j];  // x holds e here
+                    else if constexpr (OP == 0) y[j] = sm_exp_diff(x[j], s[j]) * inv[j];
+                    else y[j] = (x[j] - sh[j]) - ld[j];
+                }
+                io::store(dst + (long long)n * inner, 0, y);
+            }
+        }
+    }
+    if constexpr (C > 1) sm_cluster_wait();
 }
 
 // ================================================================================================
