@@ -42,11 +42,12 @@ def main():
                     ins = (torch.empty(M, N, dtype=dtype, device="cuda"),) * (2 if op in P.BACKWARD_OPS else 1)
                     plan = P.plan_for(op, *ins)
                     note = f"auto plan: {plan.regime} {plan.kernels}" if name.startswith("api.") else ""
+                    queued = f"{m.queued_ms * 1e3:8.1f} us queued" if m.queued_ms is not None else ""
                     print(f"{op:17s} {str(dtype)[6:]:8s} {M:5d} x {N:<7d} {name:28s} {m.time_ms * 1e3:8.1f} us "
-                          f"{pct:5.1f}% {'ok' if m.ok else 'WRONG'} {note}")
+                          f"{pct:5.1f}% {queued} {'ok' if m.ok else 'WRONG'} {note}")
                     rows.append(dict(op=op, variant=name, backend=v.backend, rung=v.rung, M=M, N=N,
                                      dtype=str(dtype)[6:], time_ms=m.time_ms, ideal_bytes=m.ideal_bytes,
-                                     algo_bytes=m.algo_bytes, gbps_ideal=m.gbps_ideal(), pct_copy=pct,
+                                     algo_bytes=m.algo_bytes, queued_ms=m.queued_ms, gbps_ideal=m.gbps_ideal(), pct_copy=pct,
                                      copy_gbps=copy, rel_err=m.rel_err, max_abs_err=m.max_abs_err, ok=m.ok,
                                      note=note, group=f"{op} {dtype} {M}x{N}", **env))
     if args.out:

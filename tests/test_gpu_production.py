@@ -49,7 +49,7 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         # one element, odd N, several chunks per row
         "split": [(1, 1), (3, 3001), (2, 70000)],
         # the strided kernels on (M, N) as (outer = M, N, inner = 1): the columns one up to a cluster of 8
-        "columns": [(3, 5), (2, 300), (2, 20000), (1, 100000)],
+        "columns": [(3, 5), (2, 300), (2, 20000), (1, 30000)],
         "strided": [(3, 5), (2, 300)],
     }[regime]
 

@@ -163,6 +163,8 @@ def run_groups(groups: list[Group], device_for_copy: str) -> list[dict]:
                            gbps_ideal=m.gbps_ideal(), gbps_algo=m.gbps_algo(),
                            pct_copy=100 * m.gbps_ideal() / copy, rel_err=m.rel_err,
                            max_abs_err=m.max_abs_err, ok=m.ok, **_resources(v, g.M, g.N, g.dtype))
+                if m.queued_ms is not None:
+                    row["queued_ms"] = m.queued_ms
             rows.append(row)
             progress.advance(task)
     _speedups(rows)

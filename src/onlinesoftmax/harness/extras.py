@@ -4,29 +4,29 @@
   backend (which moves the dim last with a copy each way) and torch.softmax(x, 0); % of copy bandwidth on the ideal
   bytes (one read + one write), each output checked against float64 on a strip of columns;
 - host overhead per eager call on a 1 x 1024 input: mean wall time per call (many calls back to back, one
-  synchronize at the end) minus the kernel time. The kernel time is the GPU time of the same calls queued behind
-  a sleeping kernel (so the GPU runs them back to back whatever the host does), per call. Ours eager, ours
+  synchronize at the end; median of 5 runs) minus the kernel time. The kernel time is the GPU time of the same
+  calls queued behind a sleeping kernel (bench.queued_ms: the GPU runs them back to back whatever the host does). Ours eager, ours
   through the custom-op dispatcher (what torch.compile sees; shown to explain why eager calls bypass it), the
   Triton backend, torch.softmax.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
 
 from .. import ops
 from ..reference import reference
-from .bench import gbps, median_ms
+from .bench import gbps, median_ms, queued_ms
 from .check import compare, error_scale
 
 DIM0_SHAPE = (8192, 8192)
 DIM0_CHECK_COLUMNS = 64
 HOST_SHAPE = (1, 1024)
 HOST_CALLS = 2000
-SLEEP_CYCLES = 100_000_000  # ~50 ms at the H200's clock: longer than queuing HOST_QUEUED calls
-HOST_QUEUED = 500
+HOST_TRIALS = 5
 
 
 def _dim0_impls() -> dict:
@@ -77,30 +77,20 @@ def _host_impls() -> dict:
     }
 
 
-def wall_us(fn, x, calls: int = HOST_CALLS) -> float:
-    """Mean wall time per call, calls back to back, one synchronize at the end (after a warm-up)."""
+def wall_us(fn, x, calls: int = HOST_CALLS, trials: int = HOST_TRIALS) -> float:
+    """Mean wall time per call, calls back to back, one synchronize at the end (after a warm-up); the median of
+    `trials` such runs (the host is shared: one run can catch a hiccup)."""
     for _ in range(50):
         fn(x)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
-def kernel_us(fn, x, calls: int = HOST_QUEUED) -> float:
-    """GPU time per call: `calls` calls queued behind a sleeping kernel run back to back; CUDA events around them."""
-    fn(x)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    torch.cuda._sleep(SLEEP_CYCLES)
-    start.record()
-    for _ in range(calls):
-        fn(x)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / calls
+    runs = []
+    for _ in range(trials):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn(x)
+        torch.cuda.synchronize()
+        runs.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(runs)
 
 
 def host_rows(seed: int = 0) -> list[dict]:
@@ -115,7 +105,7 @@ def host_rows(seed: int = 0) -> list[dict]:
                    group=f"host overhead per call, {HOST_SHAPE[0]} x {HOST_SHAPE[1]} float32")
         try:
             rep = compare(fn(x).cpu(), ref, torch.float32, error_scale("softmax", (x.cpu(),), ref))
-            wall, kern = wall_us(fn, x), kernel_us(fn, x)
+            wall, kern = wall_us(fn, x), 1e3 * queued_ms([lambda: fn(x)])
         except Exception as exc:
             row.update(note=f"error: {type(exc).__name__}: {exc}", ok=False)
             rows.append(row)

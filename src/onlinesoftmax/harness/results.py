@@ -17,8 +17,9 @@ import torch
 
 FIELDS = (
     "op", "variant", "backend", "rung", "M", "N", "dtype",
-    "time_ms", "ideal_bytes", "algo_bytes", "gbps_ideal", "gbps_algo", "pct_copy", "copy_gbps",
-    "speedup", "speedup_cpu", "wall_us", "kernel_us", "host_us", "rel_err", "max_abs_err", "ok", "registers", "stack", "spill_stores", "spill_loads",
+    "time_ms", "queued_ms", "ideal_bytes", "algo_bytes", "gbps_ideal", "gbps_algo", "pct_copy", "copy_gbps",
+    "speedup", "speedup_cpu", "wall_us", "kernel_us", "host_us", "rel_err", "max_abs_err", "ok",
+    "registers", "stack", "spill_stores", "spill_loads",
     "group", "note", "device", "torch", "triton", "cuda_core", "numpy", "python", "commit", "timestamp",
 )
 

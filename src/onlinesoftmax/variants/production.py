@@ -560,6 +560,13 @@ class _Kernel:
             self.cfg = LaunchConfig(grid=grid * cluster, cluster=cluster, block=block, shmem_size=smem)
         self._launch = _launch
 
+    def bind(self, tail: tuple):
+        """fn(a, b, out) launching with these scalar arguments: a prepared cuLaunchKernel without a cluster (the
+        eager hot path), cuda.core's launch with one."""
+        if self.cluster == 1:
+            return rt_launch.PreparedLaunch(self.lk, self.grid, self.block, tail, self.smem)
+        return lambda a, b, out: self.launch((a, b, out) + tail)
+
     def launch(self, args) -> None:
         if getattr(rt_launch._state, "current", None) != self.device:
             rt_launch.ensure_device(self.device)
@@ -700,15 +707,14 @@ class _Entry:
             calls.append((k, l.sig, tail))
         self.calls = tuple(calls)
         if len(calls) == 1:
-            self.single = (calls[0][0].launch, calls[0][2])
+            self.single = calls[0][0].bind(calls[0][2])
 
     def clusters_fit(self) -> bool:
         return all(k.clusters_fit() is not False for k, _, _ in self.calls)
 
     def __call__(self, a: int, b: int, out: int, dev: torch.device) -> None:
         if self.single is not None:
-            launch, tail = self.single
-            launch((a, b, out) + tail)
+            self.single(a, b, out)
             return
         ws = _workspace(dev, self.ws_n).data_ptr() if self.ws_n else 0
         for k, sig, tail in self.calls:
@@ -837,8 +843,7 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
         e = _get(("fwd",) + key, "log_softmax" if log else "softmax", (x,), out, dim, None)
         _fwd_entries[key] = e
     if e.single is not None and not e.contig:
-        launch, tail = e.single
-        launch((pa, 0, po) + tail)
+        e.single(pa, 0, po)
     else:
         _call(e, (x,), out, pa, 0, po)
 
@@ -853,8 +858,7 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
         e = _get(("bwd",) + key, "log_softmax_backward" if log else "softmax_backward", (y, dy), out, dim, None)
         _bwd_entries[key] = e
     if e.single is not None and not e.contig:
-        launch, tail = e.single
-        launch((pa, pb, po) + tail)
+        e.single(pa, pb, po)
     else:
         _call(e, (y, dy), out, pa, pb, po)
 

@@ -791,7 +791,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     typedef typename io::elem elem;
     typedef typename io::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
-    static_assert(C >= 1 && C <= 8 && (C & (C - 1)) == 0, "cluster: power of 2 <= 8");
+    static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
     __shared__ float red_m[SM_ROW_MAX_THREADS * W], red_d[SM_ROW_MAX_THREADS * W];
     __shared__ float fin_m[32 * W], fin_d[32 * W];  // LANES <= 32
     extern __shared__ uint4 sm_dyn[];  // SSLOTS * 512 vectors
