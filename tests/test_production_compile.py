@@ -86,6 +86,13 @@ def test_occupancy_targets(inst, report):
         fam = k.split("<")[0].split("_", 1)[1]
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
+    for dtype in P.DTYPES:  # the columns kernels with the most shared memory: two CTAs per SM still
+        W = P.vec_width(dtype)
+        ss = P.columns_smem_slots(dtype, W)
+        name = f"fwd_cols<0,{P.DT_CODE[dtype]},{W},{P.columns_slots('softmax', dtype, W)},{ss},8>"
+        assert name in report, name
+        dyn = P.smem_bytes("softmax", W, P.ROW_MAX_THREADS, ss)
+        assert 2 * (dyn + report[name]["smem"] + 1024) <= SMEM_PER_SM, (name, dyn)
     for op in P.OP_CODE:
         for dtype in P.DTYPES:
             W = P.vec_width(dtype)
@@ -253,12 +260,12 @@ def test_strided_rules():
 
 
 def test_columns_rules():
-    # softmax over dim 0 of 8192 x 8192 fp32 (the brief's case): 64-byte row pieces (4 lanes of float4), 128 rows
-    # of threads x (4 in registers + up to 8 in smem), a band of 1024 rows per CTA, a cluster of 8 per strip
+    # softmax over dim 0 of 8192 x 8192 fp32 (the brief's case): 128-byte row pieces (8 lanes of float4), 64 rows
+    # of threads x (4 in registers + 12 in smem), a band of 1024 rows per CTA, a cluster of 8 per strip
     p = P.plan(1, 8192, torch.float32, "softmax", inner=8192, layout="strided", sms=SMS)
     (l,) = p.launches
-    assert p.regime == "columns" and l.block == (4, 128) and l.cluster == 8 and l.smem > 0
-    assert p.strips == 8192 // 16 and l.grid == p.items == p.strips
+    assert p.regime == "columns" and l.block == (8, 64) and l.cluster == 8 and l.smem == 96 * 1024
+    assert p.strips == 8192 // 32 and l.grid == p.items == p.strips
     assert registry.get("cuda.softmax_columns").algo_bytes(8192, 8192, 4) == registry.ideal_bytes("softmax", 8192,
                                                                                                    8192, 4)
     # short columns: lanes across inner instead of idle threads down N

@@ -338,11 +338,11 @@ def cmd_plot(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .harness.report import ladder_markdown, sweep_markdown
+    from .harness.report import ladder_markdown, sweep_markdown, targets_markdown
 
     if not Path(args.csv).is_file():
         raise OnlineSoftmaxError(f"{args.csv}: no such results file")
-    print((sweep_markdown if args.sweep else ladder_markdown)(args.csv))
+    print((targets_markdown if args.targets else sweep_markdown if args.sweep else ladder_markdown)(args.csv))
     return 0
 
 
@@ -399,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("report", help="Markdown tables from a results CSV (ladder layout, or --sweep)")
     sp.add_argument("csv")
     sp.add_argument("--sweep", action="store_true", help="one table per (op, dtype), %% copy per implementation")
+    sp.add_argument("--targets", action="store_true", help="a sweep CSV against issue 4's targets")
     sp.set_defaults(fn=cmd_report)
 
     sp = sub.add_parser("plot", help="GB/s against N per variant from a results CSV (PNG)")

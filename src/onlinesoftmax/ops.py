@@ -82,7 +82,7 @@ def _forward(x: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor
         st = state.of_values(xf, axis=dim)
         y = state.log_probabilities(xf, st) if log else state.probabilities(xf, st)
         return y.to(x.dtype)
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    out = torch.empty_like(x) if x.is_contiguous() else torch.empty_like(x, memory_format=torch.contiguous_format)
     if backend == "cuda":
         from .variants import production
 

@@ -55,3 +55,43 @@ def sweep_markdown(csv_path) -> str:
                     cells.append(_f(r["pct_copy"], ".0f") + "%" + ("" if r["ok"] == "True" else " !"))
             out.append(f"| {shape[0]} × {shape[1]} | " + " | ".join(cells) + " |")
     return "\n".join(out).strip() + "\n"
+
+
+# Issue 4's targets on the H200 (% of the same-run copy bandwidth on ideal bytes), checked by `targets_markdown`.
+TARGET_PCT = {"softmax": 92, "log_softmax": 92, "softmax_backward": 95, "log_softmax_backward": 95}
+FEW_ROWS_SPEEDUP = 4.0  # over torch at the few-row shapes (M x N below 2^27)
+
+
+def targets_markdown(csv_path, ours: str = "api.cuda", elements: int = 1 << 27) -> str:
+    """Per (op, dtype) of a sweep CSV: our worst % of copy over the M x N = 2^27 shapes against the target (and the
+    shapes below it), our worst ratio to torch over every shape, and the few-row speed-ups over torch (do_bench
+    with its L2 flush; queued back to back on rotated copies)."""
+    rows = [r for r in read_csv(csv_path) if r["time_ms"]]
+    by = {(r["op"], r["dtype"], int(r["M"]), int(r["N"]), r["variant"]): r for r in rows}
+    keys = list(dict.fromkeys((r["op"], r["dtype"]) for r in rows if r["variant"].startswith(ours + ".")))
+    out = ["| op | dtype | worst % of copy (N) | target | N below target | worst torch time / ours (shape) | "
+           "few rows: torch / ours, do_bench (queued) |", "|---|---|---:|---:|---|---:|---|"]
+    for op, dtype in keys:
+        mine = [r for r in rows if (r["op"], r["dtype"]) == (op, dtype) and r["variant"] == f"{ours}.{op}"]
+        full = [r for r in mine if int(r["M"]) * int(r["N"]) == elements]
+        worst = min(full, key=lambda r: float(r["pct_copy"]))
+        target = TARGET_PCT.get(op, 0)
+        below = [f"{r['N']} ({float(r['pct_copy']):.0f}%)" for r in full if float(r["pct_copy"]) < target]
+        ratios = []
+        for r in mine:
+            t = by.get((op, dtype, int(r["M"]), int(r["N"]), f"torch.{op}"))
+            if t:
+                ratios.append((float(t["time_ms"]) / float(r["time_ms"]), r, t))
+        few = []
+        for ratio, r, t in ratios:
+            if int(r["M"]) * int(r["N"]) != elements:
+                q = ""
+                if r.get("queued_ms") and t.get("queued_ms"):
+                    q = f" ({float(t['queued_ms']) / float(r['queued_ms']):.1f}×)"
+                mark = "" if ratio >= FEW_ROWS_SPEEDUP else " ✗"
+                few.append(f"{r['M']}×{r['N']}: {ratio:.1f}×{q}{mark}")
+        wr = min(ratios, key=lambda x: x[0]) if ratios else None
+        worst_ratio = f"{wr[0]:.2f} ({wr[1]['M']}×{wr[1]['N']})" if wr else "–"
+        out.append(f"| {op} | {dtype} | {float(worst['pct_copy']):.0f}% ({worst['N']}) | {target}% | "
+                   f"{', '.join(below) or 'none'} | {worst_ratio} | {'; '.join(few) or '–'} |")
+    return "\n".join(out) + "\n"

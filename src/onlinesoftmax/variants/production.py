@@ -76,7 +76,8 @@ FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider c
 FEW_ROWS_CTAS_PER_SM = 2  # few rows: clusters sized for about this many CTAs per SM
 SPLIT_CTAS_PER_SM = 4  # split: aim for this many CTAs per SM in total
 SPLIT_MIN_CHUNK = 512  # split: at least this many accesses per CTA
-COLUMNS_SMEM_SLOTS = 8  # columns: 16-byte accesses per thread in shared memory (64 KB per CTA, two CTAs per SM)
+COLUMNS_SMEM_SLOTS_FP32 = 12  # columns: 16-byte accesses per thread in shared memory (96 KB per 512-thread CTA)
+COLUMNS_SMEM_SLOTS_16BIT = 8  # (64 KB: the 16-bit kernel's static tree arrays are twice as large)
 STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM
 STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip) the second pass finds in L2
 INT_MAX = 2**31 - 1
@@ -255,17 +256,27 @@ def columns_slots(op: str, dtype, W: int) -> int:
     return max(1, reg_slots(op, dtype, W) // (2 if W > 1 else 4))
 
 
+def columns_smem_slots(dtype, W: int) -> int:
+    """16-byte accesses per thread the columns kernel parks in shared memory (16-byte path only): 96 KB per CTA in
+    fp32 (128-byte pieces reach 8192 rows with a cluster of 8), 64 KB for 16-bit data (its per-column tree takes
+    32 KB of static shared memory); two CTAs per SM either way."""
+    if W == 1:
+        return 0
+    return COLUMNS_SMEM_SLOTS_FP32 if dtype == torch.float32 else COLUMNS_SMEM_SLOTS_16BIT
+
+
 def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple[int, int, int]]:
     """(lanes, C, sslots) of the columns kernel (forward only), or None when N does not fit a cluster of 8: a
     512-thread CTA is (lanes, 512 / lanes) threads, lanes x W columns wide; each CTA a band of ceil(N / C) rows,
-    each thread columns_slots rows in registers (+ sslots in shared memory). Preference: 128-byte then 64-byte
-    row pieces in registers, then with shared memory, then narrower; short columns get more lanes instead of idle
-    threads down N."""
+    each thread columns_slots rows in registers (+ sslots in shared memory). Preference: 128-byte row pieces
+    (in registers, then with shared memory), then 64-byte, then narrower (measured at dim 0 of 8192^2 fp32:
+    64-byte pieces 41% of copy, 128-byte 67%: the L2 is the limit at 64, benchmarks/results/h200-*-columns.txt);
+    short columns get more lanes instead of idle threads down N."""
     if op not in FORWARD_OPS:
         return None
-    rs, ss = columns_slots(op, dtype, W), (COLUMNS_SMEM_SLOTS if W > 1 else 0)
+    rs, ss = columns_slots(op, dtype, W), columns_smem_slots(dtype, W)
     across = _pow2ceil(_cdiv(inner, W))
-    for pref, sslots in ((8, 0), (4, 0), (8, ss), (4, ss), (2, 0), (2, ss), (1, 0), (1, ss)):
+    for pref, sslots in ((8, 0), (8, ss), (4, 0), (4, ss), (2, 0), (2, ss), (1, 0), (1, ss)):
         lanes = min(pref, across)
         lanes = max(lanes, min(across, 32, ROW_MAX_THREADS // _pow2ceil(_cdiv(N, rs + sslots))))
         c = _pow2ceil(_cdiv(N, (ROW_MAX_THREADS // lanes) * (rs + sslots)))
@@ -369,7 +380,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
                             smem_bytes(op, W, ROW_MAX_THREADS, sslots), sig="strided")
             return Plan("columns", op, dtype, M, N, W, (launch,), inner=inner, strips=strips, items=items)
         if regime == "columns":
-            cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + COLUMNS_SMEM_SLOTS * (W > 1))
+            cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + columns_smem_slots(dtype, W))
             raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
         lanes, rows, strips, grid = strided_tile(op, dtype, W, M, N, inner, sms)
         items = M * strips
