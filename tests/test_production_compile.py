@@ -150,7 +150,7 @@ def test_regime_thresholds(op, dtype):
     assert p.regime == "block" and p.launches[0].smem == 0
     p = P.plan(many, reg_cap + W, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].smem > 0
-    assert cap == 2 * reg_cap
+    assert cap == (4 if op in FWD and dtype != torch.float32 else 2) * reg_cap
     p = P.plan(many, cap, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].cluster == 1
     p = P.plan(many, cap + W, dtype, op, sms=SMS)

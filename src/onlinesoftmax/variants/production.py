@@ -133,9 +133,13 @@ def reg_slots(op: str, dtype, W: int) -> int:
 
 def smem_slots(op: str, dtype, W: int) -> int:
     """Extra accesses per thread parked in dynamic shared memory when one CTA's registers are not enough
-    (16-byte path only): as many as in registers, i.e. 64 KB (fp32 fwd, any bwd) or 32 KB (16-bit fwd) per
-    512-thread CTA, so two CTAs still fit an SM."""
-    return 0 if W == 1 else reg_slots(op, dtype, W)
+    (16-byte path only): as many as in registers, i.e. 64 KB (fp32 forward, any backward) per 512-thread CTA; 16-bit
+    forward parks three times as many (96 KB: its data is 2 bytes an element in shared memory, 4 in registers), so
+    one CTA holds 64K elements and a row of 262144 needs a cluster of 4. Two CTAs still fit an SM."""
+    if W == 1:
+        return 0
+    rs = reg_slots(op, dtype, W)
+    return 3 * rs if (op in FORWARD_OPS and dtype != torch.float32) else rs
 
 
 def smem_bytes(op: str, W: int, threads: int, sslots: int) -> int:
@@ -200,8 +204,8 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int) -> tuple[in
     """(C, threads, sslots) of the cluster regime. Many rows: the smallest cluster whose 512-thread CTAs hold the
     row in registers + shared memory. Few rows (M x C < SMs): a larger cluster (up to MAX_CLUSTER, at least
     ROW_MIN_THREADS x reg_slots accesses per CTA) so that the M x C CTAs give every SM about
-    FEW_ROWS_CTAS_PER_SM, each holding its share in registers when it fits (fewer threads when it is small).
-    C == 1 means one CTA per row is as wide as it gets."""
+    FEW_ROWS_CTAS_PER_SM, each holding its share in registers (fewer threads when it is small); shares that
+    need shared memory keep the many-rows cluster. C == 1 means one CTA per row is as wide as it gets."""
     nv = _cdiv(N, W)
     rs = reg_slots(op, dtype, W)
     need = cluster_size(op, dtype, W, N)
@@ -213,7 +217,9 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int) -> tuple[in
     per_cta = _cdiv(nv, c)
     if per_cta <= ROW_MAX_THREADS * rs:
         return c, min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, _pow2ceil(_cdiv(per_cta, rs)))), 0
-    return c, ROW_MAX_THREADS, smem_slots(op, dtype, W)
+    # shares beyond the registers: full CTAs (registers + smem), as few as hold the row (a CTA's share is its
+    # capacity, so a wider cluster would leave CTAs empty)
+    return need, ROW_MAX_THREADS, smem_slots(op, dtype, W)
 
 
 def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:
