@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-# Stages: verify (GPU tests, check, ladder) | sweep [sweep args] | host (eager overhead)
+# Stages: verify (GPU tests, check, ladder) | sweep [sweep args] | any other CLI command (extras, ladder, ...)
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
