@@ -51,6 +51,31 @@ def test_bad_input_is_a_clear_error(capsys, argv, message):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
-def test_ladder_without_gpu_says_so(capsys):
-    code, out = run(capsys, "ladder")
-    assert code == 2 and "no CUDA GPU" in out
+@pytest.mark.parametrize("command", ["ladder", "sweep", "extras"])
+def test_gpu_commands_without_gpu_say_so(capsys, command):
+    code, out = run(capsys, command)
+    assert code == 2 and "no CUDA GPU" in out and f"`{command}` needs one" in out
+
+
+def test_report_targets_names_the_misses(tmp_path, capsys):
+    """A synthetic sweep: ours below 92% at N = 128, above at 4096; 3x torch at 32 x 131072 (a miss of 4x)."""
+    from onlinesoftmax.harness import results
+
+    def row(variant, M, N, ms, pct, queued=None):
+        r = dict(op="softmax", variant=variant, M=M, N=N, dtype="float32", time_ms=ms, pct_copy=pct,
+                 copy_gbps=4200.0, device="GPU", commit="abc", group=f"softmax {M}x{N}")
+        if queued is not None:
+            r["queued_ms"] = queued
+        return r
+
+    rows = [row("api.cuda.softmax", 1 << 20, 128, 1.0, 90.0), row("torch.softmax", 1 << 20, 128, 0.9, 99.0),
+            row("api.cuda.softmax", 1 << 15, 4096, 1.0, 96.0), row("torch.softmax", 1 << 15, 4096, 2.0, 48.0),
+            row("api.cuda.softmax", 32, 131072, 0.01, 40.0, 0.008),
+            row("torch.softmax", 32, 131072, 0.03, 13.0, 0.04)]
+    path = results.write_csv(rows, tmp_path / "s.csv")
+    code, out = run(capsys, "report", "--targets", str(path))
+    assert code == 0
+    line = next(l for l in out.splitlines() if l.startswith("| softmax | float32"))
+    assert "90% (128)" in line and "128 (90%)" in line and "4096 (" not in line
+    assert "0.90 (1048576×128)" in line  # torch's time over ours: slower than torch there
+    assert "32×131072: 3.0× (5.0×) ✗" in line

@@ -1,0 +1,51 @@
+"""The eager hot path's parameter block (runtime.launch.PreparedLaunch), checked without a GPU: every kernel
+parameter pointer addresses the right value, the three leading pointers are per call, scalars keep their widths."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
+
+from onlinesoftmax.errors import OnlineSoftmaxError  # noqa: E402
+from onlinesoftmax.runtime.launch import PreparedLaunch  # noqa: E402
+
+
+class _Loaded:
+    """Stands in for a LoadedKernel: no driver is touched until a launch."""
+
+    name, device = "fwd_row<0,0,4,512,8,0,1>", 0
+
+    class module:
+        filename = "softmax.cu"
+
+    class kernel:
+        handle = "handle"
+
+    def __init__(self):
+        self.configs = []
+
+    def config(self, grid, block, smem=0):
+        self.configs.append((grid, block, smem))
+
+
+def test_parameter_block_points_at_each_argument():
+    lk = _Loaded()
+    tail = (np.int64(2**40 + 3), np.int32(-7), np.int64(123), np.int64(0), np.int64(-(2**35)), np.int32(5))
+    p = PreparedLaunch(lk, 9, (4, 128), tail, smem=1024)
+    assert lk.configs == [(9, (4, 128), 1024)]  # the dynamic shared memory limit is raised through config
+    assert p.dims == ("handle", 9, 1, 1, 4, 128, 1, 1024)
+    params = list(p._params)
+    assert len(params) == 3 + len(tail)
+    p._ptrs[:] = (0x7F0000001000, 0, 0x7F0000002000)  # what a call writes before cuLaunchKernel
+    assert [ctypes.c_uint64.from_address(a).value for a in params[:3]] == [0x7F0000001000, 0, 0x7F0000002000]
+    kinds = {np.dtype(np.int64): ctypes.c_int64, np.dtype(np.int32): ctypes.c_int32}
+    got = [kinds[np.asarray(v).dtype].from_address(a).value for v, a in zip(tail, params[3:])]
+    assert got == [int(v) for v in tail]
+    assert p._addr == ctypes.addressof(p._params)
+
+
+def test_other_scalar_types_are_refused():
+    with pytest.raises(OnlineSoftmaxError, match="np.int32 / np.int64"):
+        PreparedLaunch(_Loaded(), 1, (32,), (np.float32(1.0),))
