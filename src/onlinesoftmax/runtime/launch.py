@@ -95,13 +95,22 @@ def sm_count(index: Optional[int] = None) -> int:
     return n
 
 
+def stream_handle(index: int) -> int:
+    """The raw cudaStream_t of torch's current stream on device `index`."""
+    if _raw_stream is not None:
+        return int(_raw_stream(index))
+    import torch
+
+    return int(torch.cuda.current_stream(index).cuda_stream)
+
+
 def current_stream(index: Optional[int] = None):
     """torch's current stream on device `index` as a cuda.core Stream (cached per handle)."""
     import torch
 
     if index is None:
         index = torch.cuda.current_device()
-    handle = _raw_stream(index) if _raw_stream is not None else _torch_stream(index)
+    handle = stream_handle(index)
     s = _streams.get(handle)
     if s is None:
         from cuda.core import Stream
@@ -177,12 +186,6 @@ class LoadedKernel:
 _cu_streams: dict = {}  # raw stream handle -> driver.CUstream
 
 
-def _torch_stream(index: int) -> int:
-    import torch
-
-    return int(torch.cuda.current_stream(index).cuda_stream)
-
-
 class PreparedLaunch:
     """One launch of a LoadedKernel (no cluster) with everything but its leading pointer arguments fixed, straight
     through cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every
@@ -216,12 +219,12 @@ class PreparedLaunch:
         device = self.lk.device
         if getattr(_state, "current", None) != device:
             ensure_device(device)
-        h = _raw_stream(device) if _raw_stream is not None else _torch_stream(device)
+        h = stream_handle(device)
         s = _cu_streams.get(h)
         if s is None:
             from cuda.bindings import driver
 
-            s = _cu_streams[h] = driver.CUstream(int(h))
+            s = _cu_streams[h] = driver.CUstream(h)
         with self._lock:
             self._ptrs[:] = ptrs
             (err,) = self._launch(*self.dims, s, self._addr, 0)

@@ -588,7 +588,7 @@ class _Kernel:
         if getattr(rt_launch._state, "current", None) != self.device:
             rt_launch.ensure_device(self.device)
         try:
-            self._launch(_stream(self.device), self.cfg, self.kern, *args)
+            self._launch(rt_launch.current_stream(self.device), self.cfg, self.kern, *args)
         except Exception as e:
             raise OnlineSoftmaxError(f"launch of {self.lk.name} (grid={self.grid}, cluster={self.cluster}, "
                                      f"block={self.block}, smem={self.smem}) failed: {type(e).__name__}: {e}") from None
@@ -599,7 +599,7 @@ class _Kernel:
         if self.cluster == 1:
             return True
         try:
-            n = self.kern.occupancy.max_active_clusters(self.cfg, stream=_stream(self.device))
+            n = self.kern.occupancy.max_active_clusters(self.cfg, stream=rt_launch.current_stream(self.device))
             return int(n) > 0
         except Exception:
             return None
@@ -614,24 +614,6 @@ def _grid_counts_blocks(cfg, grid: int) -> bool:
         return int(_to_native_launch_config(cfg).gridDimX) == grid
     except Exception:
         return False
-
-
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_streams: dict = {}
-
-
-def _stream_handle(device: int) -> int:
-    if _raw_stream is not None:
-        return int(_raw_stream(device))
-    return int(torch.cuda.current_stream(device).cuda_stream)
-
-
-def _stream(device: int):
-    """torch's current stream on `device` as a cuda.core Stream (cached per raw handle)."""
-    s = _streams.get(_stream_handle(device))
-    if s is None:
-        s = _streams[_stream_handle(device)] = rt_launch.current_stream(device)
-    return s
 
 
 def _allow_non_portable_cluster(kern, device: int) -> None:
@@ -649,7 +631,7 @@ _workspaces: dict = {}
 def _workspace(device: torch.device, n: int) -> torch.Tensor:
     """The split regime's fp32 workspace, cached per (device, stream): kernels of one stream run in order,
     so a workspace is never shared by two kernels in flight. Grown on demand."""
-    key = (device.index, _stream_handle(device.index))
+    key = (device.index, rt_launch.stream_handle(device.index))
     ws = _workspaces.get(key)
     if ws is None or ws.numel() < n:
         ws = _workspaces[key] = torch.empty(max(n, 4096), dtype=torch.float32, device=device)
