@@ -13,16 +13,12 @@ import random
 import pytest
 import torch
 
-pytest.importorskip("cuda.core", reason="cuda-core not installed (pip install .[cuda])")
+from onlinesoftmax import registry
+from onlinesoftmax.errors import Unavailable
+from onlinesoftmax.runtime import compile_unavailable, nvrtc
 
-from onlinesoftmax import registry  # noqa: E402
-from onlinesoftmax.errors import Unavailable  # noqa: E402
-from onlinesoftmax.runtime import nvrtc  # noqa: E402
-
-try:
-    nvrtc.nvrtc_version()
-except Unavailable as e:  # pragma: no cover - CI installs nvidia-cuda-nvrtc
-    pytest.skip(f"NVRTC not loadable: {e}", allow_module_level=True)
+if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bindings and nvidia-cuda-nvrtc
+    pytest.skip(compile_unavailable(), allow_module_level=True)
 
 from onlinesoftmax.variants import production as P  # noqa: E402  (registers the production variants)
 

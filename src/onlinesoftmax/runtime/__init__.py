@@ -4,13 +4,23 @@
 from typing import Optional
 
 from ..errors import Unavailable
-from . import launch
+from . import launch, nvrtc
 from .nvrtc import CompileOptions, CompiledModule, compile_source, current_arch, nvrtc_version, parse_ptxas
 
-__all__ = ["CompileOptions", "CompiledModule", "available", "compile_source", "current_arch",
-           "nvrtc_version", "parse_ptxas"]
+__all__ = ["CompileOptions", "CompiledModule", "available", "compile_source", "compile_unavailable",
+           "current_arch", "nvrtc_version", "parse_ptxas"]
 
 _avail: Optional[tuple] = None
+
+
+def compile_unavailable() -> Optional[str]:
+    """None if kernels can be compiled here (cuda.core and NVRTC load; no GPU needed), else the reason."""
+    try:
+        nvrtc._cuda_core()
+        nvrtc_version()
+    except Unavailable as e:
+        return str(e)
+    return None
 
 
 def available() -> Optional[str]:
@@ -18,11 +28,5 @@ def available() -> Optional[str]:
     NVRTC load), else the reason; computed once."""
     global _avail
     if _avail is None:
-        reason = launch.available()
-        if reason is None:
-            try:
-                nvrtc_version()
-            except Unavailable as e:
-                reason = str(e)
-        _avail = (reason,)
+        _avail = (launch.available() or compile_unavailable(),)
     return _avail[0]
