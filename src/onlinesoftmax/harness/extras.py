@@ -1,13 +1,13 @@
 """Two targets of the production op that are not rows of the sweep (issue 4), on the GPU:
 
-- softmax over dim 0 of an 8192 x 8192 fp32 tensor: ours (the strided kernel, no transpose copy), the Triton
+- softmax over dim 0 of an 8192 x 8192 fp32 tensor: ours (the columns kernel, no transpose copy), the Triton
   backend (which moves the dim last with a copy each way) and torch.softmax(x, 0); % of copy bandwidth on the ideal
   bytes (one read + one write), each output checked against float64 on a strip of columns;
 - host overhead per eager call on a 1 x 1024 input: mean wall time per call (many calls back to back, one
   synchronize at the end; median of 5 runs) minus the kernel time. The kernel time is the GPU time of the same
-  calls queued behind a sleeping kernel (bench.queued_ms: the GPU runs them back to back whatever the host does). Ours eager, ours
-  through the custom-op dispatcher (what torch.compile sees; shown to explain why eager calls bypass it), the
-  Triton backend, torch.softmax.
+  calls queued behind a sleeping kernel (bench.queued_ms: the GPU runs them back to back whatever the host does).
+  Ours eager, ours through the custom-op dispatcher (what torch.compile sees; shown to explain why eager calls
+  bypass it), the Triton backend, torch.softmax.
 """
 
 from __future__ import annotations
