@@ -194,8 +194,10 @@ __device__ __forceinline__ float sm_rcp(float d) {
 // exp(-inf) = 0 and exp(0) = 1 exactly.
 __device__ __forceinline__ float sm_exp_diff(float x, float s) { return sm_ex2((x - s) * SM_LOG2E); }
 
-// The pair every reduction carries: (m, d) for OP 0/1, (sum, unused) for OP 2, (sum, alive) for OP 3.
-template <int OP> __device__ __forceinline__ float sm_id_a() { return OP < 2 ? OS_NEG_INF : 0.0f; }
+// The pair every reduction carries: (m, d) for OP 0/1, (sum, unused) for OP 2, (sum, alive) for OP 3; SM_MAX is
+// not an op but a reduction of its own: (max, unused), for the warp kernels' two butterflies.
+#define SM_MAX 4
+template <int OP> __device__ __forceinline__ float sm_id_a() { return OP < 2 || OP == SM_MAX ? OS_NEG_INF : 0.0f; }
 
 // (a, b) <- (a, b) (+) (a2, b2). For (m, d) this is common.cuh's md_merge with one exponential instead of two:
 // the larger state keeps its d, the smaller one is scaled by exp(-|m1 - m2|). Guard: both -inf -> (-inf, 0).
@@ -206,6 +208,8 @@ template <int OP> __device__ __forceinline__ void sm_combine(float& a, float& b,
         const float e = mn == OS_NEG_INF ? 0.0f : sm_ex2(-fabsf(a - a2) * SM_LOG2E);
         b = a >= a2 ? fmaf(b2, e, b) : fmaf(b, e, b2);
         a = mn;
+    } else if constexpr (OP == SM_MAX) {
+        a = fmaxf(a, a2);
     } else {
         a += a2;
         if constexpr (OP == 3) b = fmaxf(b, b2);
@@ -218,7 +222,7 @@ template <int OP, int WIDTH> __device__ __forceinline__ void sm_xor_reduce(float
     for (int off = WIDTH / 2; off > 0; off >>= 1) {
         const float a2 = __shfl_xor_sync(OS_FULL_MASK, a, off);
         float b2 = 0.0f;
-        if constexpr (OP != 2) b2 = __shfl_xor_sync(OS_FULL_MASK, b, off);
+        if constexpr (OP != 2 && OP != SM_MAX) b2 = __shfl_xor_sync(OS_FULL_MASK, b, off);
         sm_combine<OP>(a, b, a2, b2);
     }
 }
@@ -232,7 +236,7 @@ template <int OP, int R> __device__ __forceinline__ void sm_xor_reduce_rt(float*
         for (int q = 0; q < R; q++) {
             const float a2 = __shfl_xor_sync(OS_FULL_MASK, a[q], off);
             float b2 = 0.0f;
-            if constexpr (OP != 2) b2 = __shfl_xor_sync(OS_FULL_MASK, b[q], off);
+            if constexpr (OP != 2 && OP != SM_MAX) b2 = __shfl_xor_sync(OS_FULL_MASK, b[q], off);
             sm_combine<OP>(a[q], b[q], a2, b2);
         }
     }
@@ -247,7 +251,7 @@ template <int OP, int R, int SLOTS> __device__ __forceinline__ void sm_rows_redu
             for (int q = 0; q < R; q++) {
                 const float a2 = __shfl_xor_sync(OS_FULL_MASK, a[q], off);
                 float b2 = 0.0f;
-                if constexpr (OP != 2) b2 = __shfl_xor_sync(OS_FULL_MASK, b[q], off);
+                if constexpr (OP != 2 && OP != SM_MAX) b2 = __shfl_xor_sync(OS_FULL_MASK, b[q], off);
                 sm_combine<OP>(a[q], b[q], a2, b2);
             }
         }
@@ -394,8 +398,10 @@ fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         for (int k = 0; k < SLOTS; k++)
             if (ok[q] && k * TPR < lim) r[q][k] = io::load(src, k * TPR);
     }
+    // Two butterflies (the row max, then the sum of exp(x - max)) cost fewer instructions than one of (m, d)
+    // pairs, whose every merge takes an exponential: short rows are as much instruction- as memory-bound.
     float v[RPT][E];
-    float m[RPT], d[RPT], mt[RPT];
+    float m[RPT], d[RPT];
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
 #pragma unroll
@@ -407,34 +413,39 @@ fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
                 for (int j = 0; j < W; j++) v[q][k * W + j] = OS_NEG_INF;
             }
         }
-        mt[q] = sm_max_of<E>(v[q]);
-        const float st = os_safe_shift(mt[q]);
+        m[q] = sm_max_of<E>(v[q]);
+    }
+    sm_rows_reduce<SM_MAX, RPT, SLOTS>(m, d, TPR);
+#pragma unroll
+    for (int q = 0; q < RPT; q++) {
+        const float s = os_safe_shift(m[q]);
         if constexpr (OP == 0) {
 #pragma unroll
-            for (int j = 0; j < E; j++) v[q][j] = sm_exp_diff(v[q][j], st);
+            for (int j = 0; j < E; j++) v[q][j] = sm_exp_diff(v[q][j], s);
             d[q] = sm_sum_of<E>(v[q]);
-        } else {
+        } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
             float e[E];
 #pragma unroll
-            for (int j = 0; j < E; j++) e[j] = sm_exp_diff(v[q][j], st);
+            for (int j = 0; j < E; j++) {
+                v[q][j] -= s;
+                e[j] = sm_ex2(v[q][j] * SM_LOG2E);
+            }
             d[q] = sm_sum_of<E>(e);
         }
-        m[q] = mt[q];
     }
-    sm_rows_reduce<OP, RPT, SLOTS>(m, d, TPR);
+    sm_rows_reduce<2, RPT, SLOTS>(d, m, TPR);
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
         const sm_fwd_out o(m[q], d[q]);
-        const float f = sm_exp_diff(mt[q], o.s) * o.inv;
         elem* dst = static_cast<elem*>(out) + row * so + lane * W;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             float y[W];
 #pragma unroll
             for (int j = 0; j < W; j++) {
-                const float x = v[q][k * W + j];
-                y[j] = OP == 0 ? x * f : (x - o.sh) - o.ld;
+                const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
+                y[j] = OP == 0 ? x * o.inv : x - o.ld;
             }
             if (ok[q] && k * TPR < lim) io::store(dst, k * TPR, y);
         }
@@ -442,7 +453,7 @@ fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 }
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
-__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+__global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
     static_assert(OP == 0 || OP == 1, "forward op");
