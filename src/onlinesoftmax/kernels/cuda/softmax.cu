@@ -326,8 +326,15 @@ __device__ __forceinline__ unsigned sm_cluster_id() {
     asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
     return r;
 }
+// The cluster barrier's arrive without release semantics: a release by every thread compiles to MEMBAR.ALL.GPU in
+// every warp. sm_cluster_publish() makes this CTA's shared-memory writes (the caller's, or all its threads' after a
+// __syncthreads) visible to the cluster with one fence by thread 0 before the arrive.
 __device__ __forceinline__ void sm_cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void sm_cluster_publish() {
+    if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void sm_cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -357,7 +364,7 @@ template <int OP, int C> __device__ __forceinline__ void sm_cluster_reduce(float
         part[0] = a;
         part[1] = b;
     }
-    sm_cluster_arrive();
+    sm_cluster_publish();
     sm_cluster_wait();
     const unsigned src = (threadIdx.x & 31) % C;
     a = sm_ld_dsmem(&part[0], src);
@@ -918,7 +925,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     // the cluster's (m, d) per column: thread c < LANES * W folds column c's C partials (row 0 of each CTA's tree)
     const int ncols = lanes * W;
     if constexpr (C > 1) {
-        sm_cluster_arrive();
+        sm_cluster_publish();
         sm_cluster_wait();
         if (t < ncols) {
             float pm = OS_NEG_INF, pd = 0.0f;
