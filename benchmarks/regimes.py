@@ -1,5 +1,7 @@
 """Every production regime that takes a shape, beside the automatic plan (api.cuda.*) and torch, on the GPU: which
-regime should the rules pick? % of the same-run copy bandwidth (ideal bytes), checked against float64.
+regime should the rules pick? % of the same-run copy bandwidth (ideal bytes), checked against float64. Each
+(dtype, shape) also times a plain copy of the same tensor (do_bench median and queued on rotated copies): the floor
+for moving those bytes at all, which a softmax (read everything, then write) cannot beat.
 
     PYTHONPATH=src python benchmarks/regimes.py [--out FILE.csv] [MxN ...]     (default: the sweep's few-row shapes)
 """
@@ -10,7 +12,7 @@ import torch
 
 from onlinesoftmax import registry
 from onlinesoftmax.harness import results
-from onlinesoftmax.harness.bench import copy_gbps, measure
+from onlinesoftmax.harness.bench import ROTATE_BYTES, copy_gbps, gbps, measure, median_ms, queued_ms
 from onlinesoftmax.harness.suites import FEW_ROWS, parse_shape
 from onlinesoftmax.variants import production as P
 
@@ -29,6 +31,9 @@ def main():
     print(f"{env['device']}: copy {copy:.0f} GB/s")
     known = {v.name: v for v in registry.variants()}
     rows = []
+    for dtype in DTYPES:
+        for M, N in shapes:
+            rows.append(copy_row(M, N, dtype, copy, env))
     for op in OPS:
         for dtype in DTYPES:
             for M, N in shapes:
@@ -52,6 +57,23 @@ def main():
                                      note=note, group=f"{op} {dtype} {M}x{N}", **env))
     if args.out:
         results.write_csv(rows, args.out)
+
+
+def copy_row(M: int, N: int, dtype, copy: float, env: dict) -> dict:
+    """A plain copy (torch copy_, i.e. cudaMemcpy) of an M x N tensor: 1 read + 1 write, like a forward softmax."""
+    src = torch.randn(M, N, device="cuda").to(dtype)
+    srcs = [src] + [src.clone() for _ in range(ROTATE_BYTES // (src.numel() * src.element_size()))]
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(srcs[0]), "cuda")
+    queued = queued_ms(lambda s=s: dst.copy_(s) for s in srcs)
+    nbytes = 2 * dst.numel() * dst.element_size()
+    pct = 100 * gbps(nbytes, ms) / copy
+    print(f"{'copy':17s} {str(dtype)[6:]:8s} {M:5d} x {N:<7d} {'torch copy_':28s} {ms * 1e3:8.1f} us {pct:5.1f}% "
+          f"{queued * 1e3:8.1f} us queued")
+    return dict(op="copy", variant="torch.copy_", backend="baseline", rung="torch copy_ (the same bytes)", M=M, N=N,
+                dtype=str(dtype)[6:], time_ms=ms, ideal_bytes=nbytes, algo_bytes=nbytes, queued_ms=queued,
+                gbps_ideal=gbps(nbytes, ms), pct_copy=pct, copy_gbps=copy, ok=True, note="",
+                group=f"copy {dtype} {M}x{N}", **env)
 
 
 if __name__ == "__main__":

@@ -288,15 +288,15 @@ def print_sweep(rows: list[dict]) -> None:
 
 
 def cmd_extras(args) -> int:
-    """Softmax over dim 0 of 8192 x 8192 and the host overhead per eager call (harness/extras.py)."""
+    """Softmax and its backward over dim 0 of 8192 x 8192, and the host overhead per eager call (harness/extras.py)."""
     from .harness.extras import dim0_rows, host_rows
 
     _require_cuda("extras")
     env = results.environment("cuda")
     copy = copy_gbps("cuda")
     console.print(f"{env['device']}: copy ceiling {copy:.0f} GB/s (read + write, same run)")
-    rows = [dict(r, **env) for r in dim0_rows(copy) + host_rows()]
-    table = Table(title="softmax over dim 0, and host overhead per eager call")
+    rows = [dict(r, **env) for r in dim0_rows(copy) + dim0_rows(copy, op="softmax_backward") + host_rows()]
+    table = Table(title="softmax and its backward over dim 0, and host overhead per eager call")
     for col in ("group", "variant", "how", "kernel", "% copy / wall", "host overhead", "ok"):
         table.add_column(col, justify="left" if col in ("group", "variant", "how") else "right")
     for r in rows:

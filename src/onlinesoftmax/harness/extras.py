@@ -2,7 +2,8 @@
 
 - softmax over dim 0 of an 8192 x 8192 fp32 tensor: ours (the columns kernel, no transpose copy), the Triton
   backend (which moves the dim last with a copy each way) and torch.softmax(x, 0); % of copy bandwidth on the ideal
-  bytes (one read + one write), each output checked against float64 on a strip of columns;
+  bytes (one read + one write), each output checked against float64 on a strip of columns; the same for the
+  softmax backward over dim 0 (ours: the two-pass strided kernel; 2 reads + 1 write), which has no target;
 - host overhead per eager call on a 1 x 1024 input: mean wall time per call (many calls back to back, one
   synchronize at the end; median of 5 runs) minus the kernel time. The kernel time is the GPU time of the same
   calls queued behind a sleeping kernel (bench.queued_ms: the GPU runs them back to back whatever the host does).
@@ -29,32 +30,40 @@ HOST_CALLS = 2000
 HOST_TRIALS = 5
 
 
-def _dim0_impls() -> dict:
-    return {
-        "api.cuda.softmax": ("cuda", lambda x: ops.softmax(x, 0, backend="cuda")),
-        "api.triton.softmax": ("triton", lambda x: ops.softmax(x, 0, backend="triton")),
-        "torch.softmax": ("baseline", lambda x: torch.softmax(x, 0)),
+def _dim0_impls(op: str) -> dict:
+    if op == "softmax":
+        return {
+            "api.cuda.softmax": ("cuda", lambda x: ops.softmax(x, 0, backend="cuda")),
+            "api.triton.softmax": ("triton", lambda x: ops.softmax(x, 0, backend="triton")),
+            "torch.softmax": ("baseline", lambda x: torch.softmax(x, 0)),
+        }
+    return {  # softmax_backward: the inputs are (y, dy)
+        "api.cuda.softmax_backward": ("cuda", lambda y, dy: ops._backward(y, dy, 0, False, "cuda")),
+        "api.triton.softmax_backward": ("triton", lambda y, dy: ops._backward(y, dy, 0, False, "triton")),
+        "torch.softmax_backward": ("baseline", lambda y, dy: torch._softmax_backward_data(dy, y, 0, y.dtype)),
     }
 
 
-def dim0_rows(copy: float, seed: int = 0) -> list[dict]:
-    """Softmax over dim 0 of DIM0_SHAPE fp32: one row per implementation (results.FIELDS keys)."""
+def dim0_rows(copy: float, seed: int = 0, op: str = "softmax") -> list[dict]:
+    """`op` (softmax or softmax_backward) over dim 0 of DIM0_SHAPE fp32: one row per implementation (results.FIELDS
+    keys). Ideal bytes: 1 read + 1 write forward, 2 reads + 1 write backward."""
     R, C = DIM0_SHAPE
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(DIM0_SHAPE, generator=gen, device="cuda")
-    strip = x[:, :DIM0_CHECK_COLUMNS].T.contiguous().cpu()  # columns as rows for the float64 reference
-    ref = reference("softmax", (strip,))
-    nbytes = 2 * R * C * 4
+    ins = (x,) if op == "softmax" else (torch.softmax(x, 0), torch.randn(DIM0_SHAPE, generator=gen, device="cuda"))
+    strips = tuple(t[:, :DIM0_CHECK_COLUMNS].T.contiguous().cpu() for t in ins)  # columns as rows for float64
+    ref = reference(op, strips)
+    nbytes = (1 + len(ins)) * R * C * 4
     rows = []
-    for name, (backend, fn) in _dim0_impls().items():
-        row = dict(op="softmax_dim0", variant=name, backend=backend, rung="softmax over dim 0 (strided)",
-                   M=C, N=R, dtype="float32", copy_gbps=copy, group=f"softmax dim 0 of {R} x {C} float32",
+    for name, (backend, fn) in _dim0_impls(op).items():
+        row = dict(op=f"{op}_dim0", variant=name, backend=backend, rung=f"{op} over dim 0 (strided)",
+                   M=C, N=R, dtype="float32", copy_gbps=copy, group=f"{op} dim 0 of {R} x {C} float32",
                    ideal_bytes=nbytes, algo_bytes=nbytes)
         try:
-            out = fn(x)
+            out = fn(*ins)
             rep = compare(out[:, :DIM0_CHECK_COLUMNS].T.contiguous().cpu(), ref, torch.float32,
-                          error_scale("softmax", (strip,), ref))
-            ms = median_ms(lambda: fn(x), "cuda")
+                          error_scale(op, strips, ref))
+            ms = median_ms(lambda: fn(*ins), "cuda")
         except Exception as exc:  # a backend missing here is a row with a note, not a crash
             row.update(note=f"error: {type(exc).__name__}: {exc}", ok=False)
             rows.append(row)

@@ -1,0 +1,54 @@
+"""Two launches of one op on the GPU, for ncu (benchmarks/ncu.sh): ours (the production plan) or torch's.
+
+    PYTHONPATH=src python benchmarks/profile_once.py OP DTYPE MxN [--dim D] [--impl ours|torch]
+
+OP is softmax, log_softmax, softmax_backward or log_softmax_backward; the tensor is M x N with the op over N (dim -1),
+or N x M over dim 0 with --dim 0. benchmarks/ncu.sh runs it under ncu.
+"""
+
+import argparse
+
+import torch
+
+from onlinesoftmax.harness.suites import parse_shape
+from onlinesoftmax.variants import production as P
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("op", choices=list(P.OP_CODE))
+    ap.add_argument("dtype", choices=list(DTYPES))
+    ap.add_argument("shape", help="MxN: M rows of N")
+    ap.add_argument("--dim", type=int, default=-1, choices=(-1, 0))
+    ap.add_argument("--impl", default="ours", choices=("ours", "torch"))
+    args = ap.parse_args()
+    M, N = parse_shape(args.shape)
+    dtype = DTYPES[args.dtype]
+    shape = (M, N) if args.dim == -1 else (N, M)
+    dim = args.dim % 2
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    backward = args.op in P.BACKWARD_OPS
+    log = args.op.startswith("log")
+    y = (torch.log_softmax if log else torch.softmax)(x.float(), dim).to(dtype) if backward else None
+    out = torch.empty_like(x)
+    for _ in range(2):
+        if args.impl == "torch" and backward:
+            f = torch._log_softmax_backward_data if log else torch._softmax_backward_data
+            f(x, y, dim, dtype)
+        elif args.impl == "torch":
+            (torch.log_softmax if log else torch.softmax)(x, dim)
+        elif backward:
+            P.backward(y, x, out, dim, log)
+        else:
+            P.forward(x, out, dim, log)
+    torch.cuda.synchronize()
+    plan = P.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim)
+    nbytes = (3 if backward else 2) * x.numel() * x.element_size()  # ideal: 1 read (2 backward) + 1 write
+    print(f"{args.impl} {args.op} {args.dtype} {tuple(shape)} dim {args.dim}: ideal bytes {nbytes}; "
+          f"plan {plan.regime} {plan.launches}")
+
+
+if __name__ == "__main__":
+    main()
