@@ -79,3 +79,13 @@ def test_report_targets_names_the_misses(tmp_path, capsys):
     assert "90% (128)" in line and "128 (90%)" in line and "4096 (" not in line
     assert "0.90 (1048576×128)" in line  # torch's time over ours: slower than torch there
     assert "32×131072: 3.0× (5.0×) ✗" in line
+
+
+def test_sweep_shapes_from_row_lengths_or_mxn():
+    """--n takes row lengths (M = 2^27 / N) or MxN shapes; without --n the few-row shapes join the powers of 2."""
+    from onlinesoftmax.harness.suites import FEW_ROWS, SWEEP_N, sweep_groups
+
+    groups = sweep_groups(("softmax",), ("float32",), [4096, (32, 131072)])
+    assert [(g.M, g.N) for g in groups] == [(32768, 4096), (32, 131072)]
+    shapes = [(g.M, g.N) for g in sweep_groups(("softmax",), ("float32",))]
+    assert len(shapes) == len(SWEEP_N) + len(FEW_ROWS) and shapes[-len(FEW_ROWS):] == FEW_ROWS

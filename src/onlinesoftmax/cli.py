@@ -252,7 +252,7 @@ def cmd_bench(args) -> int:
 def cmd_sweep(args) -> int:
     _require_cuda("sweep")
     groups = sweep_groups(tuple(args.op or SWEEP_OPS), tuple(args.dtype or SWEEP_DTYPES),
-                          [int(n) for n in args.n] if args.n else None, tuple(args.backend or ()),
+                          [parse_shape(n) if "x" in n.lower() else int(n) for n in args.n] if args.n else None, tuple(args.backend or ()),
                           compare=not args.ours_only)
     rows = run_groups(groups, "cuda")
     print_sweep(rows)
@@ -381,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("sweep", help="ours vs torch, torch.compile, Triton, Liger over N and dtypes (GPU)")
     sp.add_argument("--op", action="append", choices=list(SWEEP_OPS))
     sp.add_argument("--dtype", action="append", choices=list(SWEEP_DTYPES))
-    sp.add_argument("--n", action="append", help="row length(s); default 128..262144 and few-row shapes")
+    sp.add_argument("--n", action="append",
+                    help="row length(s) N at M*N = 2^27, or MxN shapes; default 128..262144 and few-row shapes")
     sp.add_argument("--backend", action="append", choices=["cuda", "triton"],
                     help="our backend(s) to time (default: all); baselines are always timed")
     sp.add_argument("--ours-only", action="store_true", help="time our backends only (no baselines, no ladder rung)")
