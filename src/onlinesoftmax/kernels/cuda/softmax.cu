@@ -25,8 +25,10 @@
 // Forward arithmetic: each thread takes the max mt of its share, keeps e = exp(x - mt) (softmax; log_softmax keeps
 // x) and d_t = sum e; the (m, d) states merge (one exponential per merge, common.cuh's -inf guard); the outputs are
 // e * exp(mt - m) / d and (x - m) - log d. 16-bit data parked in shared memory is recomputed from x instead. The
-// second passes of the split and strided regimes read with ld.global.cs and all their stores are st.global.cs
-// (evict-first), so the data their first pass left in L2 stays there until it is re-read.
+// warp kernels reduce the row max first, then the sum of exp(x - max) (two butterflies without exponentials in the
+// merges: their rows are short, the merges' exponentials a large share of the work). The second passes of the split
+// and strided regimes read with ld.global.cs and all their stores are st.global.cs (evict-first), so the data their
+// first pass left in L2 stays there until it is re-read.
 //
 // Semantics (reference.py): an all -inf row gives softmax 0, log_softmax -inf, gradients 0; a NaN or +inf in a row
 // gives NaN across the row; exponents are 2^((x - m) * log2 e), the difference first (no overflow near the dtype max);
