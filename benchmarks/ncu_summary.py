@@ -50,7 +50,8 @@ def main():
             us = m.get("us")
             bw = f"{nbytes / (us * 1e3):6.0f}" if nbytes and us else "     -"
             top = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
-            print(f"{path.stem:20s} {name[:38]:38s} {us or 0:8.1f} {bw} {m.get('dram%', 0):5.1f} {m.get('l2%', 0):5.1f} "
+            print(f"{path.stem:20s} {name[:38]:38s} {us or 0:8.1f} {bw} {m.get('dram%', 0):5.1f} "
+                  f"{m.get('l2%', 0):5.1f} "
                   f"{m.get('grid', 0):7.0f} {m.get('C', 1):2.0f} {m.get('clusters', 0):4.0f} {m.get('regs', 0):4.0f} "
                   f"{m.get('occ%', 0):5.1f} {m.get('cpi', 0):5.1f}  " + ", ".join(f"{k} {v:.1f}" for k, v in top))
 

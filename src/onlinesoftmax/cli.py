@@ -251,8 +251,8 @@ def cmd_bench(args) -> int:
 
 def cmd_sweep(args) -> int:
     _require_cuda("sweep")
-    groups = sweep_groups(tuple(args.op or SWEEP_OPS), tuple(args.dtype or SWEEP_DTYPES),
-                          [parse_shape(n) if "x" in n.lower() else int(n) for n in args.n] if args.n else None, tuple(args.backend or ()),
+    ns = [parse_shape(n) if "x" in n.lower() else int(n) for n in args.n] if args.n else None
+    groups = sweep_groups(tuple(args.op or SWEEP_OPS), tuple(args.dtype or SWEEP_DTYPES), ns, tuple(args.backend or ()),
                           compare=not args.ours_only)
     rows = run_groups(groups, "cuda")
     print_sweep(rows)
@@ -389,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", help="results CSV (default: results/sweep-<device>.csv)")
     sp.set_defaults(fn=cmd_sweep)
 
-    sp = sub.add_parser("extras", help="softmax over dim 0 of 8192x8192, host overhead per eager 1x1024 call (GPU)")
+    sp = sub.add_parser("extras", help="softmax and its backward over dim 0 of 8192x8192, host overhead per eager "
+                                       "1x1024 call (GPU)")
     sp.add_argument("--out", help="results CSV (default: results/extras-<device>.csv)")
     sp.set_defaults(fn=cmd_extras)
 

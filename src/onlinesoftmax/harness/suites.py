@@ -118,7 +118,8 @@ FEW_ROWS = [(1, 262144), (32, 131072)]
 def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None, backends=(), compare=True) -> list[Group]:
     """backends: which of ours to time ("cuda", "triton"; empty = both); compare: the baselines too; ns: row lengths N
     (M = SWEEP_ELEMENTS / N) or (M, N) shapes (default: SWEEP_N and the FEW_ROWS shapes)."""
-    shapes = [n if isinstance(n, tuple) else (SWEEP_ELEMENTS // n, n) for n in (ns or SWEEP_N)] + ([] if ns else FEW_ROWS)
+    shapes = [n if isinstance(n, tuple) else (SWEEP_ELEMENTS // n, n) for n in (ns or SWEEP_N)]
+    shapes += [] if ns else FEW_ROWS
     return [
         Group(f"{op} {dt} {M} x {N}", op, M, N, backends, parse_dtype(dt), sweep=True, compare=compare)
         for op in ops for dt in dtypes for M, N in shapes
