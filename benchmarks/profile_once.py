@@ -10,22 +10,20 @@ import argparse
 
 import torch
 
-from onlinesoftmax.harness.suites import parse_shape
+from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype, parse_shape
 from onlinesoftmax.variants import production as P
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("op", choices=list(P.OP_CODE))
-    ap.add_argument("dtype", choices=list(DTYPES))
+    ap.add_argument("dtype", choices=SWEEP_DTYPES)
     ap.add_argument("shape", help="MxN: M rows of N")
     ap.add_argument("--dim", type=int, default=-1, choices=(-1, 0))
     ap.add_argument("--impl", default="ours", choices=("ours", "torch"))
     args = ap.parse_args()
     M, N = parse_shape(args.shape)
-    dtype = DTYPES[args.dtype]
+    dtype = parse_dtype(args.dtype)
     shape = (M, N) if args.dim == -1 else (N, M)
     dim = args.dim % 2
     x = torch.randn(shape, device="cuda", dtype=dtype)

@@ -21,3 +21,14 @@ def pytest_report_header(config):
 def seed(request):
     """A seed per test: the session seed mixed with the test's name."""
     return (SEED + sum(map(ord, request.node.nodeid))) % (1 << 31)
+
+
+@pytest.fixture(scope="module")
+def private_nvrtc_cache(tmp_path_factory):
+    """Keep a test module's cubins out of ~/.cache: a fresh NVRTC disk cache for the module."""
+    from onlinesoftmax.runtime import nvrtc
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv(nvrtc.CACHE_ENV, str(tmp_path_factory.mktemp("nvrtc-cache")))
+    yield
+    mp.undo()

@@ -20,6 +20,7 @@ if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bind
 from onlinesoftmax.variants import cuda as cv  # noqa: E402  (registers the cuda variants)
 
 ARCH = "sm_90"
+pytestmark = pytest.mark.usefixtures("private_nvrtc_cache")  # cubins out of ~/.cache (conftest.py)
 LADDER = (
     [f"cuda.reduce_k{k}" for k in range(7)]
     + [f"cuda.safe_k{k}" for k in range(1, 5)]
@@ -32,15 +33,6 @@ def _ladder():
     """The seeds' rungs (other modules register backend "cuda" variants too: api.cuda.*, and the
     production regimes cuda.softmax_* ...), in registry order."""
     return [v for v in registry.variants(backend="cuda") if v.name in LADDER]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """Keep the test's cubins out of ~/.cache."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv(nvrtc.CACHE_ENV, str(tmp_path_factory.mktemp("nvrtc-cache")))
-    yield
-    mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import torch
 
 from onlinesoftmax import registry
 from onlinesoftmax.errors import Unavailable
-from onlinesoftmax.runtime import compile_unavailable, nvrtc
+from onlinesoftmax.runtime import compile_unavailable
 
 if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bindings and nvidia-cuda-nvrtc
     pytest.skip(compile_unavailable(), allow_module_level=True)
@@ -23,19 +23,11 @@ if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bind
 from onlinesoftmax.variants import production as P  # noqa: E402  (registers the production variants)
 
 ARCH = "sm_90"
+pytestmark = pytest.mark.usefixtures("private_nvrtc_cache")  # cubins out of ~/.cache (conftest.py)
 SMS = 132
 SMEM_PER_SM = 228 * 1024
 REGS_PER_SM = 64 * 1024
 FWD, BWD = P.FORWARD_OPS, P.BACKWARD_OPS
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """Keep the test's cubins out of ~/.cache (as tests/test_compile.py)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv(nvrtc.CACHE_ENV, str(tmp_path_factory.mktemp("nvrtc-cache")))
-    yield
-    mp.undo()
 
 
 @pytest.fixture(scope="module")

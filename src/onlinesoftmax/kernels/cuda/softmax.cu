@@ -336,7 +336,7 @@ __device__ __forceinline__ void sm_cluster_arrive() {
 }
 __device__ __forceinline__ void sm_cluster_publish() {
     if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;" ::: "memory");
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    sm_cluster_arrive();
 }
 __device__ __forceinline__ void sm_cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
