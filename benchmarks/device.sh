@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-# Stages: verify (GPU tests, check, ladder) | sweep [sweep args] | any other CLI command (extras, ladder, ...)
+# Stages: verify (GPU tests, check, ladder) | concurrency | sweep [sweep args] | any other CLI command (extras, ...)
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -26,6 +26,11 @@ case "$stage" in
     osm check --backend cuda --seed 2026 2>&1 | tee "$OUT/check-cuda.txt" | tail -60
     osm check --backend triton --seed 2026 2>&1 | tee "$OUT/check-triton.txt" | tail -30
     osm ladder --out "$OUT/ladder.csv" 2>&1 | tee "$OUT/ladder.txt"
+    ;;
+  concurrency)  # issue 10: the concurrency tests with their counts, then the host cost of new row counts
+    ONLINESOFTMAX_EVIDENCE="$OUT" python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_concurrency.py 2>&1 \
+      | tee "$OUT/pytest-gpu-concurrency.log" | tail -20
+    python3 benchmarks/new_shapes.py --out "$OUT/new-shapes.json" 2>&1 | tail -40
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"

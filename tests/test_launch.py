@@ -24,17 +24,17 @@ class _Loaded:
         handle = "handle"
 
     def __init__(self):
-        self.configs = []
+        self.smem = []
 
-    def config(self, grid, block, smem=0):
-        self.configs.append((grid, block, smem))
+    def allow_smem(self, smem):
+        self.smem.append(smem)
 
 
 def test_parameter_block_points_at_each_argument():
     lk = _Loaded()
     tail = (np.int64(2**40 + 3), np.int32(-7), np.int64(123), np.int64(0), np.int64(-(2**35)), np.int32(5))
     p = PreparedLaunch(lk, 9, (4, 128), tail, smem=1024)
-    assert lk.configs == [(9, (4, 128), 1024)]  # the dynamic shared memory limit is raised through config
+    assert lk.smem == [1024]  # the kernel's dynamic shared memory limit is raised when needed
     assert p.dims == ("handle", 9, 1, 1, 4, 128, 1, 1024)
     params = list(p._params)
     assert len(params) == 3 + len(tail)

@@ -234,13 +234,15 @@ def test_split_rules():
 
 def test_strided_rules():
     # softmax over dim 0 of 8192 x 8192 fp32: threads down N, the persistent grid's strips inside the L2 budget
-    lanes, rows, strips, grid = P.strided_tile("softmax", torch.float32, 4, 1, 8192, 8192, SMS)
-    assert lanes == 1 and rows == P.STRIDED_THREADS and SMS <= grid <= P.STRIDED_CTAS_PER_SM * SMS
-    assert strips * lanes * 4 >= 8192 and grid * 8192 * 16 <= P.STRIDED_L2_BUDGET
-    lanes, rows, strips, grid = P.strided_tile("softmax_backward", torch.float32, 4, 1, 8192, 8192, SMS)
-    assert lanes == 1 and grid == SMS  # y and dy: twice the bytes per strip, one CTA per SM
+    lanes, rows, strips, cap = P.strided_tile("softmax", torch.float32, 4, 8192, 8192, SMS)
+    assert lanes == 1 and rows == P.STRIDED_THREADS and SMS <= cap <= P.STRIDED_CTAS_PER_SM * SMS
+    assert strips * lanes * 4 >= 8192 and cap * 8192 * 16 <= P.STRIDED_L2_BUDGET
+    assert P.plan(1, 8192, torch.float32, "softmax", inner=8192, layout="strided", sms=SMS,
+                  regime="strided").launches[0].grid == cap  # 2048 strips: the persistent grid
+    lanes, rows, strips, cap = P.strided_tile("softmax_backward", torch.float32, 4, 8192, 8192, SMS)
+    assert lanes == 1 and cap == SMS  # y and dy: twice the bytes per strip, one CTA per SM
     # short columns: lanes across inner instead of idle rows
-    lanes, rows, strips, grid = P.strided_tile("softmax", torch.float32, 4, 64, 8, 4096, SMS)
+    lanes, rows, strips, cap = P.strided_tile("softmax", torch.float32, 4, 8, 4096, SMS)
     assert rows == 8 and lanes == 64 and lanes * rows <= P.STRIDED_THREADS
     p = P.plan(4, 100, torch.bfloat16, "softmax_backward", inner=24, layout="strided", sms=SMS)
     assert p.regime == "strided" and p.W == 8 and p.items == 4 * p.strips

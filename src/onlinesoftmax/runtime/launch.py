@@ -7,11 +7,19 @@ Argument convention (cuda.core's): a Python int is passed as a pointer (intptr_t
 `tensor.data_ptr()` for pointers and np.int32 / np.int64 / np.float32 for scalars, matching
 the kernel signature exactly.
 
-The driver is touched only here, and only when a kernel is fetched or launched: importing this
-module, compiling and inspecting work without a GPU. No GPU or no driver raises
-`errors.Unavailable`; a failed launch raises `errors.OnlineSoftmaxError` naming the kernel.
+Kernels are loaded and launched only here (the production engine also sets two kernel attributes
+itself): importing this module, compiling and inspecting work without a GPU. No GPU or no driver
+raises `errors.Unavailable`; a failed launch raises `errors.OnlineSoftmaxError` naming the kernel.
 Asynchronous faults (illegal address, ...) surface at the next synchronisation, as with any
 CUDA launch.
+
+Threads. Every launch is safe from any number of threads and streams at once: it goes to the
+calling thread's current torch stream of the kernel's device, with that device's primary context
+current (under torch's device guard when torch's current device is another one; a thread's first
+launch binds it to a context, since a fresh thread may have none). The only state shared between
+calls is read-only after it is built (loaded kernels, launch configs) or a PreparedLaunch's
+parameter block, which is filled and launched under its lock (the driver copies it at the call).
+The stream caches are bounded.
 """
 
 from __future__ import annotations
@@ -23,20 +31,26 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import OnlineSoftmaxError, Unavailable
+from .bounded import BoundedCache
 from .nvrtc import CompiledModule
 
 STATIC_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the function attribute raised
 
-_state = threading.local()  # per thread: .current = the device index last made current here
+_state = threading.local()  # per thread: .bound = a launch from this thread has made a primary context current
 _device_lock = threading.Lock()
 _devices: dict[int, object] = {}  # index -> cuda.core Device
-_streams: dict[int, object] = {}  # raw stream handle -> cuda.core Stream
+_streams = BoundedCache(256)  # raw stream handle -> cuda.core Stream
+_cu_streams = BoundedCache(256)  # raw stream handle -> driver.CUstream
 _sm_counts: dict[int, int] = {}
 _cc_launch = None  # cuda.core.launch, imported on the first launch
 try:  # the raw cudaStream_t of torch's current stream without building a torch.cuda.Stream (inductor uses it)
     from torch._C import _cuda_getCurrentRawStream as _raw_stream
 except ImportError:  # CPU-only torch builds, or a future torch without it
     _raw_stream = None
+try:  # torch's current device (cudaGetDevice) without torch.cuda's lazy-init check
+    from torch._C import _cuda_getDevice as _current_device
+except ImportError:
+    _current_device = None
 
 
 def available() -> Optional[str]:
@@ -56,9 +70,8 @@ def available() -> Optional[str]:
 
 
 def ensure_device(index: Optional[int] = None):
-    """The cuda.core Device for torch device `index` (torch's current device if None), made current
-    on the calling thread. torch and cuda.core share the device's primary context; the call is
-    skipped when this thread already made `index` current through here (see `LoadedKernel.launch`)."""
+    """The cuda.core Device for torch device `index` (torch's current device if None), its primary
+    context made current on the calling thread (torch and cuda.core share it)."""
     reason = available()
     if reason:
         raise Unavailable(reason)
@@ -77,8 +90,25 @@ def ensure_device(index: Optional[int] = None):
         dev.set_current()
     except Exception as e:
         raise Unavailable(f"cannot use CUDA device {index} through cuda.core ({type(e).__name__}: {e})") from None
-    _state.current = index
+    _state.bound = True
     return dev
+
+
+def on_device(device: int, fn, *args):
+    """fn(*args) -- a launch on `device` -- with that device's primary context current on this thread. The hot
+    path is one check: this thread is bound and torch's current device is `device` (torch switches the primary
+    context with its device, so the two agree). Else: bind the thread once, and run under torch's device guard
+    when torch's current device is another one."""
+    if getattr(_state, "bound", False) and _current_device() == device:
+        return fn(*args)
+    import torch
+
+    if not getattr(_state, "bound", False):
+        ensure_device(torch.cuda.current_device())
+    if torch.cuda.current_device() == device:
+        return fn(*args)
+    with torch.cuda.device(device):
+        return fn(*args)
 
 
 def sm_count(index: Optional[int] = None) -> int:
@@ -113,13 +143,25 @@ def current_stream(index: Optional[int] = None):
     handle = stream_handle(index)
     s = _streams.get(handle)
     if s is None:
-        from cuda.core import Stream
+        s = _streams.get_or_make(handle, lambda: _wrap_stream(handle))
+    return s
 
-        try:
-            s = Stream.from_handle(handle)
-        except Exception as e:
-            raise OnlineSoftmaxError(f"cannot wrap torch stream {handle:#x} for cuda.core: {e}") from None
-        _streams[handle] = s
+
+def _wrap_stream(handle: int):
+    from cuda.core import Stream
+
+    try:
+        return Stream.from_handle(handle)
+    except Exception as e:
+        raise OnlineSoftmaxError(f"cannot wrap torch stream {handle:#x} for cuda.core: {e}") from None
+
+
+def _cu_stream(handle: int):
+    s = _cu_streams.get(handle)
+    if s is None:
+        from cuda.bindings import driver
+
+        s = _cu_streams.get_or_make(handle, lambda: driver.CUstream(handle))
     return s
 
 
@@ -135,9 +177,9 @@ def set_max_dynamic_smem(kern, nbytes: int, device_index: int) -> None:
 
 
 class LoadedKernel:
-    """One kernel of a compiled module on one device, with its launch configs cached."""
+    """One kernel of a compiled module on one device, with its launch configs cached (bounded)."""
 
-    __slots__ = ("name", "module", "device", "kernel", "_configs", "_smem_ok")
+    __slots__ = ("name", "module", "device", "kernel", "_configs", "_smem_ok", "_lock")
 
     def __init__(self, module: CompiledModule, name: str, device: int):
         self.name, self.module, self.device = name, module, device
@@ -148,8 +190,17 @@ class LoadedKernel:
                 f"cannot load kernel {name} from {module.filename} ({module.arch}) on device {device}: "
                 f"{type(e).__name__}: {e}"
             ) from None
-        self._configs: dict = {}
+        self._configs = BoundedCache(64)
         self._smem_ok = STATIC_SMEM_LIMIT
+        self._lock = threading.Lock()
+
+    def allow_smem(self, smem: int) -> None:
+        """Raise the kernel's dynamic shared memory limit to at least `smem` bytes (needed above 48 KiB)."""
+        if smem > self._smem_ok:
+            with self._lock:
+                if smem > self._smem_ok:
+                    set_max_dynamic_smem(self.kernel, smem, self.device)
+                    self._smem_ok = smem
 
     def config(self, grid, block, smem: int = 0):
         key = (grid, block, smem)
@@ -157,19 +208,18 @@ class LoadedKernel:
         if cfg is None:
             from cuda.core import LaunchConfig
 
-            if smem > self._smem_ok:
-                set_max_dynamic_smem(self.kernel, smem, self.device)
-                self._smem_ok = smem
-            cfg = self._configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=smem)
+            self.allow_smem(smem)
+            cfg = self._configs.get_or_make(key, lambda: LaunchConfig(grid=grid, block=block, shmem_size=smem))
         return cfg
 
     def launch(self, grid, block, args: Sequence, smem: int = 0, stream=None) -> None:
         """Launch on `stream` (a cuda.core Stream; torch's current stream by default)."""
+        on_device(self.device, self._launch, grid, block, args, smem, stream)
+
+    def _launch(self, grid, block, args: Sequence, smem: int, stream) -> None:
         global _cc_launch
         if _cc_launch is None:
             from cuda.core import launch as _cc_launch
-        if getattr(_state, "current", None) != self.device:
-            ensure_device(self.device)
         s = stream if stream is not None else current_stream(self.device)
         try:
             cfg = self.config(grid, block, smem)
@@ -183,24 +233,21 @@ class LoadedKernel:
             ) from None
 
 
-_cu_streams: dict = {}  # raw stream handle -> driver.CUstream
-
-
 class PreparedLaunch:
     """One launch of a LoadedKernel (no cluster) with everything but its leading pointer arguments fixed, straight
     through cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every
     argument on each call, ~7 us on the H200). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
     exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current stream."""
 
-    __slots__ = ("lk", "dims", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_ok")
+    __slots__ = ("lk", "device", "dims", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_ok")
 
     def __init__(self, lk: LoadedKernel, grid, block, tail: Sequence, smem: int = 0, npointers: int = 3):
         from cuda.bindings import driver
 
-        lk.config(grid, block, smem)  # raises the kernel's dynamic shared memory limit when needed
+        lk.allow_smem(smem)
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         b = (block,) if isinstance(block, int) else tuple(block)
-        self.lk = lk
+        self.lk, self.device = lk, lk.device
         self.dims = (lk.kernel.handle,) + (g + (1, 1))[:3] + (b + (1, 1))[:3] + (smem,)
         self._ptrs = (ctypes.c_uint64 * npointers)()
         kinds = {np.dtype(np.int64): ctypes.c_int64, np.dtype(np.int32): ctypes.c_int32}
@@ -216,15 +263,13 @@ class PreparedLaunch:
         self._launch, self._ok = driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
 
     def __call__(self, *ptrs: int) -> None:
-        device = self.lk.device
-        if getattr(_state, "current", None) != device:
-            ensure_device(device)
-        h = stream_handle(device)
-        s = _cu_streams.get(h)
-        if s is None:
-            from cuda.bindings import driver
+        if getattr(_state, "bound", False) and _current_device() == self.device:
+            self._go(ptrs)
+        else:
+            on_device(self.device, self._go, ptrs)
 
-            s = _cu_streams[h] = driver.CUstream(h)
+    def _go(self, ptrs) -> None:
+        s = _cu_stream(stream_handle(self.device))
         with self._lock:
             self._ptrs[:] = ptrs
             (err,) = self._launch(*self.dims, s, self._addr, 0)
@@ -233,7 +278,8 @@ class PreparedLaunch:
                                      f"dims={self.dims[1:]}) failed: {err}")
 
 
-_kernels: dict = {}
+_kernels: dict = {}  # (module key, name, device) -> LoadedKernel: bounded by the kernels compiled
+_kernels_lock = threading.Lock()
 
 
 def kernel(module: CompiledModule, name: str, device: Optional[int] = None) -> LoadedKernel:
@@ -248,7 +294,8 @@ def kernel(module: CompiledModule, name: str, device: Optional[int] = None) -> L
     key = (module.key, name, device)
     k = _kernels.get(key)
     if k is None:
-        if getattr(_state, "current", None) != device:
-            ensure_device(device)
-        k = _kernels[key] = LoadedKernel(module, name, device)
+        with _kernels_lock:
+            k = _kernels.get(key)
+            if k is None:
+                k = _kernels[key] = on_device(device, LoadedKernel, module, name, device)
     return k

@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -47,6 +46,7 @@ from ..registry import OPS, Variant, register
 from ..runtime import available
 from ..runtime import launch as rt_launch
 from ..runtime import nvrtc
+from ..runtime.bounded import BoundedCache
 
 FILE = "softmax.cu"
 INSPECT_ARCH = "sm_90"  # what `resources` / the compile test report for without a GPU (the H200)
@@ -235,9 +235,9 @@ def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[i
     return parts, chunk
 
 
-def strided_tile(op: str, dtype, W: int, outer: int, N: int, inner: int, sms: int) -> tuple[int, int, int, int]:
-    """(lanes, rows, strips, grid) of the strided kernel. rows: threads down N (up to the CTA), lanes: threads
-    across `inner` (W columns each). The persistent grid is STRIDED_CTAS_PER_SM per SM; lanes shrink until the
+def strided_tile(op: str, dtype, W: int, N: int, inner: int, sms: int) -> tuple[int, int, int, int]:
+    """(lanes, rows, strips, cap) of the strided kernel, whose grid is min(outer x strips, cap). rows: threads
+    down N (up to the CTA), lanes: threads across `inner` (W columns each). The persistent grid is STRIDED_CTAS_PER_SM per SM; lanes shrink until the
     strips in progress (grid x N x lanes x W x size x inputs) fit STRIDED_L2_BUDGET, so the second pass re-reads
     from L2; when one access per row is already the narrowest strip, the grid shrinks (to one CTA per SM at
     least) instead."""
@@ -252,8 +252,7 @@ def strided_tile(op: str, dtype, W: int, outer: int, N: int, inner: int, sms: in
     strips = _cdiv(need, lanes)
     # one strip is as narrow as it gets (one access wide): fewer CTAs in flight instead, down to one per SM
     per_cta = N * lanes * W * size * inputs
-    grid = max(1, min(outer * strips, grid_cap, max(sms, STRIDED_L2_BUDGET // per_cta)))
-    return lanes, rows, strips, grid
+    return lanes, rows, strips, min(grid_cap, max(sms, STRIDED_L2_BUDGET // per_cta))
 
 
 def columns_slots(op: str, dtype, W: int) -> int:
@@ -317,6 +316,19 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
 # ---- plans ------------------------------------------------------------------------------------------------
 
 
+def stable_rows(sms: int) -> int:
+    """From this many rows on, a plan depends on M only through its grids and workspace (no few-rows rule
+    applies: M x CTAs per row >= SMs, and split_parts wants one chunk per row): Plan.at moves it to another M."""
+    return SPLIT_CTAS_PER_SM * sms
+
+
+def _grid(M: int, per: tuple) -> int:
+    """A launch's grid for M rows: ceil(M x mul / div), at most cap (0: no cap)."""
+    mul, div, cap = per
+    g = _cdiv(M * mul, div)
+    return min(g, cap) if cap else g
+
+
 @dataclass(frozen=True)
 class Launch:
     kernel: str  # name expression in softmax.cu
@@ -325,6 +337,12 @@ class Launch:
     cluster: int = 1
     smem: int = 0  # dynamic shared memory bytes
     sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided
+    per: tuple = (1, 1, 0)  # the grid rule: grid = _grid(M, per)
+
+
+def _launch(M: int, kernel: str, per: tuple, block: tuple, cluster: int = 1, smem: int = 0,
+            sig: str = "rows") -> Launch:
+    return Launch(kernel, _grid(M, per), block, cluster, smem, sig, per)
 
 
 @dataclass(frozen=True)
@@ -347,6 +365,17 @@ class Plan:
     @property
     def kernels(self) -> tuple:
         return tuple(l.kernel for l in self.launches)
+
+    def at(self, M: int) -> "Plan":
+        """This plan for M rows: the same kernels and geometry, the grids and workspace of M. Equal to plan(M, ...)
+        when both row counts are at least stable_rows(sms) (a test checks it over the rules' breakpoints)."""
+        if M == self.M:
+            return self
+        launches = tuple(replace(l, grid=_grid(M, l.per)) for l in self.launches)
+        for l in launches:
+            if l.grid * l.cluster > INT_MAX:
+                raise Unsupported(f"{self.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
+        return replace(self, M=M, launches=launches, items=M * self.strips, workspace=2 * M * self.parts)
 
 
 def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, inner: int = 1, layout: str = "rows",
@@ -382,16 +411,16 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
             strips = _cdiv(_cdiv(inner, W), lanes)
             items = M * strips
             name = f"fwd_cols<{o},{dt},{W},{columns_slots(op, dtype, W)},{sslots},{c}>"
-            launch = Launch(name, items, (lanes, ROW_MAX_THREADS // lanes), c,
-                            smem_bytes(op, W, ROW_MAX_THREADS, sslots), sig="strided")
+            launch = _launch(M, name, (strips, 1, 0), (lanes, ROW_MAX_THREADS // lanes), c,
+                             smem_bytes(op, W, ROW_MAX_THREADS, sslots), sig="strided")
             return Plan("columns", op, dtype, M, N, W, (launch,), inner=inner, strips=strips, items=items)
         if regime == "columns":
             cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + columns_smem_slots(dtype, W))
             raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
-        lanes, rows, strips, grid = strided_tile(op, dtype, W, M, N, inner, sms)
+        lanes, rows, strips, cap = strided_tile(op, dtype, W, N, inner, sms)
         items = M * strips
         name = f"{pre}_strided<{o},{dt},{W}>"
-        return Plan("strided", op, dtype, M, N, W, (Launch(name, grid, (lanes, rows), sig="strided"),),
+        return Plan("strided", op, dtype, M, N, W, (_launch(M, name, (strips, 1, cap), (lanes, rows), sig="strided"),),
                     inner=inner, strips=strips, items=items)
     if layout != "rows":
         raise OnlineSoftmaxError(f"unknown layout {layout!r}")
@@ -401,7 +430,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
         lg, slots, rpt = warp_config(op, dtype, W, N)
         per_cta = (WARP_THREADS >> lg) * rpt
         name = f"{pre}_warp<{o},{dt},{W},{slots},{rpt}>"
-        return Plan("warp", op, dtype, M, N, W, (Launch(name, _cdiv(M, per_cta), (WARP_THREADS,), sig="warp"),),
+        return Plan("warp", op, dtype, M, N, W, (_launch(M, name, (1, per_cta, 0), (WARP_THREADS,), sig="warp"),),
                     lg=lg)
     if chosen == "block":
         if _cdiv(N, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
@@ -414,7 +443,8 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
                               f"elements in registers" + (f", {row_capacity(op, dtype, W)} with shared memory)"
                                                           if W > 1 else "; the scalar path has no smem slots)"))
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1>"
-        return Plan("block", op, dtype, M, N, W, (Launch(name, M, (threads,), 1, smem_bytes(op, W, threads, sslots)),))
+        return Plan("block", op, dtype, M, N, W,
+                    (_launch(M, name, (1, 1, 0), (threads,), 1, smem_bytes(op, W, threads, sslots)),))
     if chosen == "cluster":
         if W == 1:
             raise Unsupported(f"N = {N} is not a multiple of {V} (or the data is not 16-byte aligned): the cluster "
@@ -428,7 +458,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
         slots = reg_slots(op, dtype, W)
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c}>"
         return Plan("cluster", op, dtype, M, N, W,
-                    (Launch(name, M, (threads,), c, smem_bytes(op, W, threads, sslots)),))
+                    (_launch(M, name, (1, 1, 0), (threads,), c, smem_bytes(op, W, threads, sslots)),))
     if chosen == "split":
         parts, chunk = split_parts(M, N, W, sms, min_parts=2 if regime == "split" else 1)
         if M * parts > INT_MAX:
@@ -436,8 +466,8 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
         stats = f"fwd_split_stats<{dt},{W}>" if fwd else f"bwd_split_stats<{o},{dt},{W}>"
         apply = f"{pre}_split_apply<{o},{dt},{W}>"
         return Plan("split", op, dtype, M, N, W,
-                    (Launch(stats, M * parts, (SPLIT_THREADS,), sig="stats"),
-                     Launch(apply, M * parts, (SPLIT_THREADS,), sig="apply")),
+                    (_launch(M, stats, (parts, 1, 0), (SPLIT_THREADS,), sig="stats"),
+                     _launch(M, apply, (parts, 1, 0), (SPLIT_THREADS,), sig="apply")),
                     parts=parts, chunk=chunk, workspace=2 * M * parts)
     raise OnlineSoftmaxError(f"unknown regime {chosen!r}; regimes: {', '.join(REGIMES)}")
 
@@ -500,21 +530,21 @@ def _probe_instantiations() -> dict[str, set]:
 
 
 # ---- compiled modules and loaded kernels ------------------------------------------------------------------
+# Threads: every cache below is read without a lock and filled under one; what it holds is immutable once built,
+# except a PreparedLaunch's parameter block, which is filled and launched under its own lock. Nothing per call
+# (pointers, the split workspace) is shared between calls.
 
-_lock = threading.Lock()
-_modules: dict = {}  # (kernel, arch) -> CompiledModule (one instantiation per module: compile what is used)
+ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
+PLAN_CACHE = 1024  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
+_modules = BoundedCache(4096)  # (kernel, arch) -> CompiledModule (one instantiation per module: compile what is used)
+_kernels = BoundedCache(4096)  # (kernel, device, block, smem, cluster) -> _Kernel: bounded by the instantiations
+_plans = BoundedCache(PLAN_CACHE)
 _archs: dict = {}
-
-
 
 
 def module(kernel: str, arch: str = INSPECT_ARCH) -> nvrtc.CompiledModule:
     """The compiled module holding one instantiation (cached in process and on disk)."""
-    key = (kernel, arch)
-    mod = _modules.get(key)
-    if mod is None:
-        mod = _modules[key] = nvrtc.compile_source(FILE, [kernel], arch=arch)
-    return mod
+    return _modules.get_or_make((kernel, arch), lambda: nvrtc.compile_source(FILE, [kernel], arch=arch))
 
 
 def compile_all(names, arch: str = INSPECT_ARCH, batch: int = 64, workers: int = 1) -> dict[str, dict]:
@@ -555,54 +585,80 @@ def _sms(device: Optional[int]) -> int:
 
 
 class _Kernel:
-    """One instantiation loaded on one device with one launch shape and its cuda.core LaunchConfig, launched
-    straight through cuda.core (cluster launches count the grid in clusters, cuda.core's convention; above 8 CTAs
-    per cluster the kernel gets the non-portable-cluster attribute)."""
+    """One instantiation loaded on one device for one launch shape (block, dynamic smem, cluster), its attributes
+    set once; shared by every entry of that shape. bind() gives a launch with a fixed grid and scalar tail."""
 
-    __slots__ = ("lk", "kern", "device", "grid", "block", "smem", "cluster", "cfg", "_launch")
+    __slots__ = ("lk", "kern", "device", "block", "smem", "cluster", "fits")
 
-    def __init__(self, name: str, device: int, grid: int, block: tuple, smem: int, cluster: int):
-        from cuda.core import LaunchConfig
-        from cuda.core import launch as _launch
-
+    def __init__(self, name: str, device: int, block: tuple, smem: int, cluster: int):
         self.lk = rt_launch.kernel(module(name, _arch_of(device)), name, device)
         self.kern = self.lk.kernel
-        self.device, self.grid, self.block, self.smem, self.cluster = device, grid, block, smem, cluster
-        if smem > STATIC_SMEM_LIMIT:
-            rt_launch.set_max_dynamic_smem(self.kern, smem, device)
+        self.device, self.block, self.smem, self.cluster = device, block, smem, cluster
+        self.lk.allow_smem(smem)
         if cluster > PORTABLE_CLUSTER:
             _allow_non_portable_cluster(self.kern, device)
-        self.cfg = LaunchConfig(grid=grid, cluster=cluster if cluster > 1 else None, block=block, shmem_size=smem)
-        if cluster > 1 and _grid_counts_blocks(self.cfg, grid):  # an older cuda.core: grid in blocks
-            self.cfg = LaunchConfig(grid=grid * cluster, cluster=cluster, block=block, shmem_size=smem)
-        self._launch = _launch
+        self.fits = self._clusters_fit()
 
-    def bind(self, tail: tuple):
-        """fn(a, b, out) launching with these scalar arguments: a prepared cuLaunchKernel without a cluster (the
-        eager hot path), cuda.core's launch with one."""
+    def config(self, grid: int):
+        """cuda.core's LaunchConfig (cluster launches count the grid in clusters, cuda.core's convention)."""
+        from cuda.core import LaunchConfig
+
+        cfg = LaunchConfig(grid=grid, cluster=self.cluster, block=self.block, shmem_size=self.smem)
+        if _grid_counts_blocks(cfg, grid):  # an older cuda.core: grid in blocks
+            cfg = LaunchConfig(grid=grid * self.cluster, cluster=self.cluster, block=self.block,
+                               shmem_size=self.smem)
+        return cfg
+
+    def bind(self, grid: int, tail: tuple, pointers: int):
+        """fn(*pointers) launching with this grid and these scalar arguments on the caller's current stream: a
+        prepared cuLaunchKernel without a cluster (the eager hot path), cuda.core's launch with one."""
         if self.cluster == 1:
-            return rt_launch.PreparedLaunch(self.lk, self.grid, self.block, tail, self.smem)
-        return lambda a, b, out: self.launch((a, b, out) + tail)
+            return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers)
+        return _ClusterLaunch(self, grid, tail)
 
-    def launch(self, args) -> None:
-        if getattr(rt_launch._state, "current", None) != self.device:
-            rt_launch.ensure_device(self.device)
-        try:
-            self._launch(rt_launch.current_stream(self.device), self.cfg, self.kern, *args)
-        except Exception as e:
-            raise OnlineSoftmaxError(f"launch of {self.lk.name} (grid={self.grid}, cluster={self.cluster}, "
-                                     f"block={self.block}, smem={self.smem}) failed: {type(e).__name__}: {e}") from None
-
-    def clusters_fit(self) -> Optional[bool]:
+    def _clusters_fit(self) -> Optional[bool]:
         """Whether one cluster of this shape can be resident (cuOccupancyMaxActiveClusters through cuda.core);
         None when the query is not available."""
         if self.cluster == 1:
             return True
         try:
-            n = self.kern.occupancy.max_active_clusters(self.cfg, stream=rt_launch.current_stream(self.device))
+            n = self.kern.occupancy.max_active_clusters(self.config(1),
+                                                        stream=rt_launch.current_stream(self.device))
             return int(n) > 0
         except Exception:
             return None
+
+
+def _kernel(name: str, device: int, block: tuple, smem: int, cluster: int) -> _Kernel:
+    key = (name, device, block, smem, cluster)
+    return _kernels.get(key) or _kernels.get_or_make(
+        key, lambda: rt_launch.on_device(device, _Kernel, name, device, block, smem, cluster))
+
+
+class _ClusterLaunch:
+    """A cluster launch through cuda.core (it packs the arguments per call) with a fixed grid and scalar tail."""
+
+    __slots__ = ("k", "cfg", "tail")
+
+    def __init__(self, k: _Kernel, grid: int, tail: tuple):
+        self.k, self.cfg, self.tail = k, k.config(grid), tail
+
+    def __call__(self, *ptrs: int) -> None:
+        rt_launch.on_device(self.k.device, self._go, ptrs)
+
+    def _go(self, ptrs) -> None:
+        k = self.k
+        try:
+            _cc_launch(rt_launch.current_stream(k.device), self.cfg, k.kern, *ptrs, *self.tail)
+        except Exception as e:
+            raise OnlineSoftmaxError(f"launch of {k.lk.name} (grid={self.cfg.grid}, cluster={k.cluster}, "
+                                     f"block={k.block}, smem={k.smem}) failed: {type(e).__name__}: {e}") from None
+
+
+def _cc_launch(*args) -> None:
+    from cuda.core import launch
+
+    launch(*args)
 
 
 def _grid_counts_blocks(cfg, grid: int) -> bool:
@@ -623,19 +679,6 @@ def _allow_non_portable_cluster(kern, device: int) -> None:
     (err,) = driver.cuKernelSetAttribute(attr, 1, kern.handle, driver.CUdevice(device))
     if err != driver.CUresult.CUDA_SUCCESS:
         raise OnlineSoftmaxError(f"cuKernelSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) failed: {err}")
-
-
-_workspaces: dict = {}
-
-
-def _workspace(device: torch.device, n: int) -> torch.Tensor:
-    """The split regime's fp32 workspace, cached per (device, stream): kernels of one stream run in order,
-    so a workspace is never shared by two kernels in flight. Grown on demand."""
-    key = (device.index, rt_launch.stream_handle(device.index))
-    ws = _workspaces.get(key)
-    if ws is None or ws.numel() < n:
-        ws = _workspaces[key] = torch.empty(max(n, 4096), dtype=torch.float32, device=device)
-    return ws
 
 
 # ---- layouts ----------------------------------------------------------------------------------------------
@@ -675,14 +718,38 @@ def _is_contiguous(shape, stride) -> bool:
 # ---- running a plan ---------------------------------------------------------------------------------------
 
 
+def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sms: int,
+                 regime: Optional[str], device: int, fallback: str) -> Plan:
+    """plan(...) with an automatic plan whose clusters (cluster, columns) cannot be resident on this device, or
+    whose cluster attributes are refused, replaced by the `fallback` regime (split, strided); cached by geometry,
+    one entry for every M >= stable_rows(sms)."""
+    stable = M >= stable_rows(sms)
+    key = (op, N, dtype, vec, inner, layout, sms, regime, device, None if stable else M)
+
+    def make() -> Plan:
+        p = plan(M, N, dtype, op, vec=vec, inner=inner, layout=layout, sms=sms, regime=regime)
+        if regime is not None or all(l.cluster == 1 for l in p.launches):
+            return p
+        try:
+            if all(_kernel(l.kernel, device, l.block, l.smem, l.cluster).fits is not False for l in p.launches):
+                return p
+        except OnlineSoftmaxError:
+            pass
+        return plan(M, N, dtype, op, vec=vec, inner=inner, layout=layout, sms=sms, regime=fallback)
+
+    p = _plans.get(key) or _plans.get_or_make(key, make)
+    return p.at(M) if stable else p
+
+
 class _Entry:
     """Everything one (op, shape, strides, dim, dtype, device, alignment) needs per call: the plan, whether the
-    inputs are made contiguous first, the loaded kernels and the constant tail of each argument tuple."""
+    inputs are made contiguous first, and one bound launch per kernel (the pointers come per call). Immutable;
+    the split regime's workspace is allocated per call."""
 
-    __slots__ = ("plan", "contig", "calls", "ws_n", "device", "single")
+    __slots__ = ("plan", "contig", "calls", "ws_n", "single")
 
     def __init__(self, p: Optional[Plan], device: int, contig: bool, strides: tuple, so: int):
-        self.plan, self.contig, self.device = p, contig, device
+        self.plan, self.contig = p, contig
         self.ws_n = p.workspace if p is not None else 0
         self.calls, self.single = (), None
         if p is None:  # an empty tensor: nothing to launch
@@ -692,7 +759,7 @@ class _Entry:
         sb = strides[1] if len(strides) > 1 else 0
         calls = []
         for l in p.launches:
-            k = _Kernel(l.kernel, device, l.grid, l.block, l.smem, l.cluster)
+            pointers = 3  # (a, b, out); stats: (a, b, workspace); apply: (a, b, workspace, out)
             if l.sig in ("rows", "warp"):
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so))
                 if l.sig == "warp":
@@ -701,31 +768,25 @@ class _Entry:
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i32(p.parts), i32(p.chunk))
             elif l.sig == "apply":
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts), i32(p.chunk))
+                pointers = 4
             else:  # strided
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
-            calls.append((k, l.sig, tail))
+            calls.append(_kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers))
         self.calls = tuple(calls)
         if len(calls) == 1:
-            self.single = calls[0][0].bind(calls[0][2])
-
-    def clusters_fit(self) -> bool:
-        return all(k.clusters_fit() is not False for k, _, _ in self.calls)
+            self.single = calls[0]
 
     def __call__(self, a: int, b: int, out: int, dev: torch.device) -> None:
         if self.single is not None:
             self.single(a, b, out)
             return
-        ws = _workspace(dev, self.ws_n).data_ptr() if self.ws_n else 0
-        for k, sig, tail in self.calls:
-            if sig == "stats":
-                k.launch((a, b, ws) + tail)
-            elif sig == "apply":
-                k.launch((a, b, ws, out) + tail)
-            else:
-                k.launch((a, b, out) + tail)
-
-
-_entries: dict = {}
+        # split: the partial states go to a workspace of this call, from torch's caching allocator on the current
+        # stream (so calls from other threads never share it, its reuse is ordered after these kernels, and a CUDA
+        # graph captures it in its own pool)
+        ws = torch.empty(self.ws_n, dtype=torch.float32, device=dev)
+        stats, apply = self.calls
+        stats(a, b, ws.data_ptr())
+        apply(a, b, ws.data_ptr(), out)
 
 
 def _device_index(x: torch.Tensor, op: str) -> int:
@@ -757,53 +818,24 @@ def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[
     aligned = all(t.data_ptr() % 16 == 0 for t in ins + (out,))
     N = shape[dim] if shape else 1
     strides = [tuple(t.stride()) for t in ins]
-    contig = False
     rows = [_row_layout(shape, s, dim) for s in strides]
     column_kernels = regime in ("columns", "strided")
     if not column_kernels and all(r is not None for r in rows):
         M = rows[0][0]
         rss = tuple(r[2] for r in rows)
         vec = aligned and (M == 1 or all(rs % V == 0 for rs in rss))
-        p = plan(M, N, x.dtype, op, vec=vec, sms=sms, regime=regime)
-        return _fit(p, device, contig, rss, regime,
-                    lambda: plan(M, N, x.dtype, op, vec=vec, sms=sms, regime="split"))
-    if not all(_is_contiguous(shape, s) for s in strides):
-        # made contiguous per call (one copy per input). `aligned` stays the verdict on the original pointers:
-        # the cache key only records that bit, and an input that is already contiguous is not copied.
-        contig = True
+        p = _fitted_plan(M, N, x.dtype, op, vec, 1, "rows", sms, regime, device, "split")
+        return _Entry(p, device, False, rss, N)
+    # made contiguous per call (one copy per input). `aligned` stays the verdict on the original pointers: the
+    # cache key only records that bit, and an input that is already contiguous is not copied.
+    contig = not all(_is_contiguous(shape, s) for s in strides)
     outer = math.prod(shape[:dim])
     inner = math.prod(shape[dim + 1:])
     if inner == 1 and not column_kernels:  # contiguous with the dim innermost: rows of N
-        p = plan(outer, N, x.dtype, op, vec=aligned, sms=sms, regime=regime)
-        return _fit(p, device, contig, (N,) * len(ins), regime,
-                    lambda: plan(outer, N, x.dtype, op, vec=aligned, sms=sms, regime="split"))
-    p = plan(outer, N, x.dtype, op, vec=aligned, inner=inner, layout="strided", sms=sms, regime=regime)
-    return _fit(p, device, contig, (0,) * len(ins), regime,
-                lambda: plan(outer, N, x.dtype, op, vec=aligned, inner=inner, layout="strided", sms=sms,
-                             regime="strided"))
-
-
-def _fit(p: Plan, device: int, contig: bool, rss: tuple, regime: Optional[str], fallback) -> _Entry:
-    """The entry for plan p; an automatic plan with clusters (cluster, columns) falls back to fallback() (split,
-    strided) when its clusters cannot be resident on this device or the cluster attributes are refused."""
-    so = p.N if p.regime not in ("columns", "strided") else 0
-    if regime is not None or all(l.cluster == 1 for l in p.launches):
-        return _Entry(p, device, contig, rss, so)
-    try:
-        e = _Entry(p, device, contig, rss, so)
-        if e.clusters_fit():
-            return e
-    except OnlineSoftmaxError:
-        pass
-    return _Entry(fallback(), device, contig, rss, so)
-
-
-def _get(key, op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> _Entry:
-    with _lock:
-        e = _entries.get(key)
-        if e is None:
-            e = _entries[key] = _prepare(op, ins, out, dim, regime)
-    return e
+        p = _fitted_plan(outer, N, x.dtype, op, aligned, 1, "rows", sms, regime, device, "split")
+        return _Entry(p, device, contig, (N,) * len(ins), N)
+    p = _fitted_plan(outer, N, x.dtype, op, aligned, inner, "strided", sms, regime, device, "strided")
+    return _Entry(p, device, contig, (0,) * len(ins), 0)
 
 
 def _call(e: _Entry, ins: tuple, out: torch.Tensor, pa: int, pb: int, po: int) -> None:
@@ -815,6 +847,9 @@ def _call(e: _Entry, ins: tuple, out: torch.Tensor, pa: int, pb: int, po: int) -
         e(pa, pb, po, ins[0].device)
 
 
+_entries = BoundedCache(ENTRY_CACHE)  # forced regimes (the registry variants)
+
+
 def _run(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str] = None) -> None:
     """Any op, optionally with a forced regime (the registry variants)."""
     pa = ins[0].data_ptr()
@@ -823,24 +858,28 @@ def _run(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]
     x = ins[0]
     key = (op, regime, x.shape, tuple(t.stride() for t in ins), dim, x.dtype, x.get_device(),
            not ((pa | pb | po) & 15))
-    e = _entries.get(key) or _get(key, op, ins, out, dim, regime)
+    e = _entries.get(key) or _entries.get_or_make(key, lambda: _prepare(op, ins, out, dim, regime))
     _call(e, ins, out, pa, pb, po)
 
 
 # ---- the contract with ops.py -----------------------------------------------------------------------------
-# The hot path: one key of tensor metadata, one dict lookup, one argument tuple, the launch. `out` must be
-# contiguous (ops.py allocates it so); that is checked when a key is first seen, not on every call.
+# The hot path: one key of tensor metadata, one dict lookup, the launch. `out` must be contiguous (ops.py
+# allocates it so); that is checked when a key is first seen, not on every call. A new key costs the layout, a
+# plan (cached by geometry: for M >= stable_rows only the grids change) and the bound launches.
+
+_fwd_entries = BoundedCache(ENTRY_CACHE)
+_bwd_entries = BoundedCache(ENTRY_CACHE)
 
 
 def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
     """out <- softmax(x, dim) (log_softmax when log). x: CUDA fp32/fp16/bf16, any shape and strides; dim in
-    [0, x.ndim); out contiguous, x's shape and dtype. Accumulates in fp32."""
+    [0, x.ndim); out contiguous, x's shape and dtype. Accumulates in fp32. Safe from any thread and stream."""
     pa, po = x.data_ptr(), out.data_ptr()
     key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), not ((pa | po) & 15))
     e = _fwd_entries.get(key)
     if e is None:
-        e = _get(("fwd",) + key, "log_softmax" if log else "softmax", (x,), out, dim, None)
-        _fwd_entries[key] = e
+        e = _fwd_entries.get_or_make(key, lambda: _prepare("log_softmax" if log else "softmax", (x,), out, dim,
+                                                           None))
     if e.single is not None and not e.contig:
         e.single(pa, 0, po)
     else:
@@ -854,16 +893,12 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
     key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), not ((pa | pb | po) & 15))
     e = _bwd_entries.get(key)
     if e is None:
-        e = _get(("bwd",) + key, "log_softmax_backward" if log else "softmax_backward", (y, dy), out, dim, None)
-        _bwd_entries[key] = e
+        e = _bwd_entries.get_or_make(key, lambda: _prepare("log_softmax_backward" if log else "softmax_backward",
+                                                           (y, dy), out, dim, None))
     if e.single is not None and not e.contig:
         e.single(pa, pb, po)
     else:
         _call(e, (y, dy), out, pa, pb, po)
-
-
-_fwd_entries: dict = {}
-_bwd_entries: dict = {}
 
 
 def plan_for(op: str, *tensors: torch.Tensor, dim: int = -1, regime: Optional[str] = None) -> Plan:

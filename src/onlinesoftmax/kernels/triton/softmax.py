@@ -691,7 +691,12 @@ def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> No
 
     plan = _plan(backward, log, regime, M, N, out.dtype, sms, tensors, tuple(t.stride(0) for t in tensors),
                  workspace)
-    _launch(plan.kernel, plan.grid, plan.args, plan.meta, plan.key, out.device)
+    if out.is_cuda and out.device.index != torch.cuda.current_device():
+        # Triton launches on the current device's context and stream: make them the tensors' device
+        with torch.cuda.device(out.device):
+            _launch(plan.kernel, plan.grid, plan.args, plan.meta, plan.key, out.device)
+    else:
+        _launch(plan.kernel, plan.grid, plan.args, plan.meta, plan.key, out.device)
 
 
 def softmax_forward(x: torch.Tensor, out: torch.Tensor, log: bool = False, regime: Optional[str] = None) -> torch.Tensor:

@@ -1,0 +1,44 @@
+"""A dict with a size limit, for the launch caches: reads take no lock, inserts take one and evict the oldest
+entry when full. Callers recompute an evicted value, so the limit bounds memory without changing results."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Hashable
+
+
+class BoundedCache:
+    __slots__ = ("limit", "_d", "_lock")
+
+    def __init__(self, limit: int):
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        self.limit = limit
+        self._d: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable):
+        """The value, or None (one dict lookup: the hot path)."""
+        return self._d.get(key)
+
+    def get_or_make(self, key: Hashable, make: Callable[[], object]):
+        """The value for key, made by make() under the cache's lock when missing (each key is made once even when
+        threads race; make() may take long, e.g. a first compile)."""
+        v = self._d.get(key)
+        if v is not None:
+            return v
+        with self._lock:
+            v = self._d.get(key)
+            if v is None:
+                v = make()
+                while len(self._d) >= self.limit:
+                    del self._d[next(iter(self._d))]  # insertion order: the oldest first
+                self._d[key] = v
+        return v
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()

@@ -1,0 +1,234 @@
+"""The launch path under concurrent use, without a GPU (the GPU half is test_gpu_concurrency.py).
+
+- PreparedLaunch: many threads share one parameter block; every launch must see its own pointers. A fake
+  cuLaunchKernel reads the block while other threads try to refill it; an unlocked twin shows the check bites.
+- The split regime's workspace: two calls whose launches interleave on one stream must not share partials
+  (the wrong results of issue 10). A fake stream records the launches in order and is replayed; a twin with one
+  cached workspace shows the check bites.
+- The caches are bounded, and a new row count M at a cached geometry costs no new plan (Plan.at).
+"""
+
+import ctypes
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
+
+from onlinesoftmax.runtime import launch  # noqa: E402
+from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
+from onlinesoftmax.variants import production as P  # noqa: E402
+
+SMS = 132
+
+
+# ---- PreparedLaunch: one parameter block, many threads --------------------------------------------------------
+
+
+class _Loaded:
+    """Stands in for a LoadedKernel (no driver)."""
+
+    name, device = "fwd_row<0,0,4,512,8,0,1>", 0
+
+    class module:
+        filename = "softmax.cu"
+
+    class kernel:
+        handle = "handle"
+
+    def allow_smem(self, smem):
+        pass
+
+
+class _UnlockedLaunch(launch.PreparedLaunch):
+    """Known wrong: fills the shared block and launches without the lock."""
+
+    __slots__ = ()
+
+    def _go(self, ptrs) -> None:
+        self._ptrs[:] = ptrs
+        self._launch(*self.dims, None, self._addr, 0)
+
+
+def _race(cls, monkeypatch, threads=2, calls=3):
+    """Each thread launches `calls` times with its own pointers; the fake cuLaunchKernel reads the three pointer
+    parameters one at a time, sleeping between reads (so another thread overwrites an unguarded block in between). Returns the (sent, seen) pairs that differ."""
+    from cuda.bindings import driver
+
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
+    bad, lock = [], threading.Lock()
+    tls = threading.local()
+
+    def fake_launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        addrs = (ctypes.c_void_p * 3).from_address(params)
+        seen = []
+        for a in addrs:
+            seen.append(ctypes.c_uint64.from_address(a).value)
+            time.sleep(0.01)  # long enough for another thread to write its pointers, if nothing stops it
+        if tuple(seen) != tls.sent:
+            with lock:
+                bad.append((tls.sent, tuple(seen)))
+        return (driver.CUresult.CUDA_SUCCESS,)
+
+    p = cls(_Loaded(), 4, (128,), (np.int64(7), np.int32(3)))
+    p._launch = fake_launch
+
+    def worker(i):
+        launch._state.bound = True
+        for c in range(calls):
+            tls.sent = (1000 * i + c, 7, 1000 * i + c + 1)
+            p(*tls.sent)
+
+    ts = [threading.Thread(target=worker, args=(i + 1,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return bad
+
+
+def test_prepared_launch_parameter_block_is_per_call(monkeypatch):
+    assert _race(launch.PreparedLaunch, monkeypatch, threads=4) == []
+
+
+def test_race_check_catches_an_unlocked_block(monkeypatch):
+    assert _race(_UnlockedLaunch, monkeypatch) != []
+
+
+# ---- the split regime's workspace: launches of two calls interleaved on one stream ------------------------------
+
+
+class _SharedWorkspaceEntry(P._Entry):
+    """Known wrong (the bug of be1e6c1): one workspace cached for the stream, shared by every call."""
+
+    __slots__ = ()
+    _shared = torch.empty(64)
+
+    def __call__(self, a, b, out, dev):
+        stats, apply = self.calls
+        stats(a, b, self._shared.data_ptr())
+        apply(a, b, self._shared.data_ptr(), out)
+
+
+def _interleaved_split(cls) -> list:
+    """Two threads, one split call each, their launches queued on one fake stream: both stats launches before
+    either apply (a barrier in the fake stats launch). Replays the stream: each apply must read the partials its
+    own call's stats launch wrote. Returns the applies that read another call's partials."""
+    stream, lock = [], threading.Lock()
+    both = threading.Barrier(2, timeout=5)
+
+    def stats(a, b, ws):
+        with lock:
+            stream.append(("stats", a, ws))
+        both.wait()
+
+    def apply(a, b, ws, out):
+        with lock:
+            stream.append(("apply", a, ws))
+
+    e = object.__new__(cls)
+    e.plan, e.contig, e.calls, e.ws_n, e.single = None, False, (stats, apply), 64, None
+    ts = [threading.Thread(target=e, args=(call, 0, 0, torch.device("cpu"))) for call in (1, 2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(stream) == 4
+    wrong, writer = [], {}
+    for kind, call, ws in stream:
+        if kind == "stats":
+            writer[ws] = call
+        elif writer.get(ws) != call:
+            wrong.append((call, writer.get(ws)))
+    return wrong
+
+
+def test_split_workspace_is_per_call():
+    assert _interleaved_split(P._Entry) == []
+
+
+def test_interleaving_check_catches_a_shared_workspace():
+    assert _interleaved_split(_SharedWorkspaceEntry) != []
+
+
+# ---- bounded caches, cheap new M --------------------------------------------------------------------------------
+
+
+def test_bounded_cache_evicts_the_oldest_and_makes_each_key_once():
+    c = BoundedCache(3)
+    for k in range(5):
+        assert c.get_or_make(k, lambda k=k: k * 10) == k * 10
+    assert len(c) == 3 and c.get(0) is None and c.get(1) is None and c.get(4) == 40
+    made, barrier = [], threading.Barrier(8)
+
+    def make():
+        made.append(1)
+        return "v"
+
+    def worker():
+        barrier.wait()
+        assert c.get_or_make("k", make) == "v"
+
+    ts = [threading.Thread(target=worker) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(made) == 1 and len(c) == 3
+
+
+def _probe_geometries():
+    for op in P.OP_CODE:
+        for dtype in P.DTYPES:
+            for vec in (True, False):
+                W = P.vec_width(dtype) if vec else 1
+                for N in P._probe_ns(W)[::5]:
+                    yield dict(N=N, dtype=dtype, op=op, vec=vec)
+                    for inner in (1, 3, 64 * W):
+                        yield dict(N=N, dtype=dtype, op=op, vec=vec, inner=inner, layout="strided")
+
+
+def test_plan_at_another_row_count_equals_a_fresh_plan():
+    """Plan.at is what lets every M >= stable_rows share one cached plan: it must equal plan(M) exactly."""
+    lo = P.stable_rows(SMS)
+    rows = (lo, lo + 1, 3 * lo + 7, 1 << 20)
+    checked = 0
+    for g in _probe_geometries():
+        try:
+            base = P.plan(rows[0], sms=SMS, **g)
+        except P.Unsupported:
+            continue
+        for M in rows[1:]:
+            try:
+                want = P.plan(M, sms=SMS, **g)
+            except P.Unsupported:
+                continue
+            assert base.at(M) == want, (g, M)
+            checked += 1
+    assert checked > 1000
+
+
+def test_new_row_counts_share_one_plan(monkeypatch):
+    """4000 distinct M at N = 32000 (a server's batch sizes): one plan for the stable ones, each equal to
+    plan(M); the few-row ones are planned per M, and the plan cache stays bounded."""
+    monkeypatch.setattr(P, "_plans", BoundedCache(P.PLAN_CACHE))
+    monkeypatch.setattr(P, "_kernel", lambda *a: SimpleNamespace(fits=True))  # few rows: clusters resident
+    calls = []
+    real = P.plan
+    monkeypatch.setattr(P, "plan", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    lo = P.stable_rows(SMS)
+    for M in range(1, 4001):
+        p = P._fitted_plan(M, 32000, torch.bfloat16, "softmax", True, 1, "rows", SMS, None, 0, "split")
+        assert p == real(M, 32000, torch.bfloat16, "softmax", vec=True, sms=SMS)
+    assert len(calls) == lo  # M = 1 .. lo - 1 and the first stable M
+    assert len(P._plans) == lo <= P.PLAN_CACHE
+
+
+def test_entry_caches_are_bounded():
+    for cache in (P._fwd_entries, P._bwd_entries, P._entries, P._plans):
+        assert isinstance(cache, BoundedCache) and cache.limit <= 1024

@@ -1,0 +1,253 @@
+"""The ops under concurrent use on a GPU (marker gpu; skipped without CUDA). Issue 10: two threads calling
+log_softmax on one GPU got wrong answers (the split regime's workspace was shared per stream).
+
+Eight threads call the public ops at once, with fresh random inputs every call (a fully masked row, an outlier
+row and N(0, 3) rows), over every regime of the CUDA backend -- warp, block, cluster, split, columns, strided, the
+scalar and the 16-byte paths, a non-contiguous input -- forward and backward through autograd, in three modes:
+all threads on one stream (the reported failure), each thread on its own stream, threads on two devices (needs
+two GPUs; torch's current device stays 0, so the ops must switch). Every output is then compared bit for bit
+with the same call run alone, and the first call of each case and mode with the float64 reference. The Triton
+backend runs the same way on its three regimes. A torch.compile(mode="reduce-overhead") model (CUDA graph
+trees) runs forward and backward through the regimes that allocate per call (split workspace, contiguous copy).
+
+ONLINESOFTMAX_EVIDENCE=<dir> writes concurrency.json there: calls and wrong results per case and mode.
+"""
+
+import contextlib
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+import onlinesoftmax as osm  # noqa: E402
+from onlinesoftmax import reference as R  # noqa: E402
+from onlinesoftmax.harness.check import compare, error_scale  # noqa: E402
+from onlinesoftmax.variants import production as P  # noqa: E402
+
+THREADS = 8
+ITERS = 32  # per thread, mode and job: 8 x 32 x 26 jobs = 6656 CUDA calls per mode, 13312 on one GPU
+F32, BF16 = torch.float32, torch.bfloat16
+
+# (name, shape, dtype, dim, regime the CUDA plan must pick, view) -- view "t": the transpose of a contiguous
+# tensor (non-contiguous, made contiguous per call); forward cases run both softmax and log_softmax by thread
+CASES = [
+    ("warp16B", (64, 1000), F32, -1, "warp", None),
+    ("warp1", (37, 255), BF16, -1, "warp", None),
+    ("block16B", (256, 4096), BF16, -1, "block", None),
+    ("block1", (64, 3001), F32, -1, "block", None),
+    ("cluster16B", (4, 65536), F32, -1, "cluster", None),
+    ("cluster16B_bf16", (8, 131072), BF16, -1, "cluster", None),
+    ("split1", (64, 4097), F32, -1, "split", None),
+    ("split1_long", (3, 100003), F32, -1, "split", None),
+    ("columns1", (8, 64, 33), F32, 1, "columns", None),
+    ("columns16B", (4, 19, 128), BF16, 1, "columns", None),
+    ("transposed", (300, 64), F32, -1, "warp", "t"),
+]
+# backward through autograd: (name, shape, dtype, dim, regime of the backward plan)
+BACKWARD = [
+    ("bwd_warp", (64, 1000), F32, -1, "warp"),
+    ("bwd_split1", (64, 4097), F32, -1, "split"),
+    ("bwd_strided", (8, 64, 33), F32, 1, "strided"),
+    ("bwd_cluster", (4, 65536), BF16, -1, "cluster"),
+]
+TRITON = [("triton_rows", (64, 1000), F32), ("triton_online", (512, 40000), BF16), ("triton_split", (4, 100003), F32)]
+
+_evidence: dict = {}
+
+
+def _input(shape, dtype, dim, view, device, gen):
+    """Fresh N(0, 3) data with a fully masked line and an outlier line along `dim`."""
+    x = torch.randn(shape, device=device, generator=gen, dtype=torch.float32) * 3
+    x = x.movedim(dim, -1)
+    x[(0,) * (x.dim() - 1)] = float("-inf")
+    if x.shape[0] > 1:
+        x[(1,) + (0,) * (x.dim() - 2)] *= 1e4
+    x = x.movedim(-1, dim).to(dtype)
+    if view == "t":
+        x = x.t().contiguous().t()
+    return x
+
+
+def _forward_fn(log, dim, backend):
+    op = osm.log_softmax if log else osm.softmax
+    return lambda x, dy: (op(x, dim, backend=backend),)
+
+
+def _backward_fn(log, dim, backend):
+    op = osm.log_softmax if log else osm.softmax
+
+    def fn(x, dy):
+        x = x.detach().requires_grad_()
+        y = op(x, dim, backend=backend)
+        (dx,) = torch.autograd.grad(y, x, dy)
+        return y.detach(), dx
+
+    return fn
+
+
+def _storm(jobs, devices, own_streams):
+    """jobs: [(name, fn, shape, dtype, dim, view)]. THREADS threads, thread i on devices[i % len(devices)], each
+    running every job ITERS times in an interleaved order, on a stream of its own or on the device's default
+    stream; torch's current device is never set, so it stays 0 in every thread (set_stream would switch it).
+    Returns [(name, fn, dim, x, dy, outs)]."""
+    done, errors, lock = [], [], threading.Lock()
+    start = threading.Barrier(THREADS)
+
+    def worker(i):
+        try:
+            device = devices[i % len(devices)]
+            gen = torch.Generator(device=device)
+            gen.manual_seed(1000 + i)
+            ctx = torch.cuda.stream(torch.cuda.Stream(device)) if own_streams else contextlib.nullcontext()
+            mine = []
+            start.wait()
+            with ctx:
+                for it in range(ITERS):
+                    for j in range(len(jobs)):
+                        name, fn, shape, dtype, dim, view = jobs[(j + i + it) % len(jobs)]
+                        x = _input(shape, dtype, dim, view, device, gen)
+                        dy = torch.randn(x.shape, device=device, generator=gen).to(dtype)
+                        mine.append((name, fn, dim, x, dy, fn(x, dy)))
+            torch.cuda.synchronize(device)
+            with lock:
+                done.extend(mine)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+    return done
+
+
+def _same(a, b) -> bool:
+    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def _check_reference(name, dim, x, dy, outs, log):
+    """The float64 answer (rows along `dim`), rounded to the dtype, within the harness's tolerance."""
+    last = lambda t: t.movedim(dim, -1).float().cpu()  # noqa: E731
+    if len(outs) == 1:
+        op = "log_softmax" if log else "softmax"
+        got, ins = outs[0], (last(x),)
+    else:
+        op = "log_softmax_backward" if log else "softmax_backward"
+        got, ins = outs[1], (last(outs[0]), last(dy))
+    ref = R.reference(op, ins)
+    rep = compare(last(got), ref, x.dtype, error_scale(op, ins, ref))
+    assert rep.ok, f"{name}: {rep.message}"
+
+
+def _run_mode(mode, jobs, devices, own_streams):
+    done = _storm(jobs, devices, own_streams)
+    torch.cuda.synchronize()
+    wrong, calls, checked = {}, {}, set()
+    for name, fn, dim, x, dy, outs in done:
+        calls[name] = calls.get(name, 0) + 1
+        with torch.cuda.device(x.device):
+            alone = fn(x, dy)
+        torch.cuda.synchronize()
+        if not all(_same(a, b) for a, b in zip(outs, alone)):
+            wrong[name] = wrong.get(name, 0) + 1
+        if name not in checked:
+            checked.add(name)
+            _check_reference(name, dim, x, dy, outs, log=name.endswith("_log"))
+    _evidence[mode] = {"calls": calls, "wrong": wrong, "total_calls": sum(calls.values()),
+                       "total_wrong": sum(wrong.values())}
+    assert not wrong, f"{mode}: wrong results (compared with the same call alone): {wrong} of {calls}"
+    return sum(calls.values())
+
+
+def _cuda_jobs():
+    jobs = []
+    for name, shape, dtype, dim, regime, view in CASES:
+        x = _input(shape, dtype, dim, view, "cuda:0", None)
+        assert P.plan_for("softmax", x, dim=dim).regime == regime, name
+        for log in (False, True):
+            jobs.append((name + ("_log" if log else ""), _forward_fn(log, dim, "cuda"), shape, dtype, dim, view))
+    for name, shape, dtype, dim, regime in BACKWARD:
+        x = _input(shape, dtype, dim, None, "cuda:0", None)
+        assert P.plan_for("log_softmax_backward", x, x, dim=dim).regime == regime, name
+        jobs.append((name + "_log", _backward_fn(True, dim, "cuda"), shape, dtype, dim, None))
+    return jobs
+
+
+@pytest.mark.parametrize("own_streams", [False, True], ids=["one_stream", "own_streams"])
+def test_threads_on_one_device_match_the_call_alone(own_streams):
+    n = _run_mode("cuda_one_device_" + ("own_streams" if own_streams else "one_stream"), _cuda_jobs(), ["cuda:0"],
+                  own_streams)
+    assert n >= THREADS * ITERS * 15
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_threads_on_two_devices_match_the_call_alone():
+    assert torch.cuda.current_device() == 0
+    _run_mode("cuda_two_devices", _cuda_jobs(), ["cuda:0", "cuda:1"], own_streams=False)
+
+
+def test_triton_threads_match_the_call_alone():
+    pytest.importorskip("triton")
+    from onlinesoftmax.kernels.triton import softmax as K
+
+    jobs = []
+    for name, shape, dtype in TRITON:
+        assert K.pick_regime(*shape, dtype, False, K.sm_count(torch.device("cuda"))) == name.split("_")[1], name
+        jobs.append((name, _forward_fn(False, -1, "triton"), shape, dtype, -1, None))
+        jobs.append((name + "_bwd_log", _backward_fn(True, -1, "triton"), shape, dtype, -1, None))
+    devices = ["cuda:0", "cuda:1"] if torch.cuda.device_count() > 1 else ["cuda:0"]
+    _run_mode("triton", jobs, devices, own_streams=False)
+
+
+@pytest.mark.parametrize("case", ["split", "transposed", "columns"])
+def test_reduce_overhead_forward_and_backward(case):
+    """torch.compile(mode="reduce-overhead") records CUDA graphs (graph trees): every tensor our ops allocate
+    inside must be freed or returned (the cached workspace of be1e6c1 failed here)."""
+    torch._dynamo.reset()
+    shape, dim, view = {"split": ((64, 4097), -1, None), "transposed": ((300, 64), -1, "t"),
+                        "columns": ((8, 64, 33), 1, None)}[case]
+    w = torch.rand(shape[-1], device="cuda") + 0.5  # positive: a masked line stays -inf
+
+    def f(x):
+        return (osm.log_softmax(x * w, dim) * 0.5).exp().sum(dim)
+
+    g = torch.compile(f, mode="reduce-overhead", fullgraph=True)
+    for step in range(4):
+        torch.compiler.cudagraph_mark_step_begin()
+        x = _input(shape, F32, dim, view, "cuda", None).requires_grad_()
+        xr = x.detach().clone().requires_grad_()
+        out = g(x)
+        out.sum().backward()
+        # the reference: the same fp32 product, then float64 (ours differs only by its fp32 softmax)
+        ref = (torch.log_softmax((xr * w).double(), dim) * 0.5).exp().sum(dim)
+        ref.sum().backward()
+        finite = torch.isfinite(ref)  # masked lines: ours 0 with zero gradient, torch's NaN
+        assert finite.sum() == finite.numel() - 1 and out[~finite].item() == 0
+        torch.testing.assert_close(out.double()[finite], ref[finite], rtol=1e-5, atol=1e-6)
+        live = torch.isfinite(xr.grad).all(dim, keepdim=True).expand_as(xr)
+        torch.testing.assert_close(x.grad[live], xr.grad[live], rtol=1e-4, atol=1e-6)
+        assert (x.grad[~live] == 0).all() and (~live).any()
+
+
+def test_write_evidence():
+    out = os.environ.get("ONLINESOFTMAX_EVIDENCE")
+    if not out or not _evidence:
+        pytest.skip("set ONLINESOFTMAX_EVIDENCE=<dir> (after the concurrency tests) to record their counts")
+    total = sum(m["total_calls"] for m in _evidence.values())
+    wrong = sum(m["total_wrong"] for m in _evidence.values())
+    info = {"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch": torch.__version__,
+            "threads": THREADS, "iters": ITERS, "total_calls": total, "total_wrong": wrong, "modes": _evidence}
+    with open(os.path.join(out, "concurrency.json"), "w") as fh:
+        json.dump(info, fh, indent=1)
+    assert wrong == 0 and total >= 10000
