@@ -6,8 +6,9 @@ For each of `--shapes` distinct M (1 .. shapes, shuffled) at N = --n, bf16, log_
 host time of the first call (a new cache key: layout, plan, bound launches; the kernels are compiled and loaded
 beforehand, as they are once per geometry, not per M) and of the second (the cached entry),
 both measured around the call alone (launches are asynchronous; the GPU is drained every 64 calls, outside the
-timing), and torch.log_softmax's host time on the same inputs. Then the launch caches' sizes and the growth of
-host memory (tracemalloc) over the whole run.
+timing), and torch.log_softmax's host time on the same inputs. Then the launch caches' sizes, the growth of the
+process's resident memory over the timed pass, and of the Python heap (tracemalloc) over a second pass of new
+keys.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def host_us(fn, x) -> float:
     t = time.perf_counter()
     fn(x)
     return (time.perf_counter() - t) * 1e6
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS")) / 1024
 
 
 def summary(v: list) -> dict:
@@ -61,14 +67,24 @@ def main() -> None:
             P._kernel(l.kernel, 0, l.block, l.smem, l.cluster)
     theirs(big[:7])
     torch.cuda.synchronize()
-    tracemalloc.start()
-    mem0 = tracemalloc.get_traced_memory()[0]
+    rss0 = rss_mb()
     first, second, torch_t = [], [], []
     for i, M in enumerate(Ms):
         x = big[:M]
         first.append(host_us(ours, x))
         second.append(host_us(ours, x))
         torch_t.append(host_us(theirs, x))
+        if i % 64 == 63:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    rss = rss_mb() - rss0
+    # the Python heap's growth over the same number of new keys, traced in a second pass (tracemalloc slows every
+    # allocation, so it is off while timing): rows of another length, so every key is new again
+    other = torch.randn(a.shapes, a.n + 8, device="cuda").to(torch.bfloat16)
+    tracemalloc.start()
+    mem0 = tracemalloc.get_traced_memory()[0]
+    for i, M in enumerate(Ms):
+        ours(other[:M])
         if i % 64 == 63:
             torch.cuda.synchronize()
     torch.cuda.synchronize()
@@ -86,7 +102,8 @@ def main() -> None:
         "cache_sizes": {"forward_entries": len(P._fwd_entries), "plans": len(P._plans),
                         "kernels": len(P._kernels)},
         "cache_limits": {"entries": P.ENTRY_CACHE, "plans": P.PLAN_CACHE},
-        "python_heap_growth_MB": mem / 1e6,
+        "rss_growth_MB": rss,
+        "python_heap_growth_MB_second_pass": mem / 1e6,
     }
     print(json.dumps(res, indent=1))
     if a.out:
