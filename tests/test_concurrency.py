@@ -49,9 +49,9 @@ class _UnlockedLaunch(launch.PreparedLaunch):
 
     __slots__ = ()
 
-    def _go(self, ptrs) -> None:
+    def _go(self, dims, first, ptrs) -> None:
         self._ptrs[:] = ptrs
-        self._launch(*self.dims, None, self._addr, 0)
+        self._launch(*dims, None, self._addr, 0)
 
 
 def _race(cls, monkeypatch, threads=2, calls=3):
@@ -230,5 +230,49 @@ def test_new_row_counts_share_one_plan(monkeypatch):
 
 
 def test_entry_caches_are_bounded():
-    for cache in (P._fwd_entries, P._bwd_entries, P._entries, P._plans):
+    for cache in (P._fwd_entries, P._bwd_entries, P._fwd_rows, P._bwd_rows, P._entries, P._plans):
         assert isinstance(cache, BoundedCache) and cache.limit <= 1024
+
+
+class _Recorder:
+    """A loaded kernel for P._kernel whose prepared launches record (kernel, grid, first scalar) per launch."""
+
+    def __init__(self, log):
+        self.log, self.fits = log, True
+
+    def bind(self, grid, tail, pointers):
+        from cuda.bindings import driver
+
+        p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
+        ptrs = pointers
+
+        def fake(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            first = ctypes.c_int64.from_address((ctypes.c_void_p * (ptrs + 1)).from_address(params)[ptrs]).value
+            self.log.append((gx, first))
+            return (driver.CUresult.CUDA_SUCCESS,)
+
+        p._launch = fake
+        return p
+
+
+@pytest.mark.parametrize("N,dtype,op", [(32000, torch.bfloat16, "log_softmax"), (4097, torch.float32, "softmax"),
+                                        (200003, torch.float32, "softmax"), (1000, torch.float16, "softmax")])
+def test_one_entry_launches_what_plan_gives_each_row_count(monkeypatch, N, dtype, op):
+    """The rows fast path keys every M >= stable_rows to one entry; entry.rows(M) must launch exactly the grids and
+    row count of plan(M) (split too: both launches, workspace 2 x M x parts)."""
+    log = []
+    monkeypatch.setattr(P, "available", lambda: None)
+    monkeypatch.setattr(P, "_device_index", lambda x, op: 0)
+    monkeypatch.setattr(P, "_sms", lambda device: SMS)
+    monkeypatch.setattr(P, "_kernel", lambda *a: _Recorder(log))
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
+    launch._state.bound = True
+    lo = P.stable_rows(SMS)
+    x = torch.zeros(lo + 3, N, dtype=dtype)
+    e = P._prepare(op, (x,), torch.empty_like(x), 1, None)
+    for M in (lo + 3, lo, lo + 1, 5 * lo + 11):
+        log.clear()
+        e.rows(M, 16, 0, 32, torch.device("cpu"))
+        want = P.plan(M, N, dtype, op, sms=SMS)
+        assert log == [(l.grid, M) for l in want.launches], (M, want.regime)

@@ -237,9 +237,11 @@ class PreparedLaunch:
     """One launch of a LoadedKernel (no cluster) with everything but its leading pointer arguments fixed, straight
     through cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every
     argument on each call, ~7 us on the H200). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
-    exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current stream."""
+    exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current stream.
+    rows(grid, first, *pointers) launches with another x-grid and first scalar (a row count), so one prepared
+    launch serves every row count of a geometry."""
 
-    __slots__ = ("lk", "device", "dims", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_ok")
+    __slots__ = ("lk", "device", "dims", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_ok")
 
     def __init__(self, lk: LoadedKernel, grid, block, tail: Sequence, smem: int = 0, npointers: int = 3):
         from cuda.bindings import driver
@@ -257,6 +259,7 @@ class PreparedLaunch:
             raise OnlineSoftmaxError(f"{lk.name}: prepared launches take np.int32 / np.int64 scalars") from None
         addrs = [ctypes.addressof(self._ptrs) + 8 * i for i in range(npointers)]
         addrs += [ctypes.addressof(v) for v in self._vals]
+        self._first = int(tail[0]) if len(tail) else None
         self._params = (ctypes.c_void_p * len(addrs))(*addrs)
         self._addr = ctypes.addressof(self._params)
         self._lock = threading.Lock()  # the block is shared: fill and launch as one step
@@ -264,18 +267,27 @@ class PreparedLaunch:
 
     def __call__(self, *ptrs: int) -> None:
         if getattr(_state, "bound", False) and _current_device() == self.device:
-            self._go(ptrs)
+            self._go(self.dims, self._first, ptrs)
         else:
-            on_device(self.device, self._go, ptrs)
+            on_device(self.device, self._go, self.dims, self._first, ptrs)
 
-    def _go(self, ptrs) -> None:
+    def rows(self, grid: int, first: int, *ptrs: int) -> None:
+        dims = (self.dims[0], grid) + self.dims[2:]
+        if getattr(_state, "bound", False) and _current_device() == self.device:
+            self._go(dims, first, ptrs)
+        else:
+            on_device(self.device, self._go, dims, first, ptrs)
+
+    def _go(self, dims, first, ptrs) -> None:
         s = _cu_stream(stream_handle(self.device))
         with self._lock:
             self._ptrs[:] = ptrs
-            (err,) = self._launch(*self.dims, s, self._addr, 0)
+            if first is not None:
+                self._vals[0].value = first
+            (err,) = self._launch(*dims, s, self._addr, 0)
         if err != self._ok:
             raise OnlineSoftmaxError(f"launch of {self.lk.name} ({self.lk.module.filename}, "
-                                     f"dims={self.dims[1:]}) failed: {err}")
+                                     f"dims={dims[1:]}) failed: {err}")
 
 
 _kernels: dict = {}  # (module key, name, device) -> LoadedKernel: bounded by the kernels compiled

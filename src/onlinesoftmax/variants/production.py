@@ -636,7 +636,8 @@ def _kernel(name: str, device: int, block: tuple, smem: int, cluster: int) -> _K
 
 
 class _ClusterLaunch:
-    """A cluster launch through cuda.core (it packs the arguments per call) with a fixed grid and scalar tail."""
+    """A cluster launch through cuda.core (it packs the arguments per call) with a fixed grid and scalar tail;
+    rows(grid, first, *pointers) launches with another grid and first scalar (the row count)."""
 
     __slots__ = ("k", "cfg", "tail")
 
@@ -644,14 +645,18 @@ class _ClusterLaunch:
         self.k, self.cfg, self.tail = k, k.config(grid), tail
 
     def __call__(self, *ptrs: int) -> None:
-        rt_launch.on_device(self.k.device, self._go, ptrs)
+        rt_launch.on_device(self.k.device, self._go, self.cfg, self.tail, ptrs)
 
-    def _go(self, ptrs) -> None:
+    def rows(self, grid: int, first: int, *ptrs: int) -> None:
+        tail = (type(self.tail[0])(first),) + self.tail[1:]
+        rt_launch.on_device(self.k.device, self._go, self.k.config(grid), tail, ptrs)
+
+    def _go(self, cfg, tail, ptrs) -> None:
         k = self.k
         try:
-            _cc_launch(rt_launch.current_stream(k.device), self.cfg, k.kern, *ptrs, *self.tail)
+            _cc_launch(rt_launch.current_stream(k.device), cfg, k.kern, *ptrs, *tail)
         except Exception as e:
-            raise OnlineSoftmaxError(f"launch of {k.lk.name} (grid={self.cfg.grid}, cluster={k.cluster}, "
+            raise OnlineSoftmaxError(f"launch of {k.lk.name} (grid={cfg.grid}, cluster={k.cluster}, "
                                      f"block={k.block}, smem={k.smem}) failed: {type(e).__name__}: {e}") from None
 
 
@@ -744,16 +749,18 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: 
 class _Entry:
     """Everything one (op, shape, strides, dim, dtype, device, alignment) needs per call: the plan, whether the
     inputs are made contiguous first, and one bound launch per kernel (the pointers come per call). Immutable;
-    the split regime's workspace is allocated per call."""
+    the split regime's workspace is allocated per call. rows(M, ...) runs the plan moved to M rows (Plan.at) without
+    building anything: only the grids, the row count and the workspace change."""
 
-    __slots__ = ("plan", "contig", "calls", "ws_n", "single")
+    __slots__ = ("plan", "contig", "calls", "ws_n", "single", "M", "pers")
 
     def __init__(self, p: Optional[Plan], device: int, contig: bool, strides: tuple, so: int):
         self.plan, self.contig = p, contig
         self.ws_n = p.workspace if p is not None else 0
-        self.calls, self.single = (), None
+        self.calls, self.single, self.M, self.pers = (), None, 0, ()
         if p is None:  # an empty tensor: nothing to launch
             return
+        self.M, self.pers = p.M, tuple(l.per for l in p.launches)
         i64, i32 = np.int64, np.int32
         sa = strides[0]
         sb = strides[1] if len(strides) > 1 else 0
@@ -787,6 +794,18 @@ class _Entry:
         stats, apply = self.calls
         stats(a, b, ws.data_ptr())
         apply(a, b, ws.data_ptr(), out)
+
+    def rows(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
+        """The call for M rows (M >= stable_rows when M differs from the plan's: the caller's key says so)."""
+        if M == self.M:
+            self(a, b, out, dev)
+        elif self.single is not None:
+            self.single.rows(_grid(M, self.pers[0]), M, a, b, out)
+        else:
+            ws = torch.empty(self.ws_n // self.M * M, dtype=torch.float32, device=dev)
+            (stats, apply), (ps, pa) = self.calls, self.pers
+            stats.rows(_grid(M, ps), M, a, b, ws.data_ptr())
+            apply.rows(_grid(M, pa), M, a, b, ws.data_ptr(), out)
 
 
 def _device_index(x: torch.Tensor, op: str) -> int:
@@ -864,41 +883,69 @@ def _run(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]
 
 # ---- the contract with ops.py -----------------------------------------------------------------------------
 # The hot path: one key of tensor metadata, one dict lookup, the launch. `out` must be contiguous (ops.py
-# allocates it so); that is checked when a key is first seen, not on every call. A new key costs the layout, a
-# plan (cached by geometry: for M >= stable_rows only the grids change) and the bound launches.
+# allocates it so); that is checked when a key is first seen, not on every call. Contiguous rows over the last dim
+# (nearly every call) are keyed without their row count M once M >= stable_rows (4 x SMs): those Ms share one
+# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing; below it each M has its
+# own entry (the few-rows rules depend on M). Other layouts are keyed by their exact shape and strides.
 
+ROWS_CACHE = 1024  # per direction: the few-row Ms of several row lengths, and one entry per length beyond
+_fwd_rows = BoundedCache(ROWS_CACHE)
+_bwd_rows = BoundedCache(ROWS_CACHE)
 _fwd_entries = BoundedCache(ENTRY_CACHE)
 _bwd_entries = BoundedCache(ENTRY_CACHE)
+_stable: dict = {}  # device index -> stable_rows(its SMs)
+
+
+def _stable_rows_of(device: int) -> int:
+    st = _stable.get(device)
+    if st is None:
+        st = _stable[device] = stable_rows(_sms(device)) if device >= 0 else 1  # CPU: _prepare refuses it
+    return st
 
 
 def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
     """out <- softmax(x, dim) (log_softmax when log). x: CUDA fp32/fp16/bf16, any shape and strides; dim in
     [0, x.ndim); out contiguous, x's shape and dtype. Accumulates in fp32. Safe from any thread and stream."""
     pa, po = x.data_ptr(), out.data_ptr()
+    n = x.numel()
+    if n and dim == x.dim() - 1 and x.is_contiguous():
+        N = x.shape[dim]
+        M, d = n // N, x.get_device()
+        key = (log, N, x.dtype, d, not ((pa | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
+        e = _fwd_rows.get(key)
+        if e is None:
+            e = _fwd_rows.get_or_make(key, lambda: _prepare("log_softmax" if log else "softmax", (x,), out, dim,
+                                                            None))
+        e.rows(M, pa, 0, po, x.device)
+        return
     key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), not ((pa | po) & 15))
     e = _fwd_entries.get(key)
     if e is None:
         e = _fwd_entries.get_or_make(key, lambda: _prepare("log_softmax" if log else "softmax", (x,), out, dim,
                                                            None))
-    if e.single is not None and not e.contig:
-        e.single(pa, 0, po)
-    else:
-        _call(e, (x,), out, pa, 0, po)
+    _call(e, (x,), out, pa, 0, po)
 
 
 def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
     """out <- dx from y = the forward output (probabilities; log-probabilities when log) and dy:
     softmax: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy), 0 for a row of y all -inf."""
     pa, pb, po = y.data_ptr(), dy.data_ptr(), out.data_ptr()
+    n = y.numel()
+    op = "log_softmax_backward" if log else "softmax_backward"
+    if n and dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
+        N = y.shape[dim]
+        M, d = n // N, y.get_device()
+        key = (log, N, y.dtype, d, not ((pa | pb | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
+        e = _bwd_rows.get(key)
+        if e is None:
+            e = _bwd_rows.get_or_make(key, lambda: _prepare(op, (y, dy), out, dim, None))
+        e.rows(M, pa, pb, po, y.device)
+        return
     key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), not ((pa | pb | po) & 15))
     e = _bwd_entries.get(key)
     if e is None:
-        e = _bwd_entries.get_or_make(key, lambda: _prepare("log_softmax_backward" if log else "softmax_backward",
-                                                           (y, dy), out, dim, None))
-    if e.single is not None and not e.contig:
-        e.single(pa, pb, po)
-    else:
-        _call(e, (y, dy), out, pa, pb, po)
+        e = _bwd_entries.get_or_make(key, lambda: _prepare(op, (y, dy), out, dim, None))
+    _call(e, (y, dy), out, pa, pb, po)
 
 
 def plan_for(op: str, *tensors: torch.Tensor, dim: int = -1, regime: Optional[str] = None) -> Plan:
