@@ -188,8 +188,8 @@ def run_groups(groups: list[Group], device_for_copy: str) -> list[dict]:
             progress.advance(task)
     samples += copy_samples(device_for_copy, 1)
     copy = statistics.median(samples)
-    console.print(f"copy ceiling (read + write): {copy:.0f} GB/s, the median of {len(samples)} rounds "
-                  f"(range {min(samples):.0f}-{max(samples):.0f} GB/s); % copy divides by it")
+    console.print(f"{results.copy_text(copy, min(samples), max(samples))}: the median of {len(samples)} "
+                  "rounds of a large copy (read + write); % copy divides by it")
     for row in rows:
         row.update(copy_gbps=copy, copy_min=min(samples), copy_max=max(samples))
         if "gbps_ideal" in row:

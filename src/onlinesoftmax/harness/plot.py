@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import OnlineSoftmaxError, Unavailable
 from ..install import pip_line
-from .results import read_csv
+from .results import copy_text, read_csv
 
 MARKERS = "osD^vP*X<>"
 
@@ -75,8 +75,8 @@ def plot(csv_path, png=None) -> Path:
         handles = [Line2D([], [], color=c, label=v) for v, c in colors.items()]
         handles += [Line2D([], [], color="gray", marker=marker[s], linestyle="-" if len(shapes[s]) > 1 else "none",
                            label=_size_label(s, shapes[s])) for s in sizes]
-        handles.append(Line2D([], [], color="black", linestyle="--", label=f"copy {ceiling:.0f} GB/s"
-                              + (f" (band: {lo:.0f}–{hi:.0f} over the run)" if hi > lo else "")))
+        handles.append(Line2D([], [], color="black", linestyle="--",
+                              label=copy_text(ceiling, *((lo, hi) if hi > lo else ()))))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N (row length)")
         ax.set_ylabel("GB/s (ideal bytes)")

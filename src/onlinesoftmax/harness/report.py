@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import OnlineSoftmaxError
-from .results import read_csv
+from .results import copy_text, read_csv
 
 
 def _f(value: str, fmt: str, unit: str = "") -> str:
@@ -12,8 +12,11 @@ def _f(value: str, fmt: str, unit: str = "") -> str:
 
 def _copy(r: dict) -> str:
     """The copy ceiling a row was measured against, with the range of its rounds when recorded."""
-    spread = f", {_f(r['copy_min'], '.0f')}–{_f(r['copy_max'], '.0f')} over the run" if r.get("copy_min") else ""
-    return f"copy {_f(r.get('copy_gbps'), '.0f')} GB/s{spread}"
+    if not r.get("copy_gbps"):
+        return "copy –"
+    if not r.get("copy_min"):
+        return copy_text(float(r["copy_gbps"]))
+    return copy_text(float(r["copy_gbps"]), float(r["copy_min"]), float(r["copy_max"]))
 
 
 def ladder_markdown(csv_path) -> str:

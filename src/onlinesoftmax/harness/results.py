@@ -85,6 +85,15 @@ def environment(device: str) -> dict:
     }
 
 
+def copy_text(gbps: float, lo: Optional[float] = None, hi: Optional[float] = None) -> str:
+    """'copy 4223 GB/s', with the range of its rounds where known: 'copy 16.1 GB/s (range 15.8-16.3)'.
+    Below 100 GB/s (a CPU) three significant digits, so a narrow range still reads as one."""
+    def f(x: float) -> str:
+        return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+    return f"copy {f(gbps)} GB/s" + (f" (range {f(lo)}–{f(hi)})" if lo is not None and hi is not None else "")
+
+
 def keep_previous(path) -> Optional[Path]:
     """Move an existing results file aside, so a new run never overwrites it: `name.csv` becomes
     `name.<its modification time, UTC>.csv`. Returns where it went (None if there was nothing)."""
