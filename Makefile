@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 .PHONY: help bench test gpu-test check inspect clean
 
 help:  ## this list
-	@echo "make TARGET   (the first one creates $(VENV) with the pinned set in requirements-dev.txt)"
+	@echo "make TARGET   (the first target you run creates $(VENV) from the pins in requirements-dev.txt)"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  \1\t/' | expand -t 12
 
 # pip prints what it collects and installs: the first run takes a few minutes (torch is large).

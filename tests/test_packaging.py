@@ -51,7 +51,7 @@ def test_supported_range_holds_here(name, where):
     assert req.specifier.contains(version, prereleases=True), (name, version, str(req.specifier))
 
 
-def test_dev_set_pins_every_installed_package():
+def test_dev_set_pins_exact_versions_of_all_pyproject_names():
     """requirements-dev.txt pins exact versions, torch's CPU build among them, and nothing is left unpinned."""
     lines = [line for line in (ROOT / "requirements-dev.txt").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
