@@ -1,16 +1,39 @@
-"""The CLI: its commands work without a GPU, and bad input gives a message and exit 2, no traceback."""
+"""The CLI: its commands work without a GPU, and bad input gives one `error:` line on stderr and exit 2."""
 
 import csv
+import os
+import sys
 
 import pytest
 import torch
 
 from onlinesoftmax.cli import main
+from onlinesoftmax.harness import results
 
 
 def run(capsys, *argv):
     code = main(list(argv))
     return code, capsys.readouterr().out
+
+
+def run_bad(capsys, *argv):
+    """A command that must fail on its input: exit 2, and stderr is exactly one `error:` line (returned)."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def bench_csv(path, **extra):
+    """A small CPU-bench-like results CSV (one timed softmax row)."""
+    row = dict(op="softmax", variant="cpu.baseline", backend="numpy", rung="r", M=4, N=8, dtype="float32",
+               time_ms=1.0, gbps_ideal=1.0, copy_gbps=10.0, device="cpu", commit="abc", group="g", **extra)
+    return results.write_csv([row], path)
 
 
 def test_list_shows_every_backend(capsys):
@@ -26,15 +49,71 @@ def test_check_passes_the_cpu_ladder(capsys):
     assert "PASS" in out and "FAIL" not in out
 
 
+def test_check_folds_what_cannot_run_here_into_a_line_per_reason(capsys):
+    code, out = run(capsys, "check", "--variant", "cpu.baseline,torch.*", "--shape", "2x3", "--seed", "5")
+    assert code == 0, out
+    line = next(l for l in out.splitlines() if l.startswith("not checked here"))
+    assert line.startswith("not checked here, 4 variants (torch.*): baseline")
+    assert "torch.softmax" not in out  # no table row per variant that did not run
+
+
 def test_bench_writes_results_and_plot(tmp_path, capsys):
     csv_path = tmp_path / "r.csv"
     code, out = run(capsys, "bench", "--cpu", "--shape", "64x256", "--out", str(csv_path))
     assert code == 0, out
+    assert "timing CPU ladder, 64 x 256 fp32" in out  # progress that shows in a log, not only in a terminal
     rows = list(csv.DictReader(csv_path.open()))
     assert {r["variant"] for r in rows} >= {"cpu.baseline", "cpu.cached_1pass"}
     assert all(r["ok"] == "True" and float(r["gbps_ideal"]) > 0 and r["torch"] for r in rows)
+    # the copy ceiling: the median of its rounds, with their range; % copy divides by the median
+    r = rows[0]
+    assert float(r["copy_min"]) <= float(r["copy_gbps"]) <= float(r["copy_max"])
+    assert float(r["pct_copy"]) == pytest.approx(100 * float(r["gbps_ideal"]) / float(r["copy_gbps"]), rel=1e-4)
+    assert "cpu x86_64 (unknown)" not in r["device"] and "cores)" in r["device"]
     code, out = run(capsys, "plot", str(csv_path))
     assert code == 0 and (tmp_path / "r.png").stat().st_size > 1000
+    code, out = run(capsys, "report", str(csv_path))
+    assert code == 0 and "GB/s (range " in out  # the copy ceiling's range, in the table's heading
+
+
+def test_a_second_run_keeps_the_first(tmp_path, capsys):
+    """Results are never silently overwritten: the earlier file moves to a dated name, and the output says so."""
+    path = bench_csv(tmp_path / "r.csv")
+    first = path.read_text()
+    code, out = run(capsys, "bench", "--cpu", "--shape", "2x64", "--out", str(path))
+    assert code == 0 and "the file there before is now" in out
+    [kept] = tmp_path.glob("r.*.csv")
+    assert kept.read_text() == first and path.read_text() != first
+
+
+def test_keep_previous_never_overwrites_a_kept_file(tmp_path):
+    path = tmp_path / "r.csv"
+    for i in range(3):
+        path.write_text(str(i))
+        os.utime(path, (0, 0))  # the same modification time, so the same dated name, each time
+        results.keep_previous(path)
+    assert sorted(p.read_text() for p in tmp_path.iterdir()) == ["0", "1", "2"]
+
+
+def test_cpu_device_names_the_model(monkeypatch):
+    monkeypatch.setattr(results, "cpu_model", lambda: "Some CPU 9000")
+    assert results.device_name("cpu").startswith("cpu Some CPU 9000 (")
+
+
+def test_plot_draws_a_line_per_variant_and_problem_size(tmp_path, monkeypatch):
+    """The few-row shape (M = 32) is not joined to the M x N = 2^27 line of the same variant."""
+    from onlinesoftmax.harness import plot
+
+    drawn = []
+    import matplotlib.axes
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, x, y, **kw: drawn.append((list(x), kw)))
+    rows = [dict(op="softmax", variant=v, M=M, N=N, dtype="float32", time_ms=1.0, gbps_ideal=g, copy_gbps=100.0,
+                 copy_min=90.0, copy_max=110.0, device="GPU", group="g")
+            for v in ("a", "b") for M, N, g in ((1 << 20, 128, 50.0), (1 << 15, 4096, 60.0), (32, 131072, 20.0))]
+    plot.plot(results.write_csv(rows, tmp_path / "s.csv"))
+    assert sorted(x for x, _ in drawn) == [[128, 4096], [128, 4096], [131072], [131072]]
+    assert {kw["linestyle"] for x, kw in drawn if len(x) == 1} == {"none"}
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -43,24 +122,85 @@ def test_bench_writes_results_and_plot(tmp_path, capsys):
     (["check", "--shape", "ax3"], "must be integers"),
     (["check", "--dtype", "int8"], "not supported"),
     (["check", "--variant", "cpu.nope"], "unknown variant"),
+    (["check", "--kind", "nope"], "invalid choice"),
     (["plot", "no-such-file.csv"], "no such results file"),
+    (["report", "README.md"], "not a results CSV"),
+    (["report", "."], "is a directory"),
+    (["plot", "tests"], "is a directory"),
+    (["inspect", "--arch", "sm_banana"], "not a GPU architecture"),
+    (["inspect", "--arch", "90"], "not a GPU architecture"),
+    (["bench", "--out", "/nonexistent/dir/r.csv"], "does not exist"),
+    ([], "required"),
 ])
-def test_bad_input_is_a_clear_error(capsys, argv, message):
-    code, out = run(capsys, *argv)
-    assert code == 2 and message in out and "Traceback" not in out
+def test_bad_input_is_one_error_line(capsys, argv, message):
+    assert message in run_bad(capsys, *argv)
+
+
+def test_plot_out_in_a_missing_directory(tmp_path, capsys):
+    line = run_bad(capsys, "plot", str(bench_csv(tmp_path / "r.csv")), "--out", str(tmp_path / "no" / "x.png"))
+    assert "does not exist" in line
+
+
+def test_report_on_a_csv_without_rows(tmp_path, capsys):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert "is empty" in run_bad(capsys, "report", str(empty))
+    header = tmp_path / "header.csv"
+    header.write_text(",".join(results.FIELDS) + "\n")
+    assert "without rows" in run_bad(capsys, "report", str(header))
+    assert "without rows" in run_bad(capsys, "plot", str(header))
+
+
+def test_report_on_a_binary_file(tmp_path, capsys):
+    blob = tmp_path / "x.csv"
+    blob.write_bytes(bytes(range(256)) * 4)
+    assert "not a results CSV" in run_bad(capsys, "report", str(blob))
+
+
+def test_report_targets_on_a_bench_csv(tmp_path, capsys):
+    line = run_bad(capsys, "report", "--targets", str(bench_csv(tmp_path / "b.csv")))
+    assert "no timed rows of api.cuda" in line and "onlinesoftmax sweep" in line
+
+
+def test_help_defines_the_targets_and_the_arch(capsys):
+    for argv, words in ((["report", "--help"], ("92%", "95%", "4x torch", "issue 4")),
+                        (["inspect", "--help"], ("compute capability", "sm_90"))):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = " ".join(capsys.readouterr().out.split())
+        assert all(w in out for w in words), out
+
+
+def test_inspect_without_the_cuda_extra_names_its_pip_line(capsys, monkeypatch):
+    import onlinesoftmax.runtime
+
+    monkeypatch.setattr(onlinesoftmax.runtime, "compile_unavailable", lambda: "cuda.core is not importable")
+    assert "pip install 'onlinesoftmax[cuda]'" in run_bad(capsys, "inspect")
+
+
+def test_inspect_refuses_an_arch_nvrtc_lacks(capsys):
+    from onlinesoftmax.runtime import compile_unavailable
+
+    if compile_unavailable():
+        pytest.skip(compile_unavailable())
+    line = run_bad(capsys, "inspect", "--arch", "sm_11")
+    assert "this NVRTC compiles for" in line and "sm_90" in line
+
+
+def test_plot_without_matplotlib_names_its_pip_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert "pip install 'onlinesoftmax[cli]'" in run_bad(capsys, "plot", str(bench_csv(tmp_path / "r.csv")))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
 @pytest.mark.parametrize("command", ["ladder", "sweep", "extras"])
 def test_gpu_commands_without_gpu_say_so(capsys, command):
-    code, out = run(capsys, command)
-    assert code == 2 and "no CUDA GPU" in out and f"`{command}` needs one" in out
+    line = run_bad(capsys, command)
+    assert "no CUDA GPU" in line and f"`{command}` needs one" in line
 
 
 def test_report_targets_names_the_misses(tmp_path, capsys):
     """A synthetic sweep: ours below 92% at N = 128, above at 4096; 3x torch at 32 x 131072 (a miss of 4x)."""
-    from onlinesoftmax.harness import results
-
     def row(variant, M, N, ms, pct, queued=None):
         r = dict(op="softmax", variant=variant, M=M, N=N, dtype="float32", time_ms=ms, pct_copy=pct,
                  copy_gbps=4200.0, device="GPU", commit="abc", group=f"softmax {M}x{N}")

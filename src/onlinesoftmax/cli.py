@@ -1,6 +1,7 @@
 """onlinesoftmax list | check | bench | ladder | sweep | extras | inspect | report | plot
 
-Every command enumerates the registry; none keeps its own list of variants.
+Every command enumerates the registry; none keeps its own list of variants. Bad input gives one
+`error:` line on stderr and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -9,26 +10,35 @@ import argparse
 import fnmatch
 import re
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from . import registry
 from .errors import OnlineSoftmaxError, Unavailable
 from .harness import results
-from .harness.bench import copy_gbps, measure
+from .harness.bench import copy_gbps, copy_samples, measure
 from .harness.check import check_variant
 from .harness.inputs import KINDS, kinds_for
 from .harness.suites import (CPU_BENCH, GPU_LADDER, SWEEP_DTYPES, SWEEP_OPS, Group, check_shapes,
                              parse_dtype, parse_shape, sweep_groups)
+from .install import pip_line
 
-# Wide enough for the tables in logs and CI, where there is no terminal to measure.
-console = Console(width=max(140, shutil.get_terminal_size((140, 40)).columns))
+try:  # the `cli` extra: without it, main() prints the pip line that installs it
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+except ImportError as exc:
+    NO_RICH = f"the onlinesoftmax command needs rich ({exc}); install it with {pip_line('cli')}"
+else:
+    NO_RICH = None
+    # Wide enough for the tables in logs and CI, where there is no terminal to measure.
+    console = Console(width=max(140, shutil.get_terminal_size((140, 40)).columns))
+
+COPY_ROUNDS = 5  # copy ceiling: rounds before a timed run (and one after it); % copy uses their median
 
 
 def _progress() -> Progress:
@@ -117,9 +127,14 @@ def cmd_check(args) -> int:
         status = "[green]PASS" if s["passed"] == s["run"] else "[red]FAIL"
         table.add_row(v.name, v.op, f"{s['passed']}/{s['run']}", str(s["skipped"]),
                       f"{s['rel']:.1e}", f"{s['abs']:.1e}", status)
-    for v, reason in unavailable:
-        table.add_row(v.name, v.op, "-", "-", "-", "-", f"[yellow]not here: {reason}")
     console.print(table)
+    by_reason: dict[str, list[str]] = {}
+    for v, reason in unavailable:
+        by_reason.setdefault(reason, []).append(v.name)
+    for reason, names in by_reason.items():  # one line per reason, the variants as families (cuda.*, api.cuda.*)
+        families = ", ".join(dict.fromkeys(n.rsplit(".", 1)[0] + ".*" for n in names))
+        console.print(f"[yellow]not checked here[/yellow], {len(names)} variant{'s' * (len(names) > 1)} ({families}): "
+                      f"{reason}", highlight=False)
     for name, M, N, dtype, kind, msg in failures[:20]:
         console.print(f"[red]FAIL[/red] {name} {M}x{N} {_dtype_name(dtype)} {kind}: {msg}")
     if not stats:
@@ -138,19 +153,24 @@ def _resources(v, M, N, dtype) -> dict:
 
 
 def run_groups(groups: list[Group], device_for_copy: str) -> list[dict]:
-    """Measure every member of every group; returns result rows (see results.FIELDS)."""
+    """Measure every member of every group; returns result rows (see results.FIELDS).
+
+    The copy ceiling is measured COPY_ROUNDS times before the run and once after it: rows carry the
+    median (copy_gbps, what % copy divides by) and the range (copy_min, copy_max)."""
     env = results.environment(device_for_copy)
-    copy = copy_gbps(device_for_copy)
-    console.print(f"{env['device']}: copy ceiling {copy:.0f} GB/s (read + write, same run)")
+    console.print(f"{env['device']}: measuring the copy ceiling ({COPY_ROUNDS} rounds now, 1 after the run)")
+    samples = copy_samples(device_for_copy, COPY_ROUNDS)
     plan = [(g, v) for g in groups for v in g.members()]
     rows = []
     with _progress() as progress:
         task = progress.add_task("timing", total=len(plan))
-        for g, v in plan:
+        for i, (g, v) in enumerate(plan):
+            if i == 0 or g is not plan[i - 1][0]:  # a line per table: progress in logs, where the bar is not drawn
+                console.print(f"timing {g.title} ({i} of {len(plan)} measurements done)")
             progress.update(task, description=f"{v.name} {g.M}x{g.N}")
             reason = v.refuses(g.M, g.N, g.dtype)
             row = dict(op=g.op, variant=v.name, backend=v.backend, rung=v.rung, M=g.M, N=g.N,
-                       dtype=_dtype_name(g.dtype), copy_gbps=copy, group=g.title, **env)
+                       dtype=_dtype_name(g.dtype), group=g.title, **env)
             try:
                 m = None if reason else measure(v, g.M, g.N, g.dtype)
             except OnlineSoftmaxError as exc:  # recorded as a failure, the run goes on
@@ -160,13 +180,20 @@ def run_groups(groups: list[Group], device_for_copy: str) -> list[dict]:
                 row["note"] = reason
             else:
                 row.update(time_ms=m.time_ms, ideal_bytes=m.ideal_bytes, algo_bytes=m.algo_bytes,
-                           gbps_ideal=m.gbps_ideal(), gbps_algo=m.gbps_algo(),
-                           pct_copy=100 * m.gbps_ideal() / copy, rel_err=m.rel_err,
+                           gbps_ideal=m.gbps_ideal(), gbps_algo=m.gbps_algo(), rel_err=m.rel_err,
                            max_abs_err=m.max_abs_err, ok=m.ok, **_resources(v, g.M, g.N, g.dtype))
                 if m.queued_ms is not None:
                     row["queued_ms"] = m.queued_ms
             rows.append(row)
             progress.advance(task)
+    samples += copy_samples(device_for_copy, 1)
+    copy = statistics.median(samples)
+    console.print(f"{results.copy_text(copy, min(samples), max(samples))}: the median of {len(samples)} "
+                  "rounds of a large copy (read + write); % copy divides by it")
+    for row in rows:
+        row.update(copy_gbps=copy, copy_min=min(samples), copy_max=max(samples))
+        if "gbps_ideal" in row:
+            row["pct_copy"] = 100 * row["gbps_ideal"] / copy
     _speedups(rows)
     return rows
 
@@ -215,11 +242,23 @@ def _slug(text: str) -> str:
 
 
 def _save(rows: list[dict], out, kind: str) -> Path:
+    """Write the rows; a file already at that path is kept under a dated name, and both are named."""
     if out is None:
         out = Path("results") / f"{kind}-{_slug(rows[0]['device'])[:40]}.csv"
+    kept = results.keep_previous(out)
     path = results.write_csv(rows, out)
-    console.print(f"results written to {path} ({len(rows)} rows)")
+    console.print(f"results written to {path} ({len(rows)} rows)"
+                  + (f"; the file there before is now {kept}" if kept else ""))
     return path
+
+
+def _plot(csv_path, out=None) -> None:
+    from .harness.plot import plot, png_path
+
+    png = png_path(csv_path, out)
+    replaced = png.exists()
+    plot(csv_path, png)
+    console.print(f"plot written to {png}" + (" (replacing the previous plot)" if replaced else ""))
 
 
 def _require_cuda(command: str) -> None:
@@ -256,10 +295,7 @@ def cmd_sweep(args) -> int:
                           compare=not args.ours_only)
     rows = run_groups(groups, "cuda")
     print_sweep(rows)
-    path = _save(rows, args.out, "sweep")
-    from .harness.plot import plot
-
-    console.print(f"plot written to {plot(path)}")
+    _plot(_save(rows, args.out, "sweep"))
     return 0 if all(r.get("ok", True) for r in rows) else 1
 
 
@@ -314,9 +350,35 @@ def cmd_extras(args) -> int:
 
 
 # ------------------------------------------------------------------------------ inspect, plot
+ARCH = re.compile(r"sm_(\d+)[af]?")
+
+
+def _arch(text: str) -> str:
+    """argparse type of --arch: sm_XY (compute capability X.Y), optionally with NVRTC's a/f suffix."""
+    if not ARCH.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU architecture; expected sm_XY for compute "
+                                         "capability X.Y, e.g. sm_90 (H100, H200), sm_80 (A100), sm_120 (RTX 5080)")
+    return text
+
+
+def _nvrtc_archs() -> list[int]:
+    """The compute capabilities this NVRTC compiles for (XY of sm_XY)."""
+    from cuda.bindings import nvrtc
+
+    return [int(a) for a in nvrtc.nvrtcGetSupportedArchs()[1]]
+
+
 def cmd_inspect(args) -> int:
+    from .runtime import compile_unavailable
     from .variants.cuda import inspect_rows
 
+    reason = compile_unavailable()
+    if reason:
+        raise Unavailable(f"inspect compiles with NVRTC, which needs {pip_line('cuda')} ({reason})")
+    supported = _nvrtc_archs()
+    if int(ARCH.fullmatch(args.arch).group(1)) not in supported:
+        raise OnlineSoftmaxError(f"--arch {args.arch}: this NVRTC compiles for "
+                                 f"{', '.join(f'sm_{a}' for a in supported)}")
     rows = inspect_rows(arch=args.arch)
     table = Table(title=f"ptxas report, NVRTC for {args.arch} (no GPU needed)")
     for col in ("variant", "kernel", "regs", "smem B", "stack B", "spill st", "spill ld"):
@@ -329,26 +391,42 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .harness.plot import plot
-
-    if not Path(args.csv).is_file():
-        raise OnlineSoftmaxError(f"{args.csv}: no such results file")
-    console.print(f"plot written to {plot(args.csv, args.out)}")
+    _plot(args.csv, args.out)
     return 0
 
 
 def cmd_report(args) -> int:
     from .harness.report import ladder_markdown, sweep_markdown, targets_markdown
 
-    if not Path(args.csv).is_file():
-        raise OnlineSoftmaxError(f"{args.csv}: no such results file")
     print((targets_markdown if args.targets else sweep_markdown if args.sweep else ladder_markdown)(args.csv))
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one `error:` line and exit 2 (argparse's default adds the usage lines)."""
+
+    def error(self, message):
+        print(f"error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _out_file(text: str) -> Path:
+    """argparse type of --out: a file in a directory that exists, checked before any work is done."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the directory {path.parent} does not exist")
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="onlinesoftmax", description=__doc__.splitlines()[0])
+    p = _Parser(prog="onlinesoftmax", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
+
+    def out_option(sp):
+        sp.add_argument("--out", type=_out_file, help=f"results CSV (default: results/{sp.prog.split()[-1]}-<device>.csv; "
+                                                      "a file already there is kept under a dated name)")
 
     def selection(sp):
         sp.add_argument("--backend", choices=["numpy", "cuda", "triton"])
@@ -371,11 +449,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("bench", help="the main job: the GPU ladder on a GPU, else the CPU ladder")
     sp.add_argument("--cpu", action="store_true", help="run the CPU ladder even if a GPU is present")
     sp.add_argument("--shape", help="MxN for the CPU ladder (default: 1024x4096 and 256x65536)")
-    sp.add_argument("--out", help="results CSV (default: results/bench-<device>.csv)")
+    out_option(sp)
     sp.set_defaults(fn=cmd_bench)
 
     sp = sub.add_parser("ladder", help="every CUDA rung at the seeds' shapes (needs a GPU)")
-    sp.add_argument("--out", help="results CSV (default: results/ladder-<device>.csv)")
+    out_option(sp)
     sp.set_defaults(fn=cmd_ladder)
 
     sp = sub.add_parser("sweep", help="ours vs torch, torch.compile, Triton, Liger over N and dtypes (GPU)")
@@ -386,40 +464,47 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--backend", action="append", choices=["cuda", "triton"],
                     help="our backend(s) to time (default: all); baselines are always timed")
     sp.add_argument("--ours-only", action="store_true", help="time our backends only (no baselines, no ladder rung)")
-    sp.add_argument("--out", help="results CSV (default: results/sweep-<device>.csv)")
+    out_option(sp)
     sp.set_defaults(fn=cmd_sweep)
 
     sp = sub.add_parser("extras", help="softmax and its backward over dim 0 of 8192x8192, host overhead per eager "
                                        "1x1024 call (GPU)")
-    sp.add_argument("--out", help="results CSV (default: results/extras-<device>.csv)")
+    out_option(sp)
     sp.set_defaults(fn=cmd_extras)
 
     sp = sub.add_parser("inspect", help="registers, shared memory, stack and spills of every CUDA kernel")
-    sp.add_argument("--arch", default="sm_90")
+    sp.add_argument("--arch", default="sm_90", type=_arch,
+                    help="GPU architecture to compile for, sm_XY for compute capability X.Y (default: sm_90, the H200)")
     sp.set_defaults(fn=cmd_inspect)
 
-    sp = sub.add_parser("report", help="Markdown tables from a results CSV (ladder layout, or --sweep)")
-    sp.add_argument("csv")
+    sp = sub.add_parser("report", help="Markdown tables from a results CSV (ladder layout, or --sweep, --targets)")
+    sp.add_argument("csv", help="a results CSV written by bench, ladder, sweep or extras")
     sp.add_argument("--sweep", action="store_true", help="one table per (op, dtype), %% copy per implementation")
-    sp.add_argument("--targets", action="store_true", help="a sweep CSV against issue 4's targets")
+    sp.add_argument("--targets", action="store_true",
+                    help="a sweep CSV against the production ops' targets on the H200 (set in issue 4): forward "
+                         ">= 92%%, backward >= 95%% of the copy bandwidth at every M x N = 2^27 shape, at least as "
+                         "fast as torch, >= 4x torch at the few-row shapes 1 x 262144 and 32 x 131072")
     sp.set_defaults(fn=cmd_report)
 
-    sp = sub.add_parser("plot", help="GB/s against N per variant from a results CSV (PNG)")
-    sp.add_argument("csv")
-    sp.add_argument("--out", help="PNG path (default: next to the CSV)")
+    sp = sub.add_parser("plot", help="GB/s against N from a results CSV (PNG): a line per variant and problem size")
+    sp.add_argument("csv", help="a results CSV written by bench, ladder or sweep")
+    sp.add_argument("--out", type=_out_file, help="PNG path (default: the CSV's path with .png)")
     sp.set_defaults(fn=cmd_plot)
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if NO_RICH:
+        print(f"error: {NO_RICH}", file=sys.stderr)
+        return 2
     try:
         return args.fn(args)
-    except OnlineSoftmaxError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except (OnlineSoftmaxError, OSError) as exc:  # OSError: a file that cannot be read or written
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        console.print("interrupted")
+        print("interrupted", file=sys.stderr)
         return 130
 
 

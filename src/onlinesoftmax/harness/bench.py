@@ -97,17 +97,20 @@ def queued_ms(calls) -> float:
 
 def copy_gbps(device: str) -> float:
     """Bandwidth of a large copy on `device`, counting bytes read + bytes written."""
+    return copy_samples(device, 1)[0]
+
+
+def copy_samples(device: str, rounds: int) -> list[float]:
+    """`rounds` independent measurements of `copy_gbps` (each a median itself), on one pair of buffers."""
     if device == "cuda":
         src = torch.empty(GPU_COPY_BYTES // 4, dtype=torch.float32, device="cuda").uniform_()
         dst = torch.empty_like(src)
-        ms = median_ms(lambda: dst.copy_(src), "cuda")
-        nbytes = 2 * GPU_COPY_BYTES
+        out = [gbps(2 * GPU_COPY_BYTES, median_ms(lambda: dst.copy_(src), "cuda")) for _ in range(rounds)]
         del src, dst
-        return gbps(nbytes, ms)
+        return out
     src = np.random.default_rng(0).random(CPU_COPY_BYTES // 8)
     dst = np.empty_like(src)
-    ms = median_ms(lambda: np.copyto(dst, src), "cpu", reps=7)
-    return gbps(2 * CPU_COPY_BYTES, ms)
+    return [gbps(2 * CPU_COPY_BYTES, median_ms(lambda: np.copyto(dst, src), "cpu", reps=7)) for _ in range(rounds)]
 
 
 @dataclass

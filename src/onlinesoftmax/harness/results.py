@@ -12,12 +12,16 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+from typing import Optional
 
 import torch
 
+from ..errors import OnlineSoftmaxError
+
 FIELDS = (
     "op", "variant", "backend", "rung", "M", "N", "dtype",
-    "time_ms", "queued_ms", "ideal_bytes", "algo_bytes", "gbps_ideal", "gbps_algo", "pct_copy", "copy_gbps",
+    "time_ms", "queued_ms", "ideal_bytes", "algo_bytes", "gbps_ideal", "gbps_algo", "pct_copy",
+    "copy_gbps", "copy_min", "copy_max",
     "speedup", "speedup_cpu", "wall_us", "kernel_us", "host_us", "rel_err", "max_abs_err", "ok",
     "registers", "stack", "spill_stores", "spill_loads",
     "group", "note", "device", "torch", "triton", "cuda_core", "numpy", "python", "commit", "timestamp",
@@ -51,7 +55,20 @@ def git_commit() -> str:
 def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name()
-    return f"cpu {platform.machine()} ({platform.processor() or 'unknown'})"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"cpu {cpu_model()} ({platform.machine()}, {cores} cores)"
+
+
+def cpu_model() -> str:
+    """The CPU's model name: /proc/cpuinfo on Linux (platform.processor() is empty there), else platform's."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "model unknown"
 
 
 def environment(device: str) -> dict:
@@ -66,6 +83,30 @@ def environment(device: str) -> dict:
         "commit": git_commit(),
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def copy_text(gbps: float, lo: Optional[float] = None, hi: Optional[float] = None) -> str:
+    """'copy 4223 GB/s', with the range of its rounds where known: 'copy 16.1 GB/s (range 15.8-16.3)'.
+    Below 100 GB/s (a CPU) three significant digits, so a narrow range still reads as one."""
+    def f(x: float) -> str:
+        return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+    return f"copy {f(gbps)} GB/s" + (f" (range {f(lo)}–{f(hi)})" if lo is not None and hi is not None else "")
+
+
+def keep_previous(path) -> Optional[Path]:
+    """Move an existing results file aside, so a new run never overwrites it: `name.csv` becomes
+    `name.<its modification time, UTC>.csv`. Returns where it went (None if there was nothing)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    stamp = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    kept = path.with_name(f"{path.stem}.{stamp}{path.suffix}")
+    n = 1
+    while kept.exists():
+        n += 1
+        kept = path.with_name(f"{path.stem}.{stamp}-{n}{path.suffix}")
+    return path.rename(kept)
 
 
 def write_csv(rows: list[dict], path) -> Path:
@@ -85,6 +126,30 @@ def _fmt(value):
     return value
 
 
+REQUIRED = ("op", "variant", "M", "N", "dtype", "time_ms", "device")  # what every table and plot reads
+MADE_BY = "results CSVs come from bench, ladder, sweep and extras"
+
+
 def read_csv(path) -> list[dict]:
-    with Path(path).open(newline="") as f:
-        return list(csv.DictReader(f))
+    """The rows of a results CSV (as written by `write_csv`), or an OnlineSoftmaxError saying why
+    `path` is not one: missing, a directory, not CSV text, other columns, or no rows."""
+    path = Path(path)
+    if path.is_dir():
+        raise OnlineSoftmaxError(f"{path} is a directory; give a results CSV such as results/bench-<device>.csv")
+    if not path.is_file():
+        raise OnlineSoftmaxError(f"{path}: no such results file")
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            columns = reader.fieldnames
+            rows = list(reader)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise OnlineSoftmaxError(f"{path}: not a results CSV ({exc})") from None
+    if columns is None:
+        raise OnlineSoftmaxError(f"{path} is empty; {MADE_BY}")
+    missing = [c for c in REQUIRED if c not in columns]
+    if missing:
+        raise OnlineSoftmaxError(f"{path}: not a results CSV (no column {', '.join(missing)}); {MADE_BY}")
+    if not rows:
+        raise OnlineSoftmaxError(f"{path}: a results CSV without rows")
+    return rows
