@@ -374,7 +374,7 @@ def cmd_inspect(args) -> int:
 
     reason = compile_unavailable()
     if reason:
-        raise Unavailable(f"inspect compiles with NVRTC, which needs {pip_line('cuda')} ({reason})")
+        raise Unavailable(f"inspect compiles with NVRTC: {reason}")
     supported = _nvrtc_archs()
     if int(ARCH.fullmatch(args.arch).group(1)) not in supported:
         raise OnlineSoftmaxError(f"--arch {args.arch}: this NVRTC compiles for "

@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import OnlineSoftmaxError, Unavailable
+from ..install import pip_line
 from .bounded import BoundedCache
 from .nvrtc import CompiledModule
 
@@ -65,7 +66,7 @@ def available() -> Optional[str]:
         import cuda.core  # noqa: F401
         from cuda.core import Device, LaunchConfig, Stream, launch  # noqa: F401
     except Exception as e:
-        return f"cuda.core is not importable ({type(e).__name__}: {e})"
+        return f"cuda.core is not importable ({type(e).__name__}: {e}); install it with {pip_line('cuda')}"
     return None
 
 

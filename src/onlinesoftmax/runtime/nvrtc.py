@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from ..errors import OnlineSoftmaxError, Unavailable
+from ..install import pip_line
 
 SCHEMA = 1
 # Where sources live: "<package>/<sub/dir>". The package must be a regular one (kernels/ and
@@ -89,7 +90,7 @@ def _cuda_core():
         from cuda.core import Program, ProgramOptions  # noqa: F401
     except Exception as e:  # ImportError, or cuda.bindings missing / wrong major
         raise Unavailable(f"cuda.core is not importable ({type(e).__name__}: {e}); "
-                          "install cuda-core and cuda-bindings") from None
+                          f"install it with {pip_line('cuda')}") from None
     return cc
 
 
@@ -106,7 +107,7 @@ def nvrtc_version() -> tuple[int, int]:
             err, major, minor = nvrtc.nvrtcVersion()
         except Exception as e:
             raise Unavailable(f"NVRTC cannot be loaded ({type(e).__name__}: {e}); "
-                              "install nvidia-cuda-nvrtc") from None
+                              f"install it with {pip_line('cuda')}") from None
         if int(err) != 0:
             raise Unavailable(f"nvrtcVersion failed: {err}")
         _nvrtc_version = (int(major), int(minor))

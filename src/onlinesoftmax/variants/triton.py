@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from ..install import pip_line
 from ..registry import Variant, register
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -59,7 +60,7 @@ def available() -> Optional[str]:
     try:
         import triton  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import failure makes the backend unavailable
-        return f"triton does not import: {exc}"
+        return f"triton does not import ({exc}); install it with {pip_line('triton')}"
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         return None
     return "no CUDA device (set TRITON_INTERPRET=1 to run the Triton kernels on CPU in the interpreter)"
