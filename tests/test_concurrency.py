@@ -19,6 +19,7 @@ import torch
 
 pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
 
+from fakes import FakeLoadedKernel as _Loaded  # noqa: E402
 from onlinesoftmax.runtime import launch  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 from onlinesoftmax.variants import production as P  # noqa: E402
@@ -27,21 +28,6 @@ SMS = 132
 
 
 # ---- PreparedLaunch: one parameter block, many threads --------------------------------------------------------
-
-
-class _Loaded:
-    """Stands in for a LoadedKernel (no driver)."""
-
-    name, device = "fwd_row<0,0,4,512,8,0,1>", 0
-
-    class module:
-        filename = "softmax.cu"
-
-    class kernel:
-        handle = "handle"
-
-    def allow_smem(self, smem):
-        pass
 
 
 class _UnlockedLaunch(launch.PreparedLaunch):

@@ -9,25 +9,8 @@ import pytest
 pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
 
 from onlinesoftmax.errors import OnlineSoftmaxError  # noqa: E402
+from fakes import FakeLoadedKernel as _Loaded  # noqa: E402
 from onlinesoftmax.runtime.launch import PreparedLaunch  # noqa: E402
-
-
-class _Loaded:
-    """Stands in for a LoadedKernel: no driver is touched until a launch."""
-
-    name, device = "fwd_row<0,0,4,512,8,0,1>", 0
-
-    class module:
-        filename = "softmax.cu"
-
-    class kernel:
-        handle = "handle"
-
-    def __init__(self):
-        self.smem = []
-
-    def allow_smem(self, smem):
-        self.smem.append(smem)
 
 
 def test_parameter_block_points_at_each_argument():

@@ -1,0 +1,19 @@
+"""Stand-ins for the driver-facing objects, so the launch layer can be tested without a GPU."""
+
+
+class FakeLoadedKernel:
+    """Stands in for runtime.launch.LoadedKernel: no driver is touched; records the shared memory asked for."""
+
+    name, device = "fwd_row<0,0,4,512,8,0,1>", 0
+
+    class module:
+        filename = "softmax.cu"
+
+    class kernel:
+        handle = "handle"
+
+    def __init__(self):
+        self.smem = []
+
+    def allow_smem(self, smem):
+        self.smem.append(smem)
