@@ -242,23 +242,31 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("N,dtype,op", [(32000, torch.bfloat16, "log_softmax"), (4097, torch.float32, "softmax"),
-                                        (200003, torch.float32, "softmax"), (1000, torch.float16, "softmax")])
-def test_one_entry_launches_what_plan_gives_each_row_count(monkeypatch, N, dtype, op):
-    """The rows fast path keys every M >= stable_rows to one entry; entry.rows(M) must launch exactly the grids and
-    row count of plan(M) (split too: both launches, workspace 2 x M x parts)."""
+                                        (200003, torch.float32, "softmax"), (1000, torch.float16, "softmax"),
+                                        (65536, torch.float32, "softmax_backward")])
+def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype, op):
+    """The rows fast path shares an entry among all row counts whose plans have one geometry (every M >=
+    stable_rows, and runs of few-row Ms): entry.rows(M) must launch exactly the grids and row count of plan(M),
+    split included (both launches). Few distinct entries serve M = 1 .. 2 x stable_rows."""
     log = []
     monkeypatch.setattr(P, "available", lambda: None)
     monkeypatch.setattr(P, "_device_index", lambda x, op: 0)
     monkeypatch.setattr(P, "_sms", lambda device: SMS)
     monkeypatch.setattr(P, "_kernel", lambda *a: _Recorder(log))
+    monkeypatch.setattr(P, "_geometries", BoundedCache(P.ENTRY_CACHE))
+    monkeypatch.setattr(P, "_plans", BoundedCache(P.PLAN_CACHE))
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
     launch._state.bound = True
     lo = P.stable_rows(SMS)
-    x = torch.zeros(lo + 3, N, dtype=dtype)
-    e = P._prepare(op, (x,), torch.empty_like(x), 1, None)
-    for M in (lo + 3, lo, lo + 1, 5 * lo + 11):
+    x = torch.zeros(2 * lo, N, dtype=dtype)
+    ins = (x, x) if op in P.BACKWARD_OPS else (x,)
+    entries = set()
+    for M in list(range(1, 2 * lo, 7)) + [lo - 1, lo, 2 * lo - 1]:
+        e = P._rows_entry(op, tuple(t[:M] for t in ins), x[:M], 1)
+        entries.add(id(e))
         log.clear()
-        e.rows(M, 16, 0, 32, torch.device("cpu"))
+        e.rows(M, 16, 16 if len(ins) > 1 else 0, 32, torch.device("cpu"))
         want = P.plan(M, N, dtype, op, sms=SMS)
         assert log == [(l.grid, M) for l in want.launches], (M, want.regime)
+    assert len(entries) <= 24, len(entries)

@@ -33,7 +33,7 @@ from onlinesoftmax.harness.check import compare, error_scale  # noqa: E402
 from onlinesoftmax.variants import production as P  # noqa: E402
 
 THREADS = 8
-ITERS = 32  # per thread, mode and job: 8 x 32 x 26 jobs = 6656 CUDA calls per mode, 13312 on one GPU
+ITERS = 32  # per thread, mode and job: 8 x 32 x 30 jobs = 7680 CUDA calls per mode, 15360 on one GPU
 F32, BF16 = torch.float32, torch.bfloat16
 
 # (name, shape, dtype, dim, regime the CUDA plan must pick, view) -- view "t": the transpose of a contiguous
@@ -50,6 +50,8 @@ CASES = [
     ("columns1", (8, 64, 33), F32, 1, "columns", None),
     ("columns16B", (4, 19, 128), BF16, 1, "columns", None),
     ("transposed", (300, 64), F32, -1, "warp", "t"),
+    ("strided16B", (2, 70000, 8), F32, 1, "strided", None),
+    ("strided1", (2, 70001, 3), BF16, 1, "strided", None),
 ]
 # backward through autograd: (name, shape, dtype, dim, regime of the backward plan)
 BACKWARD = [

@@ -796,7 +796,7 @@ class _Entry:
         apply(a, b, ws.data_ptr(), out)
 
     def rows(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
-        """The call for M rows (M >= stable_rows when M differs from the plan's: the caller's key says so)."""
+        """The call for M rows, for any M whose plan has this entry's geometry (_rows_entry keys it so)."""
         if M == self.M:
             self(a, b, out, dev)
         elif self.single is not None:
@@ -815,6 +815,12 @@ def _device_index(x: torch.Tensor, op: str) -> int:
 
 
 def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> _Entry:
+    call = _plan_call(op, ins, out, dim, regime)
+    return _Entry(*call) if call else _Entry(None, -1, False, (), 0)
+
+
+def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> Optional[tuple]:
+    """(plan, device, contig, row strides, out row stride) for these tensors, after checking them; None when empty."""
     x = ins[0]
     if x.dtype not in DT_CODE:
         raise OnlineSoftmaxError(f"{op}: dtype {x.dtype} not supported (float32, float16, bfloat16)")
@@ -824,7 +830,7 @@ def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[
                                      f"(got {[(tuple(u.shape), u.dtype, str(u.device)) for u in ins + (out,)]})")
     shape = tuple(x.shape)
     if x.numel() == 0:
-        return _Entry(None, -1, False, (), 0)
+        return None
     if not _is_contiguous(shape, out.stride()):
         raise OnlineSoftmaxError(f"{op}: out must be contiguous (torch.empty_like(x, memory_format="
                                  "torch.contiguous_format))")
@@ -844,7 +850,7 @@ def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[
         rss = tuple(r[2] for r in rows)
         vec = aligned and (M == 1 or all(rs % V == 0 for rs in rss))
         p = _fitted_plan(M, N, x.dtype, op, vec, 1, "rows", sms, regime, device, "split")
-        return _Entry(p, device, False, rss, N)
+        return p, device, False, rss, N
     # made contiguous per call (one copy per input). `aligned` stays the verdict on the original pointers: the
     # cache key only records that bit, and an input that is already contiguous is not copied.
     contig = not all(_is_contiguous(shape, s) for s in strides)
@@ -852,9 +858,9 @@ def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[
     inner = math.prod(shape[dim + 1:])
     if inner == 1 and not column_kernels:  # contiguous with the dim innermost: rows of N
         p = _fitted_plan(outer, N, x.dtype, op, aligned, 1, "rows", sms, regime, device, "split")
-        return _Entry(p, device, contig, (N,) * len(ins), N)
+        return p, device, contig, (N,) * len(ins), N
     p = _fitted_plan(outer, N, x.dtype, op, aligned, inner, "strided", sms, regime, device, "strided")
-    return _Entry(p, device, contig, (0,) * len(ins), 0)
+    return p, device, contig, (0,) * len(ins), 0
 
 
 def _call(e: _Entry, ins: tuple, out: torch.Tensor, pa: int, pb: int, po: int) -> None:
@@ -885,15 +891,26 @@ def _run(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]
 # The hot path: one key of tensor metadata, one dict lookup, the launch. `out` must be contiguous (ops.py
 # allocates it so); that is checked when a key is first seen, not on every call. Contiguous rows over the last dim
 # (nearly every call) are keyed without their row count M once M >= stable_rows (4 x SMs): those Ms share one
-# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing; below it each M has its
-# own entry (the few-rows rules depend on M). Other layouts are keyed by their exact shape and strides.
+# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing. Below it the few-rows
+# rules depend on M: a new M is planned (pure Python), and shares the entry of every M whose plan has the same
+# geometry (kernels, blocks, clusters, chunks). Other layouts are keyed by their exact shape and strides.
 
-ROWS_CACHE = 1024  # per direction: the few-row Ms of several row lengths, and one entry per length beyond
+ROWS_CACHE = 1024  # per direction: the few-row Ms of several row lengths, and one key per length beyond
 _fwd_rows = BoundedCache(ROWS_CACHE)
 _bwd_rows = BoundedCache(ROWS_CACHE)
+_geometries = BoundedCache(ENTRY_CACHE)  # row entries by plan geometry
 _fwd_entries = BoundedCache(ENTRY_CACHE)
 _bwd_entries = BoundedCache(ENTRY_CACHE)
 _stable: dict = {}  # device index -> stable_rows(its SMs)
+
+
+def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int) -> _Entry:
+    """The entry for contiguous rows, shared by every row count whose plan has the same geometry."""
+    call = _plan_call(op, ins, out, dim, None)
+    p = call[0]
+    key = (op, p.dtype, p.N, p.W, call[1:], p.lg, p.parts, p.chunk,
+           tuple((l.kernel, l.block, l.smem, l.cluster, l.per) for l in p.launches))
+    return _geometries.get(key) or _geometries.get_or_make(key, lambda: _Entry(*call))
 
 
 def _stable_rows_of(device: int) -> int:
@@ -914,8 +931,7 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
         key = (log, N, x.dtype, d, not ((pa | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
         e = _fwd_rows.get(key)
         if e is None:
-            e = _fwd_rows.get_or_make(key, lambda: _prepare("log_softmax" if log else "softmax", (x,), out, dim,
-                                                            None))
+            e = _fwd_rows.get_or_make(key, lambda: _rows_entry("log_softmax" if log else "softmax", (x,), out, dim))
         e.rows(M, pa, 0, po, x.device)
         return
     key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), not ((pa | po) & 15))
@@ -938,7 +954,7 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
         key = (log, N, y.dtype, d, not ((pa | pb | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
         e = _bwd_rows.get(key)
         if e is None:
-            e = _bwd_rows.get_or_make(key, lambda: _prepare(op, (y, dy), out, dim, None))
+            e = _bwd_rows.get_or_make(key, lambda: _rows_entry(op, (y, dy), out, dim))
         e.rows(M, pa, pb, po, y.device)
         return
     key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), not ((pa | pb | po) & 15))
