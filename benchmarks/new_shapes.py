@@ -27,7 +27,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import onlinesoftmax as osm  # noqa: E402
 from onlinesoftmax.runtime import nvrtc  # noqa: E402
-from onlinesoftmax.variants import production as P  # noqa: E402
+from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
+from onlinesoftmax.engines.cuda import run as E  # noqa: E402
+from onlinesoftmax.engines.cuda import kernels as K  # noqa: E402
 
 
 def host_us(fn, x) -> float:
@@ -71,12 +73,12 @@ def main() -> None:
     random.Random(0).shuffle(Ms)
     # compile and load every kernel the run will need, outside the timing (one-time costs per geometry, not per
     # M); the plan and entry caches stay cold
-    sms = P._sms(0)
+    sms = K.sms(0)
     plans = [P.plan(M, a.n, torch.bfloat16, "log_softmax", vec=True, sms=sms) for M in Ms]
-    P.compile_all({k for p in plans for k in p.kernels}, nvrtc.current_arch(0), batch=1, workers=16)
+    K.compile_all({k for p in plans for k in p.kernels}, nvrtc.current_arch(0), batch=1, workers=16)
     for p in plans:
         for l in p.launches:
-            P._kernel(l.kernel, 0, l.block, l.smem, l.cluster)
+            K.kernel(l.kernel, 0, l.block, l.smem, l.cluster)
     theirs(big[:7])
     torch.cuda.synchronize()
     rss0 = rss_mb()
@@ -102,7 +104,7 @@ def main() -> None:
     torch.cuda.synchronize()
     mem = tracemalloc.get_traced_memory()[0] - mem0
     tracemalloc.stop()
-    stable = P.stable_rows(P._sms(0))
+    stable = P.stable_rows(K.sms(0))
     small = torch.randn(1, 1024, device="cuda")
     res = {
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "N": a.n, "dtype": "bfloat16",
@@ -114,9 +116,9 @@ def main() -> None:
         "torch_call": summary(torch_t),
         "small_1x1024_fp32_mean_us": {"ours": loop_us(lambda t: osm.softmax(t, -1), small),
                                        "torch": loop_us(lambda t: torch.softmax(t, -1), small)},
-        "cache_sizes": {"forward_rows": len(P._fwd_rows), "forward_entries": len(P._fwd_entries),
-                        "plans": len(P._plans), "kernels": len(P._kernels)},
-        "cache_limits": {"rows": P.ROWS_CACHE, "entries": P.ENTRY_CACHE, "plans": P.PLAN_CACHE},
+        "cache_sizes": {"forward_rows": len(E._fwd_rows), "forward_entries": len(E._fwd_entries),
+                        "plans": len(E._plans), "kernels": len(K._kernels)},
+        "cache_limits": {"rows": E.ROWS_CACHE, "entries": E.ENTRY_CACHE, "plans": E.PLAN_CACHE},
         "rss_growth_MB": rss,
         "python_heap_growth_MB_second_pass": mem / 1e6,
     }

@@ -9,7 +9,8 @@ import sys
 import torch
 
 from onlinesoftmax.harness.bench import copy_gbps, gbps, median_ms
-from onlinesoftmax.variants import production as P
+from onlinesoftmax.engines.cuda import plan as P
+from onlinesoftmax.engines.cuda import run as E
 
 R = C_ = 8192
 # (lanes, smem slots, cluster): registers hold columns_slots (4) rows per thread
@@ -22,7 +23,7 @@ def main():
     want = torch.softmax(x.double(), 0)
     out = torch.empty_like(x)
     copy = None if once else copy_gbps("cuda")
-    auto = P.plan_for("softmax", x, dim=0)
+    auto = E.plan_for("softmax", x, dim=0)
     print("automatic plan:", auto.launches)
     rs = P.columns_slots("softmax", torch.float32, 4)
     for lanes, ss, c in TILINGS:
@@ -35,7 +36,7 @@ def main():
                           P.smem_bytes("softmax", 4, P.ROW_MAX_THREADS, ss), sig="strided")
         p = P.Plan("columns", "softmax", torch.float32, 1, R, 4, (launch,), inner=C_, strips=strips, items=strips)
         try:
-            e = P._Entry(p, 0, False, (0,), 0)
+            e = E._Entry(p, 0, False, (0,), 0)
             run = lambda: e(x.data_ptr(), 0, out.data_ptr(), x.device)  # noqa: E731
             out.fill_(float("nan"))
             run()

@@ -11,12 +11,14 @@ import argparse
 import torch
 
 from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype, parse_shape
-from onlinesoftmax.variants import production as P
+from onlinesoftmax import opdefs
+from onlinesoftmax.engines.cuda import plan as P
+from onlinesoftmax.engines.cuda import run as E
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("op", choices=list(P.OP_CODE))
+    ap.add_argument("op", choices=list(P.ENGINE_OPS))
     ap.add_argument("dtype", choices=SWEEP_DTYPES)
     ap.add_argument("shape", help="MxN: M rows of N")
     ap.add_argument("--dim", type=int, default=-1, choices=(-1, 0))
@@ -27,7 +29,7 @@ def main():
     shape = (M, N) if args.dim == -1 else (N, M)
     dim = args.dim % 2
     x = torch.randn(shape, device="cuda", dtype=dtype)
-    backward = args.op in P.BACKWARD_OPS
+    backward = opdefs.OPS[args.op].backward
     log = args.op.startswith("log")
     y = (torch.log_softmax if log else torch.softmax)(x.float(), dim).to(dtype) if backward else None
     out = torch.empty_like(x)
@@ -38,11 +40,11 @@ def main():
         elif args.impl == "torch":
             (torch.log_softmax if log else torch.softmax)(x, dim)
         elif backward:
-            P.backward(y, x, out, dim, log)
+            E.backward(y, x, out, dim, log)
         else:
-            P.forward(x, out, dim, log)
+            E.forward(x, out, dim, log)
     torch.cuda.synchronize()
-    plan = P.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim)
+    plan = E.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim)
     nbytes = (3 if backward else 2) * x.numel() * x.element_size()  # ideal: 1 read (2 backward) + 1 write
     print(f"{args.impl} {args.op} {args.dtype} {tuple(shape)} dim {args.dim}: ideal bytes {nbytes}; "
           f"plan {plan.regime} {plan.launches}")

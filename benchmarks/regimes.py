@@ -14,7 +14,9 @@ from onlinesoftmax import registry
 from onlinesoftmax.harness import results
 from onlinesoftmax.harness.bench import ROTATE_BYTES, copy_gbps, gbps, measure, median_ms, queued_ms
 from onlinesoftmax.harness.suites import FEW_ROWS, parse_shape
-from onlinesoftmax.variants import production as P
+from onlinesoftmax import opdefs
+from onlinesoftmax.engines.cuda import plan as P
+from onlinesoftmax.engines.cuda import run as E
 
 OPS = ("softmax", "softmax_backward")
 DTYPES = (torch.float32, torch.bfloat16)
@@ -44,8 +46,8 @@ def main():
                         continue
                     m = measure(v, M, N, dtype)
                     pct = 100 * m.gbps_ideal() / copy
-                    ins = (torch.empty(M, N, dtype=dtype, device="cuda"),) * (2 if op in P.BACKWARD_OPS else 1)
-                    plan = P.plan_for(op, *ins)
+                    ins = (torch.empty(M, N, dtype=dtype, device="cuda"),) * (2 if opdefs.OPS[op].backward else 1)
+                    plan = E.plan_for(op, *ins)
                     note = f"auto plan: {plan.regime} {plan.kernels}" if name.startswith("api.") else ""
                     queued = f"{m.queued_ms * 1e3:8.1f} us queued" if m.queued_ms is not None else ""
                     print(f"{op:17s} {str(dtype)[6:]:8s} {M:5d} x {N:<7d} {name:28s} {m.time_ms * 1e3:8.1f} us "

@@ -17,7 +17,7 @@ from onlinesoftmax.runtime import compile_unavailable, nvrtc
 if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bindings and nvidia-cuda-nvrtc
     pytest.skip(compile_unavailable(), allow_module_level=True)
 
-from onlinesoftmax.variants import cuda as cv  # noqa: E402  (registers the cuda variants)
+from onlinesoftmax.ladder import cuda as cv  # noqa: E402  (registers the cuda variants)
 
 ARCH = "sm_90"
 pytestmark = pytest.mark.usefixtures("private_nvrtc_cache")  # cubins out of ~/.cache (conftest.py)

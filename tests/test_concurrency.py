@@ -22,7 +22,9 @@ pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
 from fakes import FakeLoadedKernel as _Loaded  # noqa: E402
 from onlinesoftmax.runtime import launch  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
-from onlinesoftmax.variants import production as P  # noqa: E402
+from onlinesoftmax import opdefs  # noqa: E402
+from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
+from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 
 SMS = 132
 
@@ -89,7 +91,7 @@ def test_race_check_catches_an_unlocked_block(monkeypatch):
 # ---- the split regime's workspace: launches of two calls interleaved on one stream ------------------------------
 
 
-class _SharedWorkspaceEntry(P._Entry):
+class _SharedWorkspaceEntry(E._Entry):
     """Known wrong (the bug of be1e6c1): one workspace cached for the stream, shared by every call."""
 
     __slots__ = ()
@@ -135,7 +137,7 @@ def _interleaved_split(cls) -> list:
 
 
 def test_split_workspace_is_per_call():
-    assert _interleaved_split(P._Entry) == []
+    assert _interleaved_split(E._Entry) == []
 
 
 def test_interleaving_check_catches_a_shared_workspace():
@@ -169,8 +171,8 @@ def test_bounded_cache_evicts_the_oldest_and_makes_each_key_once():
 
 
 def _probe_geometries():
-    for op in P.OP_CODE:
-        for dtype in P.DTYPES:
+    for op in P.ENGINE_OPS:
+        for dtype in opdefs.GPU_DTYPES:
             for vec in (True, False):
                 W = P.vec_width(dtype) if vec else 1
                 for N in P._probe_ns(W)[::5]:
@@ -202,26 +204,26 @@ def test_plan_at_another_row_count_equals_a_fresh_plan():
 def test_new_row_counts_share_one_plan(monkeypatch):
     """4000 distinct M at N = 32000 (a server's batch sizes): one plan for the stable ones, each equal to
     plan(M); the few-row ones are planned per M, and the plan cache stays bounded."""
-    monkeypatch.setattr(P, "_plans", BoundedCache(P.PLAN_CACHE))
-    monkeypatch.setattr(P, "_kernel", lambda *a: SimpleNamespace(fits=True))  # few rows: clusters resident
+    monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
+    monkeypatch.setattr(E, "kernel", lambda *a: SimpleNamespace(fits=True))  # few rows: clusters resident
     calls = []
     real = P.plan
-    monkeypatch.setattr(P, "plan", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(E, "plan", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     lo = P.stable_rows(SMS)
     for M in range(1, 4001):
-        p = P._fitted_plan(M, 32000, torch.bfloat16, "softmax", True, 1, "rows", SMS, None, 0, "split")
+        p = E._fitted_plan(M, 32000, torch.bfloat16, "softmax", True, 1, "rows", SMS, None, 0, "split")
         assert p == real(M, 32000, torch.bfloat16, "softmax", vec=True, sms=SMS)
     assert len(calls) == lo  # M = 1 .. lo - 1 and the first stable M
-    assert len(P._plans) == lo <= P.PLAN_CACHE
+    assert len(E._plans) == lo <= E.PLAN_CACHE
 
 
 def test_entry_caches_are_bounded():
-    for cache in (P._fwd_entries, P._bwd_entries, P._fwd_rows, P._bwd_rows, P._entries, P._plans):
+    for cache in (E._fwd_entries, E._bwd_entries, E._fwd_rows, E._bwd_rows, E._entries, E._plans):
         assert isinstance(cache, BoundedCache) and cache.limit <= 1024
 
 
 class _Recorder:
-    """A loaded kernel for P._kernel whose prepared launches record (kernel, grid, first scalar) per launch."""
+    """A loaded kernel for K.kernel whose prepared launches record (kernel, grid, first scalar) per launch."""
 
     def __init__(self, log):
         self.log, self.fits = log, True
@@ -249,21 +251,21 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
     stable_rows, and runs of few-row Ms): entry.rows(M) must launch exactly the grids and row count of plan(M),
     split included (both launches). Few distinct entries serve M = 1 .. 2 x stable_rows."""
     log = []
-    monkeypatch.setattr(P, "available", lambda: None)
-    monkeypatch.setattr(P, "_device_index", lambda x, op: 0)
-    monkeypatch.setattr(P, "_sms", lambda device: SMS)
-    monkeypatch.setattr(P, "_kernel", lambda *a: _Recorder(log))
-    monkeypatch.setattr(P, "_geometries", BoundedCache(P.ENTRY_CACHE))
-    monkeypatch.setattr(P, "_plans", BoundedCache(P.PLAN_CACHE))
+    monkeypatch.setattr(E, "available", lambda: None)
+    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
+    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    monkeypatch.setattr(E, "kernel", lambda *a: _Recorder(log))
+    monkeypatch.setattr(E, "_geometries", BoundedCache(E.ENTRY_CACHE))
+    monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
     launch._state.bound = True
     lo = P.stable_rows(SMS)
     x = torch.zeros(2 * lo, N, dtype=dtype)
-    ins = (x, x) if op in P.BACKWARD_OPS else (x,)
+    ins = (x, x) if opdefs.OPS[op].backward else (x,)
     entries = set()
     for M in list(range(1, 2 * lo, 7)) + [lo - 1, lo, 2 * lo - 1]:
-        e = P._rows_entry(op, tuple(t[:M] for t in ins), x[:M], 1)
+        e = E._rows_entry(op, tuple(t[:M] for t in ins), x[:M], 1)
         entries.add(id(e))
         log.clear()
         e.rows(M, 16, 16 if len(ins) > 1 else 0, 32, torch.device("cpu"))

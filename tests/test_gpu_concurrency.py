@@ -18,7 +18,6 @@ import json
 import os
 import threading
 
-import numpy as np
 import pytest
 import torch
 
@@ -30,7 +29,9 @@ if not torch.cuda.is_available():
 import onlinesoftmax as osm  # noqa: E402
 from onlinesoftmax import reference as R  # noqa: E402
 from onlinesoftmax.harness.check import compare, error_scale  # noqa: E402
-from onlinesoftmax.variants import production as P  # noqa: E402
+from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
+from onlinesoftmax.engines.cuda import run as E  # noqa: E402
+from onlinesoftmax.engines.cuda import kernels as K  # noqa: E402
 
 THREADS = 8
 ITERS = 32  # per thread, mode and job: 8 x 32 x 30 jobs = 7680 CUDA calls per mode, 15360 on one GPU
@@ -180,12 +181,12 @@ def _cuda_jobs():
     jobs = []
     for name, shape, dtype, dim, regime, view in CASES:
         x = _input(shape, dtype, dim, view, "cuda:0", None)
-        assert P.plan_for("softmax", x, dim=dim).regime == regime, name
+        assert E.plan_for("softmax", x, dim=dim).regime == regime, name
         for log in (False, True):
             jobs.append((name + ("_log" if log else ""), _forward_fn(log, dim, "cuda"), shape, dtype, dim, view))
     for name, shape, dtype, dim, regime in BACKWARD:
         x = _input(shape, dtype, dim, None, "cuda:0", None)
-        assert P.plan_for("log_softmax_backward", x, x, dim=dim).regime == regime, name
+        assert E.plan_for("log_softmax_backward", x, x, dim=dim).regime == regime, name
         jobs.append((name + "_log", _backward_fn(True, dim, "cuda"), shape, dtype, dim, None))
     return jobs
 
@@ -252,23 +253,23 @@ def test_new_row_counts_reuse_one_entry_correctly(N, dtype, log):
     """Rows of one length at many row counts: every M >= stable_rows runs through one cached entry moved to M
     (Plan.at), the few-row Ms through their own; the first rows and the last 64 (a grid too small leaves them
     unwritten: outputs are NaN-poisoned first) against the float64 reference, forward and backward."""
-    lo = P.stable_rows(P._sms(0))
+    lo = P.stable_rows(K.sms(0))
     gen = torch.Generator(device="cuda").manual_seed(N)
     op = osm.log_softmax if log else osm.softmax
     for M in (1, 3, lo - 1, lo, lo + 1, 2 * lo + 5, lo + 17):
         x = _input((M, N), dtype, -1, None, "cuda", gen)
         dy = torch.randn(x.shape, device="cuda", generator=gen).to(dtype)
         y, dx = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
-        P.forward(x, y, 1, log)
-        P.backward(y, dy, dx, 1, log)
+        E.forward(x, y, 1, log)
+        E.backward(y, dy, dx, 1, log)
         rows = sorted(({0, 1} | set(range(max(0, M - 64), M))) & set(range(M)))
         r = torch.tensor(rows, device="cuda")
         for bad in (_check_reference(f"M={M}", -1, x[r], dy[r], (y[r],), log),
                     _check_reference(f"M={M} backward", -1, x[r], dy[r], (y[r], dx[r]), log)):
             assert bad is None, bad
     assert op(x, -1).shape == x.shape  # the public op on the same entry
-    assert sum(k[1] == N and k[-1] == 0 for k in P._fwd_rows._d) == 1  # one entry serves every M >= lo
-    assert sum(k[1] == N and k[-1] == 0 for k in P._fwd_rows._d) == 1  # one entry for every M >= lo
+    assert sum(k[1] == N and k[-1] == 0 for k in E._fwd_rows._d) == 1  # one entry serves every M >= lo
+    assert sum(k[1] == N and k[-1] == 0 for k in E._fwd_rows._d) == 1  # one entry for every M >= lo
 
 
 def test_write_evidence():

@@ -16,7 +16,7 @@ pytest.importorskip("cuda.core", reason="cuda-core not installed (pip install .[
 from onlinesoftmax import registry  # noqa: E402
 from onlinesoftmax.harness.check import check_variant  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
-from onlinesoftmax.variants import cuda as cv  # noqa: E402  (registers the cuda variants)
+from onlinesoftmax.ladder import cuda as cv  # noqa: E402  (registers the cuda variants)
 
 F32 = torch.float32
 

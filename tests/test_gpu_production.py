@@ -28,9 +28,13 @@ from onlinesoftmax import registry  # noqa: E402
 from onlinesoftmax.harness.check import check_variant, compare, error_scale, run_checked  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for, make_inputs, out_shape  # noqa: E402
 from onlinesoftmax.runtime import nvrtc  # noqa: E402
-from onlinesoftmax.variants import production as P  # noqa: E402
+from onlinesoftmax import opdefs  # noqa: E402
+from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
+from onlinesoftmax.engines.cuda import run as E  # noqa: E402
+from onlinesoftmax.engines.cuda import kernels as K  # noqa: E402
+from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
 
-DTYPES = P.DTYPES
+DTYPES = opdefs.GPU_DTYPES
 
 
 def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
@@ -55,7 +59,7 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
 
 
 def _variants():
-    return [registry.get(n) for n in P.VARIANT_NAMES]
+    return [registry.get(n) for n in V.VARIANT_NAMES]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -67,10 +71,10 @@ def _precompile():
         for dtype in DTYPES:
             for M, N in _shapes(v.op, regime, dtype):
                 try:
-                    names.update(P.plan(M, N, dtype, v.op, sms=P._sms(0), regime=regime).kernels)
+                    names.update(P.plan(M, N, dtype, v.op, sms=K.sms(0), regime=regime).kernels)
                 except P.Unsupported:
                     pass
-    P.compile_all(names, arch, batch=1, workers=max(1, min(16, os.cpu_count() or 1)))
+    K.compile_all(names, arch, batch=1, workers=max(1, min(16, os.cpu_count() or 1)))
 
 
 def _check_rounded(v, M, N, dtype, kind, seed):
@@ -85,7 +89,7 @@ def _check_rounded(v, M, N, dtype, kind, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("name", P.VARIANT_NAMES)
+@pytest.mark.parametrize("name", V.VARIANT_NAMES)
 def test_variant_matches_reference(name, dtype, seed):
     v = registry.get(name)
     regime = name.rsplit("_", 1)[1]
@@ -164,7 +168,7 @@ def test_forward_backward_layouts(dtype, log):
     failures = []
     for label, x, dim in _layouts(dtype):
         out = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
-        P.forward(x, out, dim, log)
+        E.forward(x, out, dim, log)
         torch.cuda.synchronize()
         rep = compare(out, _ref_forward(x, dim, log).numpy(), dtype)
         if not rep.ok:
@@ -174,7 +178,7 @@ def test_forward_backward_layouts(dtype, log):
         if x.dim() > 1:  # strides other than y's: the backward takes each input's own layout
             dy = dy.transpose(0, -1).contiguous().transpose(0, -1)
         dx = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
-        P.backward(y, dy, dx, dim, log)
+        E.backward(y, dy, dx, dim, log)
         torch.cuda.synchronize()
         ref = _ref_backward(y, dy, dim, log).numpy()
         scale = np.maximum(np.abs(np.nan_to_num(ref)), np.abs(dy.double().cpu().numpy())).max(initial=0.0)
@@ -204,18 +208,18 @@ def test_automatic_plans(shape, dim, dtype, regime):
     x = torch.randn(shape, device="cuda").to(dtype) * 4
     for log in (False, True):
         op = "log_softmax" if log else "softmax"
-        assert P.plan_for(op, x, dim=dim).regime == regime
+        assert E.plan_for(op, x, dim=dim).regime == regime
         out = torch.empty_like(x)
-        P.forward(x, out, dim, log)
+        E.forward(x, out, dim, log)
         want = (torch.log_softmax if log else torch.softmax)(x.double(), dim)
         rtol, atol = _tol(dtype)
         torch.testing.assert_close(out.double(), want.to(dtype).double(), rtol=2 * rtol, atol=atol + 2 * rtol)
         bop = op + "_backward"
         y = out
         dy = torch.randn_like(x)
-        assert P.plan_for(bop, y, dy, dim=dim).regime in (regime, "split", "cluster", "strided")
+        assert E.plan_for(bop, y, dy, dim=dim).regime in (regime, "split", "cluster", "strided")
         dx = torch.empty_like(x)
-        P.backward(y, dy, dx, dim, log)
+        E.backward(y, dy, dx, dim, log)
         yd, dyd = y.double(), dy.double()
         if log:
             want = dyd - yd.exp() * dyd.sum(dim, keepdim=True)
@@ -266,8 +270,8 @@ def test_side_stream_and_workspace():
     out = torch.empty_like(x)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        assert P.plan_for("softmax", x).regime == "split"
-        P.forward(x, out, 1, False)
+        assert E.plan_for("softmax", x).regime == "split"
+        E.forward(x, out, 1, False)
     s.synchronize()
     torch.testing.assert_close(out, torch.softmax(x, 1), rtol=2e-5, atol=1e-7)
 
@@ -283,7 +287,7 @@ def test_beyond_2_31_elements():
     x[-8:].normal_()
     x[:-8].fill_(1.0)
     out = torch.empty_like(x)
-    P.forward(x, out, 1, False)
+    E.forward(x, out, 1, False)
     want = torch.softmax(x[-8:].double(), 1)
     torch.testing.assert_close(out[-8:].double(), want.to(torch.bfloat16).double(), rtol=1.6e-2, atol=1e-5)
     assert torch.all(out[:4].float() == 1.0 / N)

@@ -23,7 +23,7 @@ pytest.importorskip("triton")
 from onlinesoftmax.harness.check import check_variant  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
 from onlinesoftmax.registry import get  # noqa: E402
-from onlinesoftmax.variants import triton as tv  # noqa: E402  (registers the triton.* variants)
+from onlinesoftmax.engines.triton import variants as tv  # noqa: E402  (registers the triton.* variants)
 
 K = tv.kernels()
 

@@ -20,14 +20,19 @@ from onlinesoftmax.runtime import compile_unavailable
 if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bindings and nvidia-cuda-nvrtc
     pytest.skip(compile_unavailable(), allow_module_level=True)
 
-from onlinesoftmax.variants import production as P  # noqa: E402  (registers the production variants)
+from onlinesoftmax import opdefs  # noqa: E402
+from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
+from onlinesoftmax.engines.cuda import run as E  # noqa: E402
+from onlinesoftmax.engines.cuda import kernels as K  # noqa: E402
+from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
 
 ARCH = "sm_90"
 pytestmark = pytest.mark.usefixtures("private_nvrtc_cache")  # cubins out of ~/.cache (conftest.py)
 SMS = 132
 SMEM_PER_SM = 228 * 1024
 REGS_PER_SM = 64 * 1024
-FWD, BWD = P.FORWARD_OPS, P.BACKWARD_OPS
+FWD = tuple(op for op in P.ENGINE_OPS if not opdefs.OPS[op].backward)
+BWD = tuple(op for op in P.ENGINE_OPS if opdefs.OPS[op].backward)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +43,7 @@ def inst():
 @pytest.fixture(scope="module")
 def report(inst):
     # one NVRTC call per 48 kernels, spread over the CPU cores (each worker process reads the cache env var)
-    return P.compile_all(inst, ARCH, batch=48, workers=max(1, min(4, os.cpu_count() or 1)))
+    return K.compile_all(inst, ARCH, batch=48, workers=max(1, min(4, os.cpu_count() or 1)))
 
 
 # ---- compilation ----------------------------------------------------------------------------------------
@@ -74,18 +79,18 @@ def test_occupancy_targets(inst, report):
         fam = k.split("<")[0].split("_", 1)[1]
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
-    for dtype in P.DTYPES:  # the columns kernels with the most shared memory: two CTAs per SM still
+    for dtype in opdefs.GPU_DTYPES:  # the columns kernels with the most shared memory: two CTAs per SM still
         W = P.vec_width(dtype)
         ss = P.columns_smem_slots(dtype, W)
         name = f"fwd_cols<0,{P.DT_CODE[dtype]},{W},{P.columns_slots('softmax', dtype, W)},{ss},8>"
         assert name in report, name
         dyn = P.smem_bytes("softmax", W, P.ROW_MAX_THREADS, ss)
         assert 2 * (dyn + report[name]["smem"] + 1024) <= SMEM_PER_SM, (name, dyn)
-    for op in P.OP_CODE:
-        for dtype in P.DTYPES:
+    for op in P.ENGINE_OPS:
+        for dtype in opdefs.GPU_DTYPES:
             W = P.vec_width(dtype)
             dyn = P.smem_bytes(op, W, P.ROW_MAX_THREADS, P.smem_slots(op, dtype, W))
-            name = f"{'fwd' if op in FWD else 'bwd'}_row<{P.OP_CODE[op]},{P.DT_CODE[dtype]},{W},512," \
+            name = f"{'fwd' if op in FWD else 'bwd'}_row<{opdefs.OPS[op].code},{P.DT_CODE[dtype]},{W},512," \
                    f"{P.reg_slots(op, dtype, W)},{P.smem_slots(op, dtype, W)},2>"
             assert name in report, name
             assert 2 * (dyn + report[name]["smem"] + 1024) <= SMEM_PER_SM, (name, dyn)
@@ -95,8 +100,8 @@ def test_plans_only_pick_enumerated_kernels(inst):
     """The probe grid of `instantiations` covers what plan returns on arbitrary shapes."""
     rng = random.Random(1234)
     for _ in range(3000):
-        op = rng.choice(list(P.OP_CODE))
-        dtype = rng.choice(P.DTYPES)
+        op = rng.choice(list(P.ENGINE_OPS))
+        dtype = rng.choice(opdefs.GPU_DTYPES)
         N = rng.choice([rng.randint(1, 2048), rng.randint(1, 1 << 19)])
         M = rng.choice([1, 2, rng.randint(1, 300), rng.randint(1, 1 << 20)])
         vec = rng.random() < 0.7
@@ -120,8 +125,8 @@ def _regime(op, dtype, M, N, vec=True):
     return P.plan(M, N, dtype, op, vec=vec, sms=SMS).regime
 
 
-@pytest.mark.parametrize("dtype", P.DTYPES)
-@pytest.mark.parametrize("op", list(P.OP_CODE))
+@pytest.mark.parametrize("dtype", opdefs.GPU_DTYPES)
+@pytest.mark.parametrize("op", list(P.ENGINE_OPS))
 def test_regime_thresholds(op, dtype):
     W = P.vec_width(dtype)
     many = 1 << 16
@@ -172,8 +177,8 @@ def test_regime_thresholds(op, dtype):
     assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1) + 1, vec=False) == "block"
 
 
-@pytest.mark.parametrize("dtype", P.DTYPES)
-@pytest.mark.parametrize("op", list(P.OP_CODE))
+@pytest.mark.parametrize("dtype", opdefs.GPU_DTYPES)
+@pytest.mark.parametrize("op", list(P.ENGINE_OPS))
 def test_cluster_shares_are_balanced(op, dtype):
     """An automatic cluster plan covers the row (C * CH >= N / W, CH = threads * (slots + sslots) accesses per CTA)
     and no CTA takes more than twice an even share (powers of 2 round the threads up), or the smallest CTA's."""
@@ -201,8 +206,8 @@ def test_warp_rules():
     assert P.warp_config("softmax", f32, 1, 1) == (0, 1, 4)
     assert P.warp_max_n("softmax", f32, 4) == 1024 and P.warp_max_n("softmax", bf16, 8) == 1024
     assert P.warp_max_n("softmax_backward", f32, 4) == 512 and P.warp_max_n("softmax_backward", bf16, 8) == 1024
-    for op in P.OP_CODE:
-        for dtype in P.DTYPES:
+    for op in P.ENGINE_OPS:
+        for dtype in opdefs.GPU_DTYPES:
             for W in (1, P.vec_width(dtype)):
                 for N in range(1, P.warp_max_n(op, dtype, W) + 1, 7):
                     lg, slots, rpt = P.warp_config(op, dtype, W, N)
@@ -212,8 +217,8 @@ def test_warp_rules():
 
 
 def test_block_rules():
-    for op in P.OP_CODE:
-        for dtype in P.DTYPES:
+    for op in P.ENGINE_OPS:
+        for dtype in opdefs.GPU_DTYPES:
             W = P.vec_width(dtype)
             for N in (P.warp_max_n(op, dtype, W) + W, 4096, 8192, P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W):
                 threads, slots = P.block_threads(op, dtype, W, N)
@@ -256,15 +261,15 @@ def test_columns_rules():
     (l,) = p.launches
     assert p.regime == "columns" and l.block == (8, 64) and l.cluster == 8 and l.smem == 96 * 1024
     assert p.strips == 8192 // 32 and l.grid == p.items == p.strips
-    assert registry.get("cuda.softmax_columns").algo_bytes(8192, 8192, 4) == registry.ideal_bytes("softmax", 8192,
-                                                                                                   8192, 4)
+    assert registry.get("cuda.softmax_columns").algo_bytes(8192, 8192, 4) == opdefs.OPS["softmax"].ideal_bytes(
+        8192, 8192, 4)
     # short columns: lanes across inner instead of idle threads down N
     assert P.columns_config("softmax", torch.float32, 4, 8, 4096) == (32, 1, 0)
     # beyond a cluster of 8 (or backward): the two-pass strided kernel
     assert P.plan(1, 1 << 17, torch.float32, "softmax", inner=64, layout="strided", sms=SMS).regime == "strided"
     assert P.plan(1, 8192, torch.float32, "softmax_backward", inner=64, layout="strided", sms=SMS).regime == \
         "strided"
-    for dtype in P.DTYPES:  # every dtype reaches N = 8192 with 64-byte pieces at least
+    for dtype in opdefs.GPU_DTYPES:  # every dtype reaches N = 8192 with 64-byte pieces at least
         lanes, c, _ = P.columns_config("log_softmax", dtype, P.vec_width(dtype), 8192, 8192)
         assert lanes * 16 >= 64 and c <= P.PORTABLE_CLUSTER
 
@@ -285,31 +290,31 @@ def test_forced_regimes_refuse_with_reasons():
 
 
 def test_row_layout_detection():
-    assert P._row_layout((4, 5, 6), (30, 6, 1), 2) == (20, 6, 6)
-    assert P._row_layout((4, 5, 6), (60, 12, 1), 2) == (20, 6, 12)  # padded rows: one row stride
-    assert P._row_layout((4, 5, 6), (70, 12, 1), 2) is None  # leading dims do not collapse
-    assert P._row_layout((4, 6), (1, 4), 1) is None  # transposed: the dim has stride 4
-    assert P._row_layout((4, 1), (1, 4), 1) == (4, 1, 1)  # N = 1: its stride is irrelevant
-    assert P._row_layout((5, 96), (0, 1), 1) == (5, 96, 0)  # expanded rows
-    assert P._row_layout((7,), (1,), 0) == (1, 7, 7)
-    assert P._row_layout((4, 5, 6), (30, 6, 1), 1) is None
-    assert P._is_contiguous((4, 5, 6), (30, 6, 1)) and not P._is_contiguous((4, 6, 5), (30, 1, 6))
-    assert P._is_contiguous((1, 5), (99, 1))
+    assert E._row_layout((4, 5, 6), (30, 6, 1), 2) == (20, 6, 6)
+    assert E._row_layout((4, 5, 6), (60, 12, 1), 2) == (20, 6, 12)  # padded rows: one row stride
+    assert E._row_layout((4, 5, 6), (70, 12, 1), 2) is None  # leading dims do not collapse
+    assert E._row_layout((4, 6), (1, 4), 1) is None  # transposed: the dim has stride 4
+    assert E._row_layout((4, 1), (1, 4), 1) == (4, 1, 1)  # N = 1: its stride is irrelevant
+    assert E._row_layout((5, 96), (0, 1), 1) == (5, 96, 0)  # expanded rows
+    assert E._row_layout((7,), (1,), 0) == (1, 7, 7)
+    assert E._row_layout((4, 5, 6), (30, 6, 1), 1) is None
+    assert E._is_contiguous((4, 5, 6), (30, 6, 1)) and not E._is_contiguous((4, 6, 5), (30, 1, 6))
+    assert E._is_contiguous((1, 5), (99, 1))
 
 
 # ---- the registry variants ------------------------------------------------------------------------------
 
 
 def test_variants_registered():
-    names = [v.name for v in registry.variants(backend="cuda") if v.name in P.VARIANT_NAMES]
-    assert len(names) == len(P.VARIANT_NAMES) == 22  # 4 ops x 5 regimes, and columns for the 2 forward ops
-    for op in P.OP_CODE:
+    names = [v.name for v in registry.variants(backend="cuda") if v.name in V.VARIANT_NAMES]
+    assert len(names) == len(V.VARIANT_NAMES) == 22  # 4 ops x 5 regimes, and columns for the 2 forward ops
+    for op in P.ENGINE_OPS:
         for regime in P.REGIMES:
-            if regime == "columns" and op in P.BACKWARD_OPS:
+            if regime == "columns" and opdefs.OPS[op].backward:
                 continue
             v = registry.get(f"cuda.{op}_{regime}")
             assert v.op == op and v.device == "cuda" and v.backend == "cuda"
-            assert set(v.dtypes) == set(P.DTYPES)
+            assert set(v.dtypes) == set(opdefs.GPU_DTYPES)
 
 
 def test_variant_supports_and_bytes():
@@ -320,8 +325,8 @@ def test_variant_supports_and_bytes():
     assert registry.get("cuda.softmax_cluster").supports(8, 262144, bf16) is None
     assert registry.get("cuda.softmax_backward_cluster").supports(2, 262144, f32) is None  # C = 16
     assert "fit one CTA" in registry.get("cuda.softmax_block").supports(8, 40000, f32)
-    for op in P.OP_CODE:
-        ideal = registry.ideal_bytes(op, 64, 4096, 2)
+    for op in P.ENGINE_OPS:
+        ideal = opdefs.OPS[op].ideal_bytes(64, 4096, 2)
         for regime in ("warp", "block", "cluster"):
             assert registry.get(f"cuda.{op}_{regime}").algo_bytes(64, 4096, 2) == ideal
         for regime in ("split", "strided"):
@@ -343,4 +348,4 @@ def test_no_gpu_is_unavailable():
     x = torch.zeros(2, 8)
     assert "GPU" in registry.get("cuda.softmax_warp").available()
     with pytest.raises(Unavailable):
-        P.forward(x, torch.empty_like(x), 1, False)
+        E.forward(x, torch.empty_like(x), 1, False)

@@ -28,7 +28,7 @@ from onlinesoftmax.errors import OnlineSoftmaxError  # noqa: E402
 from onlinesoftmax.harness.check import check_variant, compare, error_scale  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
 from onlinesoftmax.registry import get  # noqa: E402
-from onlinesoftmax.variants import triton as tv  # noqa: E402  (registers the triton.* variants)
+from onlinesoftmax.engines.triton import variants as tv  # noqa: E402  (registers the triton.* variants)
 
 K = tv.kernels()
 

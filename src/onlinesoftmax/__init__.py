@@ -8,6 +8,7 @@
 from .errors import OnlineSoftmaxError, Unavailable
 from .ops import LogSoftmax, Softmax, log_softmax, softmax
 from .registry import Variant, get, variants
+from .harness import catalog as _catalog  # noqa: F401, E402  (registers every variant)
 
 __all__ = ["LogSoftmax", "OnlineSoftmaxError", "Softmax", "Unavailable", "Variant", "get",
            "log_softmax", "softmax", "variants"]

@@ -10,7 +10,6 @@ import argparse
 import fnmatch
 import re
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,12 +19,14 @@ import torch
 from . import registry
 from .errors import OnlineSoftmaxError, Unavailable
 from .harness import results
-from .harness.bench import copy_gbps, copy_samples, measure
-from .harness.check import check_variant
-from .harness.inputs import KINDS, kinds_for
-from .harness.suites import (CPU_BENCH, GPU_LADDER, SWEEP_DTYPES, SWEEP_OPS, Group, check_shapes,
+from .harness.bench import copy_gbps
+from .harness.inputs import KINDS
+from .harness.runs import dtype_name, run_checks, run_groups
+from .harness.suites import (CPU_BENCH, GPU_LADDER, SWEEP_DTYPES, SWEEP_OPS, Group,
                              parse_dtype, parse_shape, sweep_groups)
 from .install import pip_line
+from .opdefs import OPS
+from .runtime import DEFAULT_ARCH
 
 try:  # the `cli` extra: without it, main() prints the pip line that installs it
     from rich.console import Console
@@ -38,16 +39,26 @@ else:
     # Wide enough for the tables in logs and CI, where there is no terminal to measure.
     console = Console(width=max(140, shutil.get_terminal_size((140, 40)).columns))
 
-COPY_ROUNDS = 5  # copy ceiling: rounds before a timed run (and one after it); % copy uses their median
 
+class _Steps:
+    """A progress bar driven by the harness's step(label, done, total) callback."""
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=True)
+    def __init__(self, title: str):
+        self.title, self.task = title, None
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=console, transient=True)
 
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self.task is None:
+            self.task = self.bar.add_task(self.title, total=total)
+        self.bar.update(self.task, description=label or self.title, completed=done)
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
 
 
 def _select(args) -> list[registry.Variant]:
@@ -81,52 +92,18 @@ def cmd_list(args) -> int:
 def cmd_check(args) -> int:
     seed = args.seed if args.seed is not None else int(time.time()) % (1 << 31)
     console.print(f"check seed {seed} (repeat with --seed {seed})")
-    chosen = _select(args)
     shapes = [parse_shape(s) for s in args.shape] if args.shape else None
     dtypes = [parse_dtype(d) for d in args.dtype] if args.dtype else None
-    plan, unavailable = [], []
-    for v in chosen:
-        reason = "baseline: timed by sweep, not held to this package's semantics" if v.baseline else v.available()
-        if reason:
-            unavailable.append((v, reason))
-            continue
-        kinds = [k for k in (args.kind or kinds_for(v.op)) if k in kinds_for(v.op)]
-        for dtype in dtypes or v.dtypes:
-            for M, N in shapes or check_shapes(v):
-                plan.extend((v, M, N, dtype, kind) for kind in kinds)
-    stats: dict[str, dict] = {}
-    failures = []
-    with _progress() as progress:
-        task = progress.add_task("checking", total=len(plan))
-        for i, (v, M, N, dtype, kind) in enumerate(plan):
-            progress.update(task, description=f"{v.name} {M}x{N} {_dtype_name(dtype)} {kind}")
-            s = stats.setdefault(v.name, dict(variant=v, run=0, passed=0, skipped=0, rel=0.0, abs=0.0))
-            try:
-                rep = check_variant(v, M, N, dtype, kind, seed + i)
-            except OnlineSoftmaxError as exc:
-                rep = None
-                failures.append((v.name, M, N, dtype, kind, f"raised: {exc}"))
-            if rep is not None and rep.skipped:
-                s["skipped"] += 1
-            elif rep is not None:
-                s["run"] += 1
-                s["passed"] += rep.ok
-                if rep.rel_err == rep.rel_err:  # not NaN
-                    s["rel"] = max(s["rel"], rep.rel_err)
-                s["abs"] = max(s["abs"], rep.max_abs_err)
-                if not rep.ok:
-                    failures.append((v.name, M, N, dtype, kind, rep.message))
-            elif rep is None:
-                s["run"] += 1
-            progress.advance(task)
+    with _Steps("checking") as step:
+        run = run_checks(_select(args), seed, shapes, dtypes, args.kind, step=step)
+    stats, failures, unavailable = run.stats, run.failures, run.unavailable
     table = Table(title=f"check against float64 (kinds: {', '.join(args.kind or KINDS)})")
     for col in ("variant", "op", "cases passed", "skipped", "worst rel err", "worst abs err", "status"):
         table.add_column(col)
     for s in stats.values():
-        v = s["variant"]
-        status = "[green]PASS" if s["passed"] == s["run"] else "[red]FAIL"
-        table.add_row(v.name, v.op, f"{s['passed']}/{s['run']}", str(s["skipped"]),
-                      f"{s['rel']:.1e}", f"{s['abs']:.1e}", status)
+        status = "[green]PASS" if s.passed == s.run else "[red]FAIL"
+        table.add_row(s.variant.name, s.variant.op, f"{s.passed}/{s.run}", str(s.skipped), f"{s.rel:.1e}",
+                      f"{s.abs:.1e}", status)
     console.print(table)
     by_reason: dict[str, list[str]] = {}
     for v, reason in unavailable:
@@ -136,81 +113,16 @@ def cmd_check(args) -> int:
         console.print(f"[yellow]not checked here[/yellow], {len(names)} variant{'s' * (len(names) > 1)} ({families}): "
                       f"{reason}", highlight=False)
     for name, M, N, dtype, kind, msg in failures[:20]:
-        console.print(f"[red]FAIL[/red] {name} {M}x{N} {_dtype_name(dtype)} {kind}: {msg}")
+        console.print(f"[red]FAIL[/red] {name} {M}x{N} {dtype_name(dtype)} {kind}: {msg}")
     if not stats:
         raise OnlineSoftmaxError("nothing could be checked on this machine")
     return 1 if failures else 0
 
 
 # ------------------------------------------------------------------------------- bench, ladder
-def _resources(v, M, N, dtype) -> dict:
-    if v.resources is None:
-        return {}
-    try:
-        return v.resources(M, N, dtype) or {}
-    except OnlineSoftmaxError:
-        return {}
-
-
-def run_groups(groups: list[Group], device_for_copy: str) -> list[dict]:
-    """Measure every member of every group; returns result rows (see results.FIELDS).
-
-    The copy ceiling is measured COPY_ROUNDS times before the run and once after it: rows carry the
-    median (copy_gbps, what % copy divides by) and the range (copy_min, copy_max)."""
-    env = results.environment(device_for_copy)
-    console.print(f"{env['device']}: measuring the copy ceiling ({COPY_ROUNDS} rounds now, 1 after the run)")
-    samples = copy_samples(device_for_copy, COPY_ROUNDS)
-    plan = [(g, v) for g in groups for v in g.members()]
-    rows = []
-    with _progress() as progress:
-        task = progress.add_task("timing", total=len(plan))
-        for i, (g, v) in enumerate(plan):
-            if i == 0 or g is not plan[i - 1][0]:  # a line per table: progress in logs, where the bar is not drawn
-                console.print(f"timing {g.title} ({i} of {len(plan)} measurements done)")
-            progress.update(task, description=f"{v.name} {g.M}x{g.N}")
-            reason = v.refuses(g.M, g.N, g.dtype)
-            row = dict(op=g.op, variant=v.name, backend=v.backend, rung=v.rung, M=g.M, N=g.N,
-                       dtype=_dtype_name(g.dtype), group=g.title, **env)
-            try:
-                m = None if reason else measure(v, g.M, g.N, g.dtype)
-            except OnlineSoftmaxError as exc:  # recorded as a failure, the run goes on
-                reason, m = f"error: {exc}", None
-                row["ok"] = False
-            if m is None:
-                row["note"] = reason
-            else:
-                row.update(time_ms=m.time_ms, ideal_bytes=m.ideal_bytes, algo_bytes=m.algo_bytes,
-                           gbps_ideal=m.gbps_ideal(), gbps_algo=m.gbps_algo(), rel_err=m.rel_err,
-                           max_abs_err=m.max_abs_err, ok=m.ok, **_resources(v, g.M, g.N, g.dtype))
-                if m.queued_ms is not None:
-                    row["queued_ms"] = m.queued_ms
-            rows.append(row)
-            progress.advance(task)
-    samples += copy_samples(device_for_copy, 1)
-    copy = statistics.median(samples)
-    console.print(f"{results.copy_text(copy, min(samples), max(samples))}: the median of {len(samples)} "
-                  "rounds of a large copy (read + write); % copy divides by it")
-    for row in rows:
-        row.update(copy_gbps=copy, copy_min=min(samples), copy_max=max(samples))
-        if "gbps_ideal" in row:
-            row["pct_copy"] = 100 * row["gbps_ideal"] / copy
-    _speedups(rows)
-    return rows
-
-
-def _speedups(rows: list[dict]) -> None:
-    """speedup: over the group's first timed rung; speedup_cpu: over its CPU baseline, if any."""
-    by_group: dict[str, list[dict]] = {}
-    for r in rows:
-        by_group.setdefault(r["group"], []).append(r)
-    for members in by_group.values():
-        timed = [r for r in members if "time_ms" in r]
-        gpu = [r for r in timed if r["backend"] != "numpy"] or timed
-        cpu = [r for r in timed if r["backend"] == "numpy"]
-        for r in timed:
-            r["speedup"] = gpu[0]["time_ms"] / r["time_ms"] if r in gpu else cpu[0]["time_ms"] / r["time_ms"]
-            if cpu and r["backend"] != "numpy":
-                r["speedup_cpu"] = cpu[0]["time_ms"] / r["time_ms"]
+def _run_groups(groups, device: str) -> list[dict]:
+    with _Steps("timing") as step:
+        return run_groups(groups, device, step=step, say=lambda text: console.print(text, highlight=False))
 
 
 def print_groups(rows: list[dict]) -> None:
@@ -269,7 +181,7 @@ def _require_cuda(command: str) -> None:
 
 def cmd_ladder(args) -> int:
     _require_cuda("ladder")
-    rows = run_groups(GPU_LADDER, "cuda")
+    rows = _run_groups(GPU_LADDER, "cuda")
     print_groups(rows)
     _save(rows, args.out, "ladder")
     return 0 if all(r.get("ok", True) for r in rows) else 1
@@ -282,7 +194,7 @@ def cmd_bench(args) -> int:
     if args.shape:
         M, N = parse_shape(args.shape)
         groups = [Group(f"CPU ladder, {M} x {N} fp32", "softmax", M, N, ("numpy",))]
-    rows = run_groups(groups, "cpu")
+    rows = _run_groups(groups, "cpu")
     print_groups(rows)
     _save(rows, args.out, "bench")
     return 0 if all(r.get("ok", True) for r in rows) else 1
@@ -293,7 +205,7 @@ def cmd_sweep(args) -> int:
     ns = [parse_shape(n) if "x" in n.lower() else int(n) for n in args.n] if args.n else None
     groups = sweep_groups(tuple(args.op or SWEEP_OPS), tuple(args.dtype or SWEEP_DTYPES), ns, tuple(args.backend or ()),
                           compare=not args.ours_only)
-    rows = run_groups(groups, "cuda")
+    rows = _run_groups(groups, "cuda")
     print_sweep(rows)
     _plot(_save(rows, args.out, "sweep"))
     return 0 if all(r.get("ok", True) for r in rows) else 1
@@ -370,7 +282,7 @@ def _nvrtc_archs() -> list[int]:
 
 def cmd_inspect(args) -> int:
     from .runtime import compile_unavailable
-    from .variants.cuda import inspect_rows
+    from .ladder.cuda import inspect_rows
 
     reason = compile_unavailable()
     if reason:
@@ -430,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def selection(sp):
         sp.add_argument("--backend", choices=["numpy", "cuda", "triton"])
-        sp.add_argument("--op", choices=list(registry.OPS))
+        sp.add_argument("--op", choices=list(OPS))
         sp.add_argument("--variant", action="append",
                         help="variant name(s) or globs (cuda.online_*), comma separated")
 
@@ -473,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_extras)
 
     sp = sub.add_parser("inspect", help="registers, shared memory, stack and spills of every CUDA kernel")
-    sp.add_argument("--arch", default="sm_90", type=_arch,
+    sp.add_argument("--arch", default=DEFAULT_ARCH, type=_arch,
                     help="GPU architecture to compile for, sm_XY for compute capability X.Y (default: sm_90, the H200)")
     sp.set_defaults(fn=cmd_inspect)
 

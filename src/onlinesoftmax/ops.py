@@ -84,9 +84,9 @@ def _forward(x: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor
         return y.to(x.dtype)
     out = torch.empty_like(x) if x.is_contiguous() else torch.empty_like(x, memory_format=torch.contiguous_format)
     if backend == "cuda":
-        from .variants import production
+        from .engines.cuda import run as cuda_engine
 
-        production.forward(x, out, dim, log)
+        cuda_engine.forward(x, out, dim, log)
     else:
         _triton_rows(lambda a, o: _triton().softmax_forward(a[0], o, log=log), (x,), out, dim)
     return out
@@ -104,9 +104,9 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool, backend: s
         return dx.to(y.dtype)
     out = torch.empty_like(y, memory_format=torch.contiguous_format)
     if backend == "cuda":
-        from .variants import production
+        from .engines.cuda import run as cuda_engine
 
-        production.backward(y, dy.to(y.dtype), out, dim, log)
+        cuda_engine.backward(y, dy.to(y.dtype), out, dim, log)
     else:
         _triton_rows(lambda a, o: _triton().softmax_backward(a[0], a[1], o, log=log),
                      (y, dy.to(y.dtype)), out, dim)

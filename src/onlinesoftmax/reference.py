@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .registry import OPS
+from .opdefs import OPS
 
 
 def as_float64(a) -> np.ndarray:

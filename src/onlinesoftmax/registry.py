@@ -1,4 +1,6 @@
-"""Every implementation is a `Variant` in one registry; the CLI, tests and benchmarks enumerate it.
+"""Every implementation is a `Variant` in one registry; the CLI, tests and benchmarks enumerate it. The modules
+that register variants (the ladders, the engines' regimes, the public ops, the baselines) are imported by
+harness/catalog.py, which the package imports, so the registry itself imports none of them.
 
 Calling convention, the same for every backend:
 
@@ -18,40 +20,13 @@ Variants never allocate their output and never pick a kernel for a shape they we
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
 
 from .errors import OnlineSoftmaxError
-
-# op -> (number of inputs, ideal bytes per element moved: reads + writes)
-OPS: dict[str, tuple[int, int]] = {
-    "softmax": (1, 2),
-    "log_softmax": (1, 2),
-    "softmax_backward": (2, 3),
-    "log_softmax_backward": (2, 3),
-    "sum": (1, 1),
-}
-
-# Modules that register variants when imported. Backends that cannot run here still register
-# (so `list` and `inspect` show them); their `available()` says why they cannot run.
-VARIANT_MODULES = (
-    "onlinesoftmax.variants.cpu",
-    "onlinesoftmax.variants.cuda",
-    "onlinesoftmax.variants.triton",
-    "onlinesoftmax.variants.production",
-    "onlinesoftmax.variants.api",
-    "onlinesoftmax.variants.baselines",
-)
-
-
-def ideal_bytes(op: str, M: int, N: int, itemsize: int) -> int:
-    """The physical floor: every input element read once, every output element written once."""
-    if op == "sum":
-        return M * N * itemsize
-    return OPS[op][1] * M * N * itemsize
+from .opdefs import OPS
 
 
 def _always(*_args) -> Optional[str]:
@@ -61,8 +36,8 @@ def _always(*_args) -> Optional[str]:
 @dataclass(frozen=True)
 class Variant:
     name: str  # unique, "<backend>.<rung>", e.g. "cpu.online_2pass", "cuda.online_v3"
-    op: str  # a key of OPS
-    backend: str  # "numpy" | "cuda" | "triton"
+    op: str  # a key of opdefs.OPS
+    backend: str  # "numpy" | "cuda" | "triton" | "torch" | "liger" ...: whose code runs
     rung: str  # short label of the ladder step, e.g. "online V3 (1-pass, registers)"
     seed_ref: str  # where the seeds describe it, e.g. "seed 000 §5"
     summary: str  # one line: what it does
@@ -97,7 +72,6 @@ class Variant:
 
 
 _REGISTRY: dict[str, Variant] = {}
-_loaded = False
 
 
 def register(variant: Variant) -> Variant:
@@ -107,17 +81,8 @@ def register(variant: Variant) -> Variant:
     return variant
 
 
-def _load_all() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in VARIANT_MODULES:
-            importlib.import_module(module)
-
-
 def variants(op: Optional[str] = None, backend: Optional[str] = None) -> list[Variant]:
     """All registered variants, in registration order (which is ladder order), optionally filtered."""
-    _load_all()
     return [
         v
         for v in _REGISTRY.values()
@@ -126,7 +91,6 @@ def variants(op: Optional[str] = None, backend: Optional[str] = None) -> list[Va
 
 
 def get(name: str) -> Variant:
-    _load_all()
     try:
         return _REGISTRY[name]
     except KeyError:

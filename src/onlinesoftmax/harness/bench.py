@@ -1,7 +1,8 @@
 """Timing: medians after warm-up, the copy ceiling of the same device in the same run, GB/s.
 
 GPU: `triton.testing.do_bench` (CUDA events, L2 flushed before every call, median), or CUDA
-events over rotated buffers when Triton is missing. CPU: `time.perf_counter` medians.
+events with a 256 MB L2 flush before every call when Triton is missing. CPU: `time.perf_counter`
+medians.
 
 Effective bandwidth = bytes / time. Two byte counts per measurement:
 - ideal: what any softmax must move (one read + one write forward, two reads + one write
@@ -21,7 +22,8 @@ import numpy as np
 import torch
 
 from ..reference import reference
-from ..registry import Variant, ideal_bytes
+from ..opdefs import OPS
+from ..registry import Variant
 from .check import compare, error_scale
 from .inputs import out_shape
 
@@ -173,7 +175,7 @@ def measure(variant: Variant, M: int, N: int, dtype: torch.dtype, seed: int = 0)
         del copies
     return Measurement(
         time_ms=ms,
-        ideal_bytes=ideal_bytes(variant.op, M, N, itemsize),
+        ideal_bytes=OPS[variant.op].ideal_bytes(M, N, itemsize),
         algo_bytes=variant.algo_bytes(M, N, itemsize),
         rel_err=report.rel_err,
         max_abs_err=report.max_abs_err,

@@ -7,7 +7,11 @@ from ..errors import Unavailable
 from . import launch, nvrtc
 from .nvrtc import CompileOptions, CompiledModule, compile_source, current_arch, nvrtc_version, parse_ptxas
 
-__all__ = ["CompileOptions", "CompiledModule", "available", "compile_source", "compile_unavailable",
+# The H200's: what inspect and the compile tests build for, and the SM count plans assume, where no GPU is present
+DEFAULT_ARCH = "sm_90"
+DEFAULT_SMS = 132
+
+__all__ = ["DEFAULT_ARCH", "DEFAULT_SMS", "CompileOptions", "CompiledModule", "available", "compile_source", "compile_unavailable",
            "current_arch", "nvrtc_version", "parse_ptxas"]
 
 _avail: Optional[tuple] = None

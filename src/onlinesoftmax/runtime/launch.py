@@ -7,8 +7,9 @@ Argument convention (cuda.core's): a Python int is passed as a pointer (intptr_t
 `tensor.data_ptr()` for pointers and np.int32 / np.int64 / np.float32 for scalars, matching
 the kernel signature exactly.
 
-Kernels are loaded and launched only here (the production engine also sets two kernel attributes
-itself): importing this module, compiling and inspecting work without a GPU. No GPU or no driver
+Every driver call of the package is here: loading kernels, their attributes, occupancy queries,
+launches (with and without clusters). Importing this module, compiling and inspecting work without
+a GPU. No GPU or no driver
 raises `errors.Unavailable`; a failed launch raises `errors.OnlineSoftmaxError` naming the kernel.
 Asynchronous faults (illegal address, ...) surface at the next synchronisation, as with any
 CUDA launch.
@@ -36,6 +37,7 @@ from .bounded import BoundedCache
 from .nvrtc import CompiledModule
 
 STATIC_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the function attribute raised
+PORTABLE_CLUSTER = 8  # larger clusters need the non-portable-cluster attribute
 
 _state = threading.local()  # per thread: .bound = a launch from this thread has made a primary context current
 _device_lock = threading.Lock()
@@ -203,6 +205,36 @@ class LoadedKernel:
                     set_max_dynamic_smem(self.kernel, smem, self.device)
                     self._smem_ok = smem
 
+    def allow_cluster(self, cluster: int) -> None:
+        """Allow clusters of `cluster` CTAs (above the portable 8 the kernel needs an attribute)."""
+        if cluster > PORTABLE_CLUSTER:
+            from cuda.bindings import driver
+
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            (err,) = driver.cuKernelSetAttribute(attr, 1, self.kernel.handle, driver.CUdevice(self.device))
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise OnlineSoftmaxError(f"{self.name}: cuKernelSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) "
+                                         f"failed: {err}")
+
+    def cluster_config(self, grid: int, block, cluster: int, smem: int = 0):
+        """cuda.core's LaunchConfig for `grid` clusters of `cluster` CTAs. cuda.core 1.2 counts a cluster launch's
+        grid in clusters; an older one passes it through as blocks (checked on the driver struct it builds)."""
+        from cuda.core import LaunchConfig
+
+        cfg = LaunchConfig(grid=grid, cluster=cluster, block=block, shmem_size=smem)
+        if _grid_counts_blocks(cfg, grid):
+            cfg = LaunchConfig(grid=grid * cluster, cluster=cluster, block=block, shmem_size=smem)
+        return cfg
+
+    def max_active_clusters(self, block, cluster: int, smem: int = 0) -> Optional[int]:
+        """How many clusters of this shape can be resident at once (cuOccupancyMaxActiveClusters through
+        cuda.core); None when the query is not available."""
+        try:
+            cfg = self.cluster_config(1, block, cluster, smem)
+            return int(self.kernel.occupancy.max_active_clusters(cfg, stream=current_stream(self.device)))
+        except Exception:
+            return None
+
     def config(self, grid, block, smem: int = 0):
         key = (grid, block, smem)
         cfg = self._configs.get(key)
@@ -289,6 +321,48 @@ class PreparedLaunch:
         if err != self._ok:
             raise OnlineSoftmaxError(f"launch of {self.lk.name} ({self.lk.module.filename}, "
                                      f"dims={dims[1:]}) failed: {err}")
+
+
+class ClusterLaunch:
+    """One launch of a LoadedKernel in clusters, through cuda.core (which packs the arguments on each call), with a
+    fixed grid (in clusters) and scalar tail; called like a PreparedLaunch, rows() included."""
+
+    __slots__ = ("lk", "device", "block", "cluster", "smem", "cfg", "tail")
+
+    def __init__(self, lk: LoadedKernel, grid: int, block, cluster: int, tail: Sequence, smem: int = 0):
+        lk.allow_smem(smem)
+        lk.allow_cluster(cluster)
+        self.lk, self.device, self.block, self.cluster, self.smem = lk, lk.device, block, cluster, smem
+        self.cfg, self.tail = lk.cluster_config(grid, block, cluster, smem), tuple(tail)
+
+    def __call__(self, *ptrs: int) -> None:
+        on_device(self.device, self._go, self.cfg, self.tail, ptrs)
+
+    def rows(self, grid: int, first: int, *ptrs: int) -> None:
+        tail = (type(self.tail[0])(first),) + self.tail[1:]
+        on_device(self.device, self._go, self.lk.cluster_config(grid, self.block, self.cluster, self.smem), tail,
+                  ptrs)
+
+    def _go(self, cfg, tail, ptrs) -> None:
+        global _cc_launch
+        if _cc_launch is None:
+            from cuda.core import launch as _cc_launch
+        try:
+            _cc_launch(current_stream(self.device), cfg, self.lk.kernel, *ptrs, *tail)
+        except Exception as e:
+            raise OnlineSoftmaxError(f"launch of {self.lk.name} (grid={cfg.grid}, cluster={self.cluster}, "
+                                     f"block={self.block}, smem={self.smem}) failed: {type(e).__name__}: {e}") from None
+
+
+def _grid_counts_blocks(cfg, grid: int) -> bool:
+    """True if this cuda.core passes a cluster launch's grid through as blocks (gridDimX == grid); False if it
+    counts clusters, as 1.2 does, or if that cannot be read."""
+    try:
+        from cuda.core._launch_config import _to_native_launch_config
+
+        return int(_to_native_launch_config(cfg).gridDimX) == grid
+    except Exception:
+        return False
 
 
 _kernels: dict = {}  # (module key, name, device) -> LoadedKernel: bounded by the kernels compiled

@@ -6,11 +6,10 @@ from __future__ import annotations
 import torch
 
 from .. import ops
-from ..registry import OPS, Variant, ideal_bytes, register
+from ..opdefs import GPU_DTYPES, OPS, SOFTMAX_OPS
+from ..registry import Variant, register
 from ..runtime import available as runtime_available
-from .triton import available as triton_available
-
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+from ..engines.triton.variants import available as triton_available
 
 
 def _call(op: str, backend: str):
@@ -21,16 +20,14 @@ def _call(op: str, backend: str):
 
 
 for _backend, _available in (("cuda", runtime_available), ("triton", triton_available)):
-    for _op in OPS:
-        if _op == "sum":
-            continue
+    for _op in (op.name for op in SOFTMAX_OPS):
         _fn = _call(_op, _backend)
         register(Variant(
             name=f"api.{_backend}.{_op}", op=_op, backend=_backend,
             rung=f"onlinesoftmax.{_op.replace('_backward', '')} ({_backend}, auto regime)",
             seed_ref="issue: production ops", summary=f"the public op on the {_backend} backend",
             run=lambda inputs, out, fn=_fn: out.copy_(fn(inputs)), call=_fn,
-            algo_bytes=lambda M, N, s, op=_op: ideal_bytes(op, M, N, s),
+            algo_bytes=OPS[_op].ideal_bytes,
             device="cuda" if torch.cuda.is_available() or _backend == "cuda" else "cpu",
-            dtypes=DTYPES, available=_available,
+            dtypes=GPU_DTYPES, available=_available,
         ))

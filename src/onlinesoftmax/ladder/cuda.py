@@ -1,5 +1,6 @@
 """The seeds' CUDA ladder: CUDA C++ kernels compiled at run time with NVRTC (runtime/), one
-registry Variant per rung, in ladder order.
+registry Variant per rung, in ladder order. Teaching code: each rung is its own kernel on purpose
+(the differences are the lesson); the production engine is engines/cuda/.
 
     sum      cuda.reduce_k0 .. cuda.reduce_k6          Harris' seven (seed 001 §1.2, experiment 1)
     softmax  cuda.safe_k1 .. cuda.safe_k4              seed 003 kernel1..4
@@ -12,8 +13,8 @@ Design choices (the kernel files' headers say the same):
   reads and writes are counted in `algo_bytes`. Block 256 everywhere; K3..K5 cover 512 elements
   per block; K6 runs a grid-stride loop on min(ceil(n / 1024), 8 x SMs) blocks.
 - Safe softmax kernel2/kernel4 use 512 threads (seed 003's benchmark), kernel1 256 threads per
-  block (one row per thread), kernel3 32; the 3-pass kernels 256 (seed 001), with two cached
-  M-length fp32 buffers for the row max and row sum.
+  block (one row per thread), kernel3 32; the 3-pass kernels 256 (seed 001), with two
+  M-length fp32 buffers for the row max and row sum, allocated per call.
 - Online V0..V4 use 256 threads. V2 and V3 need N % 4 == 0 (float4 rows must start 16-byte
   aligned) and refuse other N; V4 takes a float4 path for N % 4 == 0 and a scalar path otherwise.
 - V3 caches the row in registers: SLOTS float4 per thread, SLOTS the smallest of {1, 2, 4, 8, 16}
@@ -30,13 +31,11 @@ import numpy as np
 import torch
 
 from ..errors import OnlineSoftmaxError, Unavailable
+from ..intmath import cdiv
 from ..registry import Variant, register
-from ..runtime import available
+from ..runtime import DEFAULT_ARCH, DEFAULT_SMS, available
 from ..runtime import launch as rt_launch
 from ..runtime import nvrtc
-
-INSPECT_ARCH = "sm_90"  # the arch `resources` reports for when no GPU is present (the H200)
-DEFAULT_SMS = 132  # H200: used by byte models when no GPU is present
 
 REDUCE_BLOCK = 256
 REDUCE_K6_ELEMS = 4  # elements per thread per grid-stride step (K6 loads 4 in flight)
@@ -85,9 +84,9 @@ def _arch_for(device: Optional[int]) -> str:
 
 
 def module(filename: str, arch: Optional[str] = None) -> nvrtc.CompiledModule:
-    """The compiled module of one of FILES for `arch` (default: the present GPU, else INSPECT_ARCH)."""
+    """The compiled module of one of FILES for `arch` (default: the present GPU, else DEFAULT_ARCH)."""
     if arch is None:
-        arch = _arch_for(torch.cuda.current_device()) if torch.cuda.is_available() else INSPECT_ARCH
+        arch = _arch_for(torch.cuda.current_device()) if torch.cuda.is_available() else DEFAULT_ARCH
     key = (filename, arch)
     mod = _modules.get(key)
     if mod is None:
@@ -112,20 +111,10 @@ def _sms(device: Optional[int] = None) -> int:
     return DEFAULT_SMS
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-_scratch: dict = {}
-
-
-def _buffer(tag: str, n: int, device: torch.device) -> torch.Tensor:
-    """A cached fp32 scratch buffer of at least n elements (grown on demand)."""
-    key = (tag, device)
-    buf = _scratch.get(key)
-    if buf is None or buf.numel() < n:
-        buf = _scratch[key] = torch.empty(max(n, 1024), dtype=torch.float32, device=device)
-    return buf
+def _scratch(n: int, device: torch.device) -> torch.Tensor:
+    """An fp32 scratch buffer of this call, from torch's caching allocator on the current stream (never shared
+    with another call, so the rungs are safe from several threads too)."""
+    return torch.empty(n, dtype=torch.float32, device=device)
 
 
 def _check(x: torch.Tensor, out: torch.Tensor, name: str, vec: bool = False) -> int:
@@ -194,11 +183,11 @@ def _reduce_levels(kind: int, n: int, sms: int) -> list[tuple[int, int]]:
     levels = []
     while True:
         if kind <= 2:
-            grid = _cdiv(n, REDUCE_BLOCK)
+            grid = cdiv(n, REDUCE_BLOCK)
         elif kind <= 5:
-            grid = _cdiv(n, 2 * REDUCE_BLOCK)
+            grid = cdiv(n, 2 * REDUCE_BLOCK)
         else:
-            grid = min(_cdiv(n, REDUCE_BLOCK * REDUCE_K6_ELEMS), REDUCE_K6_BLOCKS_PER_SM * sms)
+            grid = min(cdiv(n, REDUCE_BLOCK * REDUCE_K6_ELEMS), REDUCE_K6_BLOCKS_PER_SM * sms)
         levels.append((n, grid))
         if grid == 1:
             return levels
@@ -229,7 +218,7 @@ def _reduce_run(kind: int) -> Callable:
         n = x.numel()
         levels = _reduce_levels(kind, n, rt_launch.sm_count(dev))
         need = levels[0][1]
-        scratch = _buffer("reduce", 2 * need, x.device) if len(levels) > 1 else None
+        scratch = _scratch(2 * need, x.device) if len(levels) > 1 else None
         src = x.data_ptr()
         for i, (n_in, grid) in enumerate(levels):
             if i == len(levels) - 1:
@@ -249,7 +238,7 @@ def _reduce_run(kind: int) -> Callable:
 
 def _plan_safe(name: str, block: int, per_row: bool, smem_per_thread: int = 0):
     def plan(M, N, dev=None):
-        grid = _cdiv(M, block) if per_row else M
+        grid = cdiv(M, block) if per_row else M
         return [("safe_softmax.cu", name, grid, block, smem_per_thread * block)]
 
     return plan
@@ -262,7 +251,7 @@ def _plan_3pass(M, N, dev=None):
 
 def _plan_online(name: str, per_row: bool = False):
     def plan(M, N, dev=None):
-        grid = _cdiv(M, ONLINE_BLOCK) if per_row else M
+        grid = cdiv(M, ONLINE_BLOCK) if per_row else M
         return [("online_softmax.cu", name, grid, ONLINE_BLOCK, 0)]
 
     return plan
@@ -298,7 +287,7 @@ def _run_3pass(inputs, out):
     x = inputs[0]
     dev = _check(x, out, "cuda.safe_3pass")
     M, N = x.shape
-    stats = _buffer("3pass", 2 * M, x.device)
+    stats = _scratch(2 * M, x.device)
     xp, yp, mp = x.data_ptr(), out.data_ptr(), stats.data_ptr()
     sp = mp + 4 * M
     m32, n32 = np.int32(M), np.int32(N)
@@ -442,7 +431,7 @@ _register("cuda.online_v4", "softmax", "online V4 (grid stride)", "seed 000 §6,
 # ---- inspection ----------------------------------------------------------------------------------
 
 
-def inspect_rows(arch: str = INSPECT_ARCH) -> list[dict]:
+def inspect_rows(arch: str = DEFAULT_ARCH) -> list[dict]:
     """Compile every kernel and template instantiation of the ladder for `arch` (no GPU needed)
     and return one row per kernel: variants, file, kernel, registers, smem, stack, spills."""
     rows = []

@@ -11,7 +11,8 @@ thread or block) and keeps the seed's structure along the row, where the algorit
   cached_1pass    blocks of rows small enough to stay in cache: one DRAM read + one write (V3's idea)
   tree_sum        the sum reduction by sequential-addressing halving (Harris K2), for op "sum"
 
-Every rung folds with `state.merge`, so the -inf guard lives in one place.
+The online rungs fold with `state.merge` and the others shift by `state.safe_shift`, so the -inf guard lives
+in one place (state.py).
 """
 
 from __future__ import annotations

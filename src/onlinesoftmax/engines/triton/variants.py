@@ -15,8 +15,8 @@ from typing import Optional
 
 import torch
 
-from ..install import pip_line
-from ..registry import Variant, register
+from ...install import pip_line
+from ...registry import Variant, register
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -51,7 +51,7 @@ _REGIMES = {
 
 def kernels():
     """The kernel module, imported on first use (after TRITON_INTERPRET is set, if it is)."""
-    from ..kernels.triton import softmax
+    from ...kernels.triton import softmax
 
     return softmax
 

@@ -11,7 +11,8 @@ from typing import Optional
 
 import torch
 
-from ..registry import OPS, Variant, ideal_bytes, register
+from ..opdefs import GPU_DTYPES, OPS, SOFTMAX_OPS
+from ..registry import Variant, register
 
 LIGER_MAX_N = 65536  # Liger 0.8.5 raises "n exceeds the recommended Triton blocksize" above this
 
@@ -30,7 +31,7 @@ def _register(name, op, rung, call, run=None, available=_gpu, supports=None):
     register(Variant(
         name=name, op=op, backend="baseline", rung=rung, seed_ref="-", summary=rung,
         run=run or (lambda inputs, out: out.copy_(call(inputs))), call=call,
-        algo_bytes=lambda M, N, s: ideal_bytes(op, M, N, s), device="cuda", dtypes=(torch.float32, torch.float16, torch.bfloat16),
+        algo_bytes=OPS[op].ideal_bytes, device="cuda", dtypes=GPU_DTYPES,
         available=available, baseline=True,
         **({"supports": supports} if supports else {}),
     ))
@@ -86,10 +87,9 @@ def _compile_supports(M, N, dtype):
     return None
 
 
-for _op in OPS:
-    if _op != "sum":
-        _register(f"compile.{_op}", _op, f"torch.compile of the {_op} formula (Inductor)",
-                  _compiled_call(_op), supports=_compile_supports)
+for _op in SOFTMAX_OPS:
+    _register(f"compile.{_op.name}", _op.name, f"torch.compile of the {_op.name} formula (Inductor)",
+              _compiled_call(_op.name), supports=_compile_supports)
 
 
 # ---- Liger-Kernel 0.8.5 (softmax forward and backward only)

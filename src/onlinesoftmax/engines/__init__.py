@@ -1,0 +1,1 @@
+"""The engines that run the public ops: production CUDA (cuda/) and Triton."""

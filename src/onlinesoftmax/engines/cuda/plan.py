@@ -1,0 +1,493 @@
+"""The production CUDA engine's launch rules and plans: pure Python, no GPU, no compiler. Each rule is a named
+function of the shape (op, M, N, dtype, alignment, SMs); `plan` combines them into the kernels, grids, blocks,
+clusters and shared memory of one call.
+
+    plan(M, N, dtype, op, vec=..., inner=1, layout="rows", sms=..., regime=None) -> Plan
+
+Layouts. The reduced dim last with stride 1 and the leading dims collapsing to one row stride: row kernels
+(each input keeps its own row stride). Else a contiguous input with the dim not last: the strided kernels over
+(outer, N, inner), no transpose copy. Else the inputs are made contiguous first (one copy each) and one of the
+two applies (run.py decides the layout; plans take M rows of N, or (outer = M, N, inner)).
+
+Regimes (row layout), picked by `choose_regime` from N, M and the register budget of the op and dtype:
+    warp     N <= warp_max_n (1024 fwd; 512 fp32 bwd): 2^lg lanes per row, RPT rows per lane group in flight
+    block    one CTA (128..512 threads) per row, the row in registers (+ dynamic smem when SSLOTS > 0)
+    cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
+             when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA
+    split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
+             workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write
+    columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
+             of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write
+    strided  the same (and backward) when the columns do not fit on chip: two passes, the second from L2
+The 16-byte vector path needs N (inner for strided), every row stride and every pointer to be multiples of
+16 bytes; otherwise the plan picks the scalar instantiations (W = 1) of the same kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import torch
+
+from ...errors import OnlineSoftmaxError
+from ...intmath import cdiv, log2, pow2ceil, pow2floor
+from ...opdefs import GPU_DTYPES, OPS, SOFTMAX_OPS
+from ...runtime import DEFAULT_SMS
+from ...runtime.launch import PORTABLE_CLUSTER
+
+FILE = "softmax.cu"  # the kernels' source (kernels/cuda/)
+ENGINE_OPS = tuple(op.name for op in SOFTMAX_OPS)
+DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the kernels
+REGIMES = ("warp", "block", "cluster", "split", "columns", "strided")
+
+# ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
+WARP_THREADS = 256  # SM_WARP_THREADS
+ROW_MAX_THREADS = 512  # SM_ROW_MAX_THREADS; __launch_bounds__(512, 2): <= 64 registers, 2 CTAs/SM
+ROW_MIN_THREADS = 128
+SPLIT_THREADS = 256  # SM_SPLIT_THREADS
+SPLIT_UNROLL = 4  # SM_SPLIT_UNROLL
+STRIDED_THREADS = 512  # SM_STRIDED_THREADS; __launch_bounds__(512, 2)
+REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
+WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
+MAX_RPT = 4  # warp kernels: rows per lane group
+MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
+FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
+#                        are latency-bound either way
+FEW_ROWS_CTAS_PER_SM = 2  # few rows: clusters sized for about this many CTAs per SM
+SPLIT_CTAS_PER_SM = 4  # split: aim for this many CTAs per SM in total
+SPLIT_MIN_CHUNK = 512  # split: at least this many accesses per CTA
+COLUMNS_SMEM_SLOTS_FP32 = 12  # columns: 16-byte accesses per thread in shared memory (96 KB per 512-thread CTA)
+COLUMNS_SMEM_SLOTS_16BIT = 8  # (64 KB: the 16-bit kernel's static tree arrays are twice as large)
+STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM
+STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip) the second pass finds in L2
+INT_MAX = 2**31 - 1
+
+
+class Unsupported(OnlineSoftmaxError):
+    """A shape the requested regime cannot take (plan with a forced regime)."""
+
+
+# ---- small helpers --------------------------------------------------------------------------------------
+
+_SIZES = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
+
+
+def _check_op_dtype(op: str, dtype) -> None:
+    if op not in ENGINE_OPS:
+        raise OnlineSoftmaxError(f"unknown op {op!r}; ops: {', '.join(ENGINE_OPS)}")
+    if dtype not in DT_CODE:
+        raise OnlineSoftmaxError(f"dtype {dtype} not supported (float32, float16, bfloat16)")
+
+
+# ---- tuning rules (pure functions of the shape; each one a named, testable decision) ---------------------
+
+
+def vec_width(dtype) -> int:
+    """Elements per 16-byte access: 4 fp32, 8 fp16/bf16."""
+    return 16 // _SIZES[dtype]
+
+
+def reg_slots(op: str, dtype, W: int) -> int:
+    """Accesses per thread the row kernels hold in registers: REG_WORDS floats forward (the row is kept
+    unpacked: softmax overwrites it with exp(x - m_thread), one exponential per element); REG_WORDS raw 32-bit
+    words of y and dy backward (no exponential to save: unpacked when used)."""
+    if not OPS[op].backward:
+        return REG_WORDS // W
+    words = max(1, W * _SIZES[dtype] // 4)  # per access and tensor (a 16-bit scalar still takes a register)
+    return REG_WORDS // (2 * words)
+
+
+def smem_slots(op: str, dtype, W: int) -> int:
+    """Extra accesses per thread parked in dynamic shared memory when one CTA's registers are not enough
+    (16-byte path only): as many as in registers, i.e. 64 KB (fp32 forward, any backward) per 512-thread CTA; 16-bit
+    forward parks three times as many (96 KB: its data is 2 bytes an element in shared memory, 4 in registers), so
+    one CTA holds 64K elements and a row of 262144 needs a cluster of 4. Two CTAs still fit an SM."""
+    if W == 1:
+        return 0
+    rs = reg_slots(op, dtype, W)
+    return 3 * rs if (not OPS[op].backward and dtype != torch.float32) else rs
+
+
+def smem_bytes(op: str, W: int, threads: int, sslots: int) -> int:
+    return sslots * threads * 16 * (1 if not OPS[op].backward else 2)
+
+
+def warp_max_n(op: str, dtype, W: int) -> int:
+    """Largest N the warp regime takes: 32 lanes x min(reg_slots, WARP_MAX_SLOTS) accesses x W."""
+    return 32 * min(reg_slots(op, dtype, W), WARP_MAX_SLOTS) * W
+
+
+def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
+    """(lg, slots, rpt): 2^lg lanes per row (the smallest power of 2 covering the row's accesses, <= 32),
+    slots accesses per lane (power of 2), rpt rows per lane group: up to MAX_RPT while the rows' registers stay
+    within the budget (half of it on the scalar path), so each thread keeps 32..64 bytes of loads in flight even
+    for short rows."""
+    nv = cdiv(N, W)
+    lanes = min(32, pow2ceil(nv))
+    slots = pow2ceil(cdiv(nv, lanes))
+    cap = min(reg_slots(op, dtype, W), WARP_MAX_SLOTS)
+    if slots > cap:
+        raise Unsupported(f"N = {N} > {warp_max_n(op, dtype, W)}: too long for a warp per row")
+    budget = reg_slots(op, dtype, W) // (2 if W == 1 else 1)  # scalar: every element has its own address
+    rpt = max(1, min(MAX_RPT, budget // slots))
+    return log2(lanes), slots, rpt
+
+
+def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
+    """(threads, slots) of one CTA per row holding the row in registers: half the register budget per thread
+    when the threads suffice (more CTAs per SM, shorter per-thread chains), the whole budget at 512 threads."""
+    nv = cdiv(N, W)
+    rs = reg_slots(op, dtype, W)
+    half = max(1, rs // 2)
+    threads = min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, pow2ceil(cdiv(nv, half))))
+    slots = half if nv <= threads * half else rs
+    if nv > threads * slots:
+        raise Unsupported(f"N = {N}: more than {ROW_MAX_THREADS * rs * W} elements do not fit one CTA's registers")
+    return threads, slots
+
+
+def row_capacity(op: str, dtype, W: int) -> int:
+    """Elements one 512-thread CTA holds (registers + shared memory)."""
+    return ROW_MAX_THREADS * (reg_slots(op, dtype, W) + smem_slots(op, dtype, W)) * W
+
+
+def cluster_size(op: str, dtype, W: int, N: int) -> int:
+    """CTAs per row: the smallest power of 2 whose CTAs hold the row (registers + smem)."""
+    return pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
+
+
+def max_cluster(op: str, dtype) -> int:
+    """Largest cluster a plan uses when rows are many: portable 8, except fp32 backward (y and dy: 16K elements per
+    CTA) up to 16 to reach N = 262144 with two CTAs per SM."""
+    return MAX_CLUSTER if (OPS[op].backward and dtype == torch.float32) else PORTABLE_CLUSTER
+
+
+def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int) -> tuple[int, int, int]:
+    """(C, threads, sslots) of the cluster regime. Many rows: the smallest cluster whose 512-thread CTAs hold the
+    row in registers + shared memory. Few rows (M x C < SMs): a larger cluster (up to MAX_CLUSTER, at least
+    ROW_MIN_THREADS x reg_slots accesses per CTA) so that the M x C CTAs give every SM about
+    FEW_ROWS_CTAS_PER_SM, each holding its share in registers (fewer threads when it is small); shares that
+    need shared memory keep the many-rows cluster. C == 1 means one CTA per row is as wide as it gets."""
+    nv = cdiv(N, W)
+    rs = reg_slots(op, dtype, W)
+    need = cluster_size(op, dtype, W, N)
+    c = need
+    if M * need < sms:
+        fill = min(MAX_CLUSTER, pow2floor(FEW_ROWS_CTAS_PER_SM * sms // M),
+                   pow2floor(nv // (ROW_MIN_THREADS * rs)))
+        c = max(need, fill)
+    per_cta = cdiv(nv, c)
+    if per_cta <= ROW_MAX_THREADS * rs:
+        return c, min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, pow2ceil(cdiv(per_cta, rs)))), 0
+    # shares beyond the registers: full CTAs (registers + smem), as few as hold the row (a CTA's share is its
+    # capacity, so a wider cluster would leave CTAs empty)
+    return need, ROW_MAX_THREADS, smem_slots(op, dtype, W)
+
+
+def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:
+    """(parts, chunk): each row cut into `parts` chunks of `chunk` accesses (a multiple of the CTA width), about
+    SPLIT_CTAS_PER_SM CTAs per SM in total, at least SPLIT_MIN_CHUNK accesses per CTA."""
+    nv = cdiv(N, W)
+    want = max(1, cdiv(SPLIT_CTAS_PER_SM * sms, M))
+    chunk = max(SPLIT_MIN_CHUNK, cdiv(nv, want))
+    if min_parts > 1 and nv >= min_parts:
+        chunk = min(chunk, cdiv(nv, min_parts))
+    chunk = cdiv(chunk, SPLIT_THREADS) * SPLIT_THREADS if chunk >= SPLIT_THREADS else chunk
+    parts = cdiv(nv, chunk)
+    return parts, chunk
+
+
+def strided_tile(op: str, dtype, W: int, N: int, inner: int, sms: int) -> tuple[int, int, int, int]:
+    """(lanes, rows, strips, cap) of the strided kernel, whose grid is min(outer x strips, cap). rows: threads
+    down N (up to the CTA), lanes: threads across `inner` (W columns each). The persistent grid is STRIDED_CTAS_PER_SM per SM; lanes shrink until the
+    strips in progress (grid x N x lanes x W x size x inputs) fit STRIDED_L2_BUDGET, so the second pass re-reads
+    from L2; when one access per row is already the narrowest strip, the grid shrinks (to one CTA per SM at
+    least) instead."""
+    size = _SIZES[dtype]
+    inputs = 1 if not OPS[op].backward else 2
+    need = cdiv(inner, W)
+    lanes = max(1, min(STRIDED_THREADS // min(pow2ceil(N), STRIDED_THREADS), pow2ceil(need)))
+    grid_cap = STRIDED_CTAS_PER_SM * sms
+    while lanes > 1 and grid_cap * N * lanes * W * size * inputs > STRIDED_L2_BUDGET:
+        lanes //= 2
+    rows = min(pow2ceil(N), STRIDED_THREADS // lanes)
+    strips = cdiv(need, lanes)
+    # one strip is as narrow as it gets (one access wide): fewer CTAs in flight instead, down to one per SM
+    per_cta = N * lanes * W * size * inputs
+    return lanes, rows, strips, min(grid_cap, max(sms, STRIDED_L2_BUDGET // per_cta))
+
+
+def columns_slots(op: str, dtype, W: int) -> int:
+    """Rows per thread the columns kernel holds in registers: half the row kernels' (each thread also carries W
+    (m, d) pairs, one per column), a quarter on the scalar path (every row has its own address)."""
+    return max(1, reg_slots(op, dtype, W) // (2 if W > 1 else 4))
+
+
+def columns_smem_slots(dtype, W: int) -> int:
+    """16-byte accesses per thread the columns kernel parks in shared memory (16-byte path only): 96 KB per CTA in
+    fp32 (128-byte pieces reach 8192 rows with a cluster of 8), 64 KB for 16-bit data (its per-column tree takes
+    32 KB of static shared memory); two CTAs per SM either way."""
+    if W == 1:
+        return 0
+    return COLUMNS_SMEM_SLOTS_FP32 if dtype == torch.float32 else COLUMNS_SMEM_SLOTS_16BIT
+
+
+def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple[int, int, int]]:
+    """(lanes, C, sslots) of the columns kernel (forward only), or None when N does not fit a cluster of 8: a
+    512-thread CTA is (lanes, 512 / lanes) threads, lanes x W columns wide; each CTA a band of ceil(N / C) rows,
+    each thread columns_slots rows in registers (+ sslots in shared memory). Preference: 128-byte row pieces
+    (in registers, then with shared memory), then 64-byte, then narrower (measured at dim 0 of 8192^2 fp32:
+    64-byte pieces 41% of copy, 128-byte 67%: the L2 is the limit at 64, benchmarks/results/h200-*-columns.txt);
+    short columns get more lanes instead of idle threads down N."""
+    if OPS[op].backward:
+        return None
+    rs, ss = columns_slots(op, dtype, W), columns_smem_slots(dtype, W)
+    across = pow2ceil(cdiv(inner, W))
+    for pref, sslots in ((8, 0), (8, ss), (4, 0), (4, ss), (2, 0), (2, ss), (1, 0), (1, ss)):
+        lanes = min(pref, across)
+        lanes = max(lanes, min(across, 32, ROW_MAX_THREADS // pow2ceil(cdiv(N, rs + sslots))))
+        c = pow2ceil(cdiv(N, (ROW_MAX_THREADS // lanes) * (rs + sslots)))
+        if c <= PORTABLE_CLUSTER:
+            return lanes, c, sslots
+    return None
+
+
+def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
+    """Row layout: warp for short rows, then one CTA, then a cluster; when rows are too few to give every SM a CTA
+    (and long enough to matter) a wider cluster on the 16-byte path, split on the scalar one; split when the row
+    is beyond the cluster capacity."""
+    if N <= warp_max_n(op, dtype, W):
+        return "warp"
+    ctas_per_row = None
+    if cdiv(N, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
+        ctas_per_row = 1
+    elif W > 1:
+        c = cluster_size(op, dtype, W, N)
+        if c <= max_cluster(op, dtype):
+            ctas_per_row = c
+    if ctas_per_row is None:
+        return "split"
+    if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
+        if W == 1:
+            return "split"
+        if cluster_config(op, dtype, W, M, N, sms)[0] > 1:
+            return "cluster"
+    return "block" if ctas_per_row == 1 else "cluster"
+
+
+# ---- plans ------------------------------------------------------------------------------------------------
+
+
+def stable_rows(sms: int) -> int:
+    """From this many rows on, a plan depends on M only through its grids and workspace (no few-rows rule
+    applies: M x CTAs per row >= SMs, and split_parts wants one chunk per row): Plan.at moves it to another M."""
+    return SPLIT_CTAS_PER_SM * sms
+
+
+def grid_for(M: int, per: tuple) -> int:
+    """A launch's grid for M rows: ceil(M x mul / div), at most cap (0: no cap)."""
+    mul, div, cap = per
+    g = cdiv(M * mul, div)
+    return min(g, cap) if cap else g
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str  # name expression in softmax.cu
+    grid: int  # blocks, or clusters when cluster > 1 (cuda.core's LaunchConfig convention)
+    block: tuple  # (x,) or (x, y)
+    cluster: int = 1
+    smem: int = 0  # dynamic shared memory bytes
+    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided
+    per: tuple = (1, 1, 0)  # the grid rule: grid = grid_for(M, per)
+
+
+def _launch(M: int, kernel: str, per: tuple, block: tuple, cluster: int = 1, smem: int = 0,
+            sig: str = "rows") -> Launch:
+    return Launch(kernel, grid_for(M, per), block, cluster, smem, sig, per)
+
+
+@dataclass(frozen=True)
+class Plan:
+    regime: str
+    op: str
+    dtype: torch.dtype
+    M: int  # rows (outer for strided)
+    N: int
+    W: int  # elements per access (16-byte vector or 1)
+    launches: tuple
+    inner: int = 1
+    lg: int = 0  # warp: log2 lanes per row
+    parts: int = 0  # split: chunks per row
+    chunk: int = 0  # split: accesses per chunk
+    strips: int = 0  # strided: column strips per outer index
+    items: int = 0  # strided: outer * strips
+    workspace: int = 0  # split: fp32 elements (2 per chunk)
+
+    @property
+    def kernels(self) -> tuple:
+        return tuple(l.kernel for l in self.launches)
+
+    def at(self, M: int) -> "Plan":
+        """This plan for M rows: the same kernels and geometry, the grids and workspace of M. Equal to plan(M, ...)
+        when both row counts are at least stable_rows(sms) (a test checks it over the rules' breakpoints)."""
+        if M == self.M:
+            return self
+        launches = tuple(replace(l, grid=grid_for(M, l.per)) for l in self.launches)
+        for l in launches:
+            if l.grid * l.cluster > INT_MAX:
+                raise Unsupported(f"{self.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
+        return replace(self, M=M, launches=launches, items=M * self.strips, workspace=2 * M * self.parts)
+
+
+def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, inner: int = 1, layout: str = "rows",
+         sms: int = DEFAULT_SMS, regime: Optional[str] = None) -> Plan:
+    """The launch plan for `op` on M rows of N (layout "rows"), or on (outer=M, N, inner) (layout "strided").
+    vec: the 16-byte path is allowed (pointers, strides and N or inner aligned; the plan also checks N / inner).
+    regime: force one (the registry variants do); raises Unsupported if it cannot take the shape."""
+    p = _plan(M, N, dtype, op, vec, inner, layout, sms, regime)
+    for l in p.launches:
+        if l.grid * l.cluster > INT_MAX:
+            raise Unsupported(f"{p.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
+    return p
+
+
+def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sms: int,
+          regime: Optional[str]) -> Plan:
+    _check_op_dtype(op, dtype)
+    if M < 1 or N < 1 or inner < 1:
+        raise Unsupported(f"empty shape (M={M}, N={N}, inner={inner})")
+    if N > INT_MAX // 2:
+        raise Unsupported(f"N = {N} >= 2^30: the kernels index a row with 32-bit offsets")
+    V = vec_width(dtype)
+    o, dt = OPS[op].code, DT_CODE[dtype]
+    fwd = not OPS[op].backward
+    pre = "fwd" if fwd else "bwd"
+    if layout == "strided" or regime in ("columns", "strided"):
+        if layout == "rows":  # a (M, N) row input through the strided kernels: (outer=M, N, inner=1)
+            inner = 1
+        W = V if (vec and inner % V == 0) else 1
+        cfg = columns_config(op, dtype, W, N, inner) if regime != "strided" else None
+        if cfg is not None:
+            lanes, c, sslots = cfg
+            strips = cdiv(cdiv(inner, W), lanes)
+            items = M * strips
+            name = f"fwd_cols<{o},{dt},{W},{columns_slots(op, dtype, W)},{sslots},{c}>"
+            launch = _launch(M, name, (strips, 1, 0), (lanes, ROW_MAX_THREADS // lanes), c,
+                             smem_bytes(op, W, ROW_MAX_THREADS, sslots), sig="strided")
+            return Plan("columns", op, dtype, M, N, W, (launch,), inner=inner, strips=strips, items=items)
+        if regime == "columns":
+            cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + columns_smem_slots(dtype, W))
+            raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
+        lanes, rows, strips, cap = strided_tile(op, dtype, W, N, inner, sms)
+        items = M * strips
+        name = f"{pre}_strided<{o},{dt},{W}>"
+        return Plan("strided", op, dtype, M, N, W, (_launch(M, name, (strips, 1, cap), (lanes, rows), sig="strided"),),
+                    inner=inner, strips=strips, items=items)
+    if layout != "rows":
+        raise OnlineSoftmaxError(f"unknown layout {layout!r}")
+    W = V if (vec and N % V == 0) else 1
+    chosen = regime or choose_regime(op, dtype, W, M, N, sms)
+    if chosen == "warp":
+        lg, slots, rpt = warp_config(op, dtype, W, N)
+        per_cta = (WARP_THREADS >> lg) * rpt
+        name = f"{pre}_warp<{o},{dt},{W},{slots},{rpt}>"
+        return Plan("warp", op, dtype, M, N, W, (_launch(M, name, (1, per_cta, 0), (WARP_THREADS,), sig="warp"),),
+                    lg=lg)
+    if chosen == "block":
+        if cdiv(N, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
+            threads, slots = block_threads(op, dtype, W, N)
+            sslots = 0
+        elif W > 1 and N <= row_capacity(op, dtype, W):
+            threads, slots, sslots = ROW_MAX_THREADS, reg_slots(op, dtype, W), smem_slots(op, dtype, W)
+        else:
+            raise Unsupported(f"N = {N} does not fit one CTA ({ROW_MAX_THREADS * reg_slots(op, dtype, W) * W} "
+                              f"elements in registers" + (f", {row_capacity(op, dtype, W)} with shared memory)"
+                                                          if W > 1 else "; the scalar path has no smem slots)"))
+        name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1>"
+        return Plan("block", op, dtype, M, N, W,
+                    (_launch(M, name, (1, 1, 0), (threads,), 1, smem_bytes(op, W, threads, sslots)),))
+    if chosen == "cluster":
+        if W == 1:
+            raise Unsupported(f"N = {N} is not a multiple of {V} (or the data is not 16-byte aligned): the cluster "
+                              "regime needs 16-byte aligned rows; unaligned long rows go to the split regime")
+        if cluster_size(op, dtype, W, N) > max_cluster(op, dtype):
+            raise Unsupported(f"N = {N} needs {cluster_size(op, dtype, W, N)} CTAs per row "
+                              f"(> {max_cluster(op, dtype)}); rows up to "
+                              f"{max_cluster(op, dtype) * row_capacity(op, dtype, W)} elements")
+        c, threads, sslots = cluster_config(op, dtype, W, M, N, sms)
+        c = max(2, c)
+        slots = reg_slots(op, dtype, W)
+        name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c}>"
+        return Plan("cluster", op, dtype, M, N, W,
+                    (_launch(M, name, (1, 1, 0), (threads,), c, smem_bytes(op, W, threads, sslots)),))
+    if chosen == "split":
+        parts, chunk = split_parts(M, N, W, sms, min_parts=2 if regime == "split" else 1)
+        if M * parts > INT_MAX:
+            raise Unsupported(f"{M} rows x {parts} chunks exceed the grid")
+        stats = f"fwd_split_stats<{dt},{W}>" if fwd else f"bwd_split_stats<{o},{dt},{W}>"
+        apply = f"{pre}_split_apply<{o},{dt},{W}>"
+        return Plan("split", op, dtype, M, N, W,
+                    (_launch(M, stats, (parts, 1, 0), (SPLIT_THREADS,), sig="stats"),
+                     _launch(M, apply, (parts, 1, 0), (SPLIT_THREADS,), sig="apply")),
+                    parts=parts, chunk=chunk, workspace=2 * M * parts)
+    raise OnlineSoftmaxError(f"unknown regime {chosen!r}; regimes: {', '.join(REGIMES)}")
+
+
+# ---- the instantiations the plans can pick (for the compile test and `resource_table`) -------------------
+
+
+def _probe_ns(W: int) -> list[int]:
+    """Row lengths on both sides of every breakpoint of the rules (powers of two times W, and between)."""
+    ns = set(range(1, 40))
+    for k in range(5, 20):
+        p = 1 << k
+        ns.update({p - 1, p, p + 1, p + p // 2})
+    return sorted({n * W for n in ns} | ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _instantiations() -> tuple:
+    return tuple(sorted((k, tuple(sorted(v))) for k, v in _probe_instantiations().items()))
+
+
+def instantiations() -> dict[str, set]:
+    """Every kernel name expression `plan` can return -> {regimes that use it} (see _probe_instantiations)."""
+    return {k: set(v) for k, v in _instantiations()}
+
+
+def _probe_instantiations() -> dict[str, set]:
+    """Every kernel name expression `plan` can return, by probing the rules over shapes on both sides of every
+    breakpoint (the rules are step functions of N at powers of two), every op, dtype, alignment, regime and
+    layout. Maps name -> {regimes that use it}."""
+    seen: dict[str, set] = {}
+
+    def add(p: Plan) -> None:
+        for l in p.launches:
+            seen.setdefault(l.kernel, set()).add(p.regime)
+
+    for op in ENGINE_OPS:
+        for dtype in GPU_DTYPES:
+            for vec in (True, False):
+                W = vec_width(dtype) if vec else 1
+                for N in _probe_ns(W):
+                    for M in (1, 64, 1 << 20):
+                        try:
+                            add(plan(M, N, dtype, op, vec=vec))
+                        except Unsupported:
+                            pass
+                    for regime in ("warp", "block", "cluster", "split", "columns"):
+                        try:
+                            add(plan(2, N, dtype, op, vec=vec, regime=regime))
+                        except Unsupported:
+                            pass
+                for inner in (1, 3, W, 64 * W):
+                    for N in _probe_ns(W)[::3]:
+                        for regime in (None, "strided"):
+                            try:
+                                add(plan(4, N, dtype, op, vec=vec, inner=inner, layout="strided", regime=regime))
+                            except Unsupported:
+                                pass
+    return seen

@@ -1,0 +1,317 @@
+"""The production CUDA engine per call: the tensors' layout, the plan (cached), the bound launches (cached), the
+launch on the current stream. What ops/ calls (x, y, dy: CUDA tensors of fp32 / fp16 / bf16, any shape and
+strides; `dim` in [0, ndim); `out` contiguous with the input's shape and dtype, completely written):
+
+    forward(x, out, dim, log)           out = softmax(x, dim), or log_softmax when log
+    backward(y, dy, out, dim, log)      out = dx from the forward output y (probabilities, or log-probabilities)
+    plan_for(op, *tensors, dim=...)     the plan a call would use (inspection)
+
+Kernel sources are compiled per instantiation on first use (kernels.py); nothing here needs a GPU to import.
+
+Threads: safe from any number of threads and streams at once. Every cache below is read without a lock and filled
+under one, and what it holds is immutable once built, except a prepared launch's parameter block, which is filled
+and launched under its own lock. Nothing per call (pointers, the split workspace) is shared between calls.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+
+from ...errors import OnlineSoftmaxError, Unavailable
+from ...opdefs import GPU_DTYPES
+from ...runtime import available
+from ...runtime.bounded import BoundedCache
+from .kernels import kernel, sms
+from .plan import Plan, grid_for, plan, stable_rows, vec_width
+
+ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
+PLAN_CACHE = 1024  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
+_plans = BoundedCache(PLAN_CACHE)
+
+
+# ---- layouts ----------------------------------------------------------------------------------------------
+
+
+def _row_layout(shape, stride, dim) -> Optional[tuple[int, int, int]]:
+    """(M, N, row_stride) when the reduced dim is last with stride 1 (or size 1) and the leading dims collapse
+    to one row stride; else None."""
+    nd = len(shape)
+    if dim != nd - 1:
+        return None
+    N = shape[-1]
+    if N != 1 and stride[-1] != 1:
+        return None
+    rs = expect = None
+    for i in range(nd - 2, -1, -1):
+        if shape[i] == 1:
+            continue
+        if rs is None:
+            rs = stride[i]
+        elif stride[i] != expect:
+            return None
+        expect = stride[i] * shape[i]
+    M = math.prod(shape[:-1])
+    return M, N, (N if rs is None else rs)
+
+
+def _is_contiguous(shape, stride) -> bool:
+    expect = 1
+    for n, s in zip(reversed(shape), reversed(stride)):
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
+
+
+# ---- running a plan ---------------------------------------------------------------------------------------
+
+
+def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sms: int,
+                 regime: Optional[str], device: int, fallback: str) -> Plan:
+    """plan(...) with an automatic plan whose clusters (cluster, columns) cannot be resident on this device, or
+    whose cluster attributes are refused, replaced by the `fallback` regime (split, strided); cached by geometry,
+    one entry for every M >= stable_rows(sms)."""
+    stable = M >= stable_rows(sms)
+    key = (op, N, dtype, vec, inner, layout, sms, regime, device, None if stable else M)
+
+    def make() -> Plan:
+        p = plan(M, N, dtype, op, vec=vec, inner=inner, layout=layout, sms=sms, regime=regime)
+        if regime is not None or all(l.cluster == 1 for l in p.launches):
+            return p
+        try:
+            if all(kernel(l.kernel, device, l.block, l.smem, l.cluster).fits is not False for l in p.launches):
+                return p
+        except OnlineSoftmaxError:
+            pass
+        return plan(M, N, dtype, op, vec=vec, inner=inner, layout=layout, sms=sms, regime=fallback)
+
+    p = _plans.get(key) or _plans.get_or_make(key, make)
+    return p.at(M) if stable else p
+
+
+class _Entry:
+    """Everything one (op, shape, strides, dim, dtype, device, alignment) needs per call: the plan, whether the
+    inputs are made contiguous first, and one bound launch per kernel (the pointers come per call). Immutable;
+    the split regime's workspace is allocated per call. rows(M, ...) runs the plan moved to M rows (Plan.at) without
+    building anything: only the grids, the row count and the workspace change."""
+
+    __slots__ = ("plan", "contig", "calls", "ws_n", "single", "M", "pers")
+
+    def __init__(self, p: Optional[Plan], device: int, contig: bool, strides: tuple, so: int):
+        self.plan, self.contig = p, contig
+        self.ws_n = p.workspace if p is not None else 0
+        self.calls, self.single, self.M, self.pers = (), None, 0, ()
+        if p is None:  # an empty tensor: nothing to launch
+            return
+        self.M, self.pers = p.M, tuple(l.per for l in p.launches)
+        i64, i32 = np.int64, np.int32
+        sa = strides[0]
+        sb = strides[1] if len(strides) > 1 else 0
+        calls = []
+        for l in p.launches:
+            pointers = 3  # (a, b, out); stats: (a, b, workspace); apply: (a, b, workspace, out)
+            if l.sig in ("rows", "warp"):
+                tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so))
+                if l.sig == "warp":
+                    tail += (i32(p.lg),)
+            elif l.sig == "stats":
+                tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i32(p.parts), i32(p.chunk))
+            elif l.sig == "apply":
+                tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts), i32(p.chunk))
+                pointers = 4
+            else:  # strided
+                tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
+            calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers))
+        self.calls = tuple(calls)
+        if len(calls) == 1:
+            self.single = calls[0]
+
+    def __call__(self, a: int, b: int, out: int, dev: torch.device) -> None:
+        if self.single is not None:
+            self.single(a, b, out)
+            return
+        # split: the partial states go to a workspace of this call, from torch's caching allocator on the current
+        # stream (so calls from other threads never share it, its reuse is ordered after these kernels, and a CUDA
+        # graph captures it in its own pool)
+        ws = torch.empty(self.ws_n, dtype=torch.float32, device=dev)
+        stats, apply = self.calls
+        stats(a, b, ws.data_ptr())
+        apply(a, b, ws.data_ptr(), out)
+
+    def rows(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
+        """The call for M rows, for any M whose plan has this entry's geometry (_rows_entry keys it so)."""
+        if M == self.M:
+            self(a, b, out, dev)
+        elif self.single is not None:
+            self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
+        else:
+            ws = torch.empty(self.ws_n // self.M * M, dtype=torch.float32, device=dev)
+            (stats, apply), (ps, pa) = self.calls, self.pers
+            stats.rows(grid_for(M, ps), M, a, b, ws.data_ptr())
+            apply.rows(grid_for(M, pa), M, a, b, ws.data_ptr(), out)
+
+
+def _device_index(x: torch.Tensor, op: str) -> int:
+    if not x.is_cuda:
+        raise OnlineSoftmaxError(f"{op}: CUDA tensors expected (got {x.device})")
+    return x.device.index if x.device.index is not None else torch.cuda.current_device()
+
+
+def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> _Entry:
+    call = _plan_call(op, ins, out, dim, regime)
+    return _Entry(*call) if call else _Entry(None, -1, False, (), 0)
+
+
+def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> Optional[tuple]:
+    """(plan, device, contig, row strides, out row stride) for these tensors, after checking them; None when empty."""
+    x = ins[0]
+    if x.dtype not in GPU_DTYPES:
+        raise OnlineSoftmaxError(f"{op}: dtype {x.dtype} not supported (float32, float16, bfloat16)")
+    for t in ins[1:] + (out,):
+        if t.dtype != x.dtype or t.shape != x.shape or t.device != x.device:
+            raise OnlineSoftmaxError(f"{op}: inputs and out must share shape, dtype and device "
+                                     f"(got {[(tuple(u.shape), u.dtype, str(u.device)) for u in ins + (out,)]})")
+    shape = tuple(x.shape)
+    if x.numel() == 0:
+        return None
+    if not _is_contiguous(shape, out.stride()):
+        raise OnlineSoftmaxError(f"{op}: out must be contiguous (torch.empty_like(x, memory_format="
+                                 "torch.contiguous_format))")
+    reason = available()
+    if reason:
+        raise Unavailable(f"{op}: CUDA kernels cannot run here: {reason}")
+    device = _device_index(x, op)
+    n_sms = sms(device)
+    V = vec_width(x.dtype)
+    aligned = all(t.data_ptr() % 16 == 0 for t in ins + (out,))
+    N = shape[dim] if shape else 1
+    strides = [tuple(t.stride()) for t in ins]
+    rows = [_row_layout(shape, s, dim) for s in strides]
+    column_kernels = regime in ("columns", "strided")
+    if not column_kernels and all(r is not None for r in rows):
+        M = rows[0][0]
+        rss = tuple(r[2] for r in rows)
+        vec = aligned and (M == 1 or all(rs % V == 0 for rs in rss))
+        p = _fitted_plan(M, N, x.dtype, op, vec, 1, "rows", n_sms, regime, device, "split")
+        return p, device, False, rss, N
+    # made contiguous per call (one copy per input). `aligned` stays the verdict on the original pointers: the
+    # cache key only records that bit, and an input that is already contiguous is not copied.
+    contig = not all(_is_contiguous(shape, s) for s in strides)
+    outer = math.prod(shape[:dim])
+    inner = math.prod(shape[dim + 1:])
+    if inner == 1 and not column_kernels:  # contiguous with the dim innermost: rows of N
+        p = _fitted_plan(outer, N, x.dtype, op, aligned, 1, "rows", n_sms, regime, device, "split")
+        return p, device, contig, (N,) * len(ins), N
+    p = _fitted_plan(outer, N, x.dtype, op, aligned, inner, "strided", n_sms, regime, device, "strided")
+    return p, device, contig, (0,) * len(ins), 0
+
+
+def _call(e: _Entry, ins: tuple, out: torch.Tensor, pa: int, pb: int, po: int) -> None:
+    if e.contig:
+        ins = tuple(t.contiguous() for t in ins)
+        pa = ins[0].data_ptr()
+        pb = ins[1].data_ptr() if len(ins) > 1 else 0
+    if e.calls:
+        e(pa, pb, po, ins[0].device)
+
+
+_entries = BoundedCache(ENTRY_CACHE)  # forced regimes (the registry variants)
+
+
+def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str] = None) -> None:
+    """Any op, optionally with a forced regime (the registry variants)."""
+    pa = ins[0].data_ptr()
+    pb = ins[1].data_ptr() if len(ins) > 1 else 0
+    po = out.data_ptr()
+    x = ins[0]
+    key = (op, regime, x.shape, tuple(t.stride() for t in ins), dim, x.dtype, x.get_device(),
+           not ((pa | pb | po) & 15))
+    e = _entries.get(key) or _entries.get_or_make(key, lambda: _prepare(op, ins, out, dim, regime))
+    _call(e, ins, out, pa, pb, po)
+
+
+# ---- the contract with ops.py -----------------------------------------------------------------------------
+# The hot path: one key of tensor metadata, one dict lookup, the launch. `out` must be contiguous (ops.py
+# allocates it so); that is checked when a key is first seen, not on every call. Contiguous rows over the last dim
+# (nearly every call) are keyed without their row count M once M >= stable_rows (4 x SMs): those Ms share one
+# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing. Below it the few-rows
+# rules depend on M: a new M is planned (pure Python), and shares the entry of every M whose plan has the same
+# geometry (kernels, blocks, clusters, chunks). Other layouts are keyed by their exact shape and strides.
+
+ROWS_CACHE = 1024  # per direction: the few-row Ms of several row lengths, and one key per length beyond
+_fwd_rows = BoundedCache(ROWS_CACHE)
+_bwd_rows = BoundedCache(ROWS_CACHE)
+_geometries = BoundedCache(ENTRY_CACHE)  # row entries by plan geometry
+_fwd_entries = BoundedCache(ENTRY_CACHE)
+_bwd_entries = BoundedCache(ENTRY_CACHE)
+_stable: dict = {}  # device index -> stable_rows(its SMs)
+
+
+def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int) -> _Entry:
+    """The entry for contiguous rows, shared by every row count whose plan has the same geometry."""
+    call = _plan_call(op, ins, out, dim, None)
+    p = call[0]
+    key = (op, p.dtype, p.N, p.W, call[1:], p.lg, p.parts, p.chunk,
+           tuple((l.kernel, l.block, l.smem, l.cluster, l.per) for l in p.launches))
+    return _geometries.get(key) or _geometries.get_or_make(key, lambda: _Entry(*call))
+
+
+def _stable_rows_of(device: int) -> int:
+    st = _stable.get(device)
+    if st is None:
+        st = _stable[device] = stable_rows(sms(device)) if device >= 0 else 1  # CPU: _prepare refuses it
+    return st
+
+
+def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
+    """out <- softmax(x, dim) (log_softmax when log). x: CUDA fp32/fp16/bf16, any shape and strides; dim in
+    [0, x.ndim); out contiguous, x's shape and dtype. Accumulates in fp32. Safe from any thread and stream."""
+    pa, po = x.data_ptr(), out.data_ptr()
+    n = x.numel()
+    if n and dim == x.dim() - 1 and x.is_contiguous():
+        N = x.shape[dim]
+        M, d = n // N, x.get_device()
+        key = (log, N, x.dtype, d, not ((pa | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
+        e = _fwd_rows.get(key)
+        if e is None:
+            e = _fwd_rows.get_or_make(key, lambda: _rows_entry("log_softmax" if log else "softmax", (x,), out, dim))
+        e.rows(M, pa, 0, po, x.device)
+        return
+    key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), not ((pa | po) & 15))
+    e = _fwd_entries.get(key)
+    if e is None:
+        e = _fwd_entries.get_or_make(key, lambda: _prepare("log_softmax" if log else "softmax", (x,), out, dim,
+                                                           None))
+    _call(e, (x,), out, pa, 0, po)
+
+
+def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
+    """out <- dx from y = the forward output (probabilities; log-probabilities when log) and dy:
+    softmax: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy), 0 for a row of y all -inf."""
+    pa, pb, po = y.data_ptr(), dy.data_ptr(), out.data_ptr()
+    n = y.numel()
+    op = "log_softmax_backward" if log else "softmax_backward"
+    if n and dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
+        N = y.shape[dim]
+        M, d = n // N, y.get_device()
+        key = (log, N, y.dtype, d, not ((pa | pb | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
+        e = _bwd_rows.get(key)
+        if e is None:
+            e = _bwd_rows.get_or_make(key, lambda: _rows_entry(op, (y, dy), out, dim))
+        e.rows(M, pa, pb, po, y.device)
+        return
+    key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), not ((pa | pb | po) & 15))
+    e = _bwd_entries.get(key)
+    if e is None:
+        e = _bwd_entries.get_or_make(key, lambda: _prepare(op, (y, dy), out, dim, None))
+    _call(e, (y, dy), out, pa, pb, po)
+
+
+def plan_for(op: str, *tensors: torch.Tensor, dim: int = -1, regime: Optional[str] = None) -> Plan:
+    """The plan forward/backward would use for these tensors (inspection; loads kernels on first use)."""
+    out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
+    return _prepare(op, tuple(tensors), out, dim % tensors[0].dim(), regime).plan

@@ -1,1 +1,0 @@
-"""Bindings of each backend's kernels to the registry: one module per backend."""
