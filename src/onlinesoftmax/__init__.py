@@ -1,14 +1,14 @@
 """onlinesoftmax: the online-softmax (m, d) fold, from the seeds' CUDA ladder to production ops.
 
     import onlinesoftmax as osm
-    y = osm.softmax(x, dim=-1)      # CUDA tensors: production kernels; CPU: the reference path
+    y = osm.softmax(x, dim=-1)      # torch.softmax's signature; CUDA: production kernels, CPU: torch's kernel
     osm.variants()                  # every implementation: CPU ladder, CUDA ladder, Triton, ...
 """
 
 from .errors import OnlineSoftmaxError, Unavailable
-from .ops import LogSoftmax, Softmax, log_softmax, softmax
+from .ops import ArgumentTypeError, DimError, LogSoftmax, Softmax, log_softmax, softmax
 from .registry import Variant, get, variants
 
-__all__ = ["LogSoftmax", "OnlineSoftmaxError", "Softmax", "Unavailable", "Variant", "get",
-           "log_softmax", "softmax", "variants"]
+__all__ = ["ArgumentTypeError", "DimError", "LogSoftmax", "OnlineSoftmaxError", "Softmax", "Unavailable",
+           "Variant", "get", "log_softmax", "softmax", "variants"]
 __version__ = "0.1.0"
