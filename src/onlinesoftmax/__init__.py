@@ -2,13 +2,15 @@
 
     import onlinesoftmax as osm
     y = osm.softmax(x, dim=-1)      # torch.softmax's signature; CUDA: production kernels, CPU: torch's kernel
+    osm.enable()                    # torch.softmax & co. on CUDA tensors (and their backward) run ours
     osm.variants()                  # every implementation: CPU ladder, CUDA ladder, Triton, ...
 """
 
+from .dropin import disable, enable, enabled, is_enabled
 from .errors import OnlineSoftmaxError, Unavailable
 from .ops import ArgumentTypeError, DimError, LogSoftmax, Softmax, log_softmax, softmax
 from .registry import Variant, get, variants
 
 __all__ = ["ArgumentTypeError", "DimError", "LogSoftmax", "OnlineSoftmaxError", "Softmax", "Unavailable",
-           "Variant", "get", "log_softmax", "softmax", "variants"]
+           "Variant", "disable", "enable", "enabled", "get", "is_enabled", "log_softmax", "softmax", "variants"]
 __version__ = "0.1.0"
