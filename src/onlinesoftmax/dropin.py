@@ -27,6 +27,7 @@ attention functions that do not call these ops (scaled_dot_product_attention).
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Optional
 
 import torch
@@ -68,8 +69,10 @@ def enable() -> None:
     global _library
     if _library is None:
         lib = torch.library.Library("aten", "IMPL")
-        for name, kernel in KERNELS.items():
-            lib.impl(name, kernel, "CUDA")
+        with warnings.catch_warnings():  # torch warns (once) that a CUDA kernel is overridden: the point here
+            warnings.filterwarnings("ignore", "(?s).*Overriding a previously registered kernel", UserWarning)
+            for name, kernel in KERNELS.items():
+                lib.impl(name, kernel, "CUDA")
         _library = lib
 
 
