@@ -183,24 +183,35 @@ def _triton_rows(launch, tensors, out, dim) -> None:
 
 def _cpu_forward(x, dim, log):
     """torch's CPU kernel gives NaN across a fully masked row; those rows are set to 0 (log: -inf). Only the
-    first element of each row is looked at (M reads): whole rows are scanned only when one of those is NaN
-    (a masked row, or one holding NaN or +inf, which stays NaN)."""
+    first element of each row is read (M reads); the rows where it is NaN (masked, or holding NaN or +inf, which
+    stay NaN) are the only ones scanned."""
     y = (torch.log_softmax if log else torch.softmax)(x, dim)
-    if y.select(dim, 0).isnan().any():
-        y.masked_fill_((x == NEG_INF).all(dim, keepdim=True), NEG_INF if log else 0.0)
+    candidates = y.select(dim, 0).isnan()
+    if candidates.any():
+        _fill_masked_rows(y, x, dim, candidates, NEG_INF if log else 0.0)
     return y
 
 
 def _cpu_backward(y, dy, dim, log):
     """torch's CPU kernels. softmax: a masked row has y = 0, so dx = 0 already. log_softmax: there dx = dy, set to
-    0; only rows whose first y is -inf can be all -inf, so whole rows are scanned only when there is one."""
+    0; only the rows whose first y is -inf can be all -inf, and only those are scanned."""
     dy = dy.to(y.dtype)
     if not log:
         return torch._softmax_backward_data(dy, y, dim, y.dtype)
     dx = torch._log_softmax_backward_data(dy, y, dim, y.dtype)
-    if (y.select(dim, 0) == NEG_INF).any():
-        dx.masked_fill_((y == NEG_INF).all(dim, keepdim=True), 0.0)
+    candidates = y.select(dim, 0) == NEG_INF
+    if candidates.any():
+        _fill_masked_rows(dx, y, dim, candidates, 0.0)
     return dx
+
+
+def _fill_masked_rows(t, ref, dim, candidates, value) -> None:
+    """t's rows along dim <- value where ref's row is all -inf, looking only at the candidate rows (a bool tensor
+    over the other dims, as select(dim, 0) gives). A leading dim of 1 makes a 1-d tensor one row like the others."""
+    t, ref = t.unsqueeze(0).movedim(dim + 1, -1), ref.unsqueeze(0).movedim(dim + 1, -1)
+    idx = candidates.unsqueeze(0).nonzero(as_tuple=True)
+    full = (ref[idx] == NEG_INF).all(-1)
+    t[tuple(i[full] for i in idx)] = value
 
 
 def _upcast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
