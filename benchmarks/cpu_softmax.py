@@ -1,10 +1,10 @@
 """The CPU path against torch's own: onlinesoftmax.softmax / log_softmax ("auto" = the "cpu" backend: torch's kernel
 plus the masked-row fix-up) and the "reference" backend, next to torch, forward and forward + backward.
 
-    PYTHONPATH=src python benchmarks/cpu_softmax.py [--n 4096] [--repeat 15] [--out cpu.csv]
+    PYTHONPATH=src python benchmarks/cpu_softmax.py [--n 4096] [--repeat 21] [--out cpu.csv]
 
-Each case alternates the implementations round by round (a shared machine drifts) and reports the median time
-and the ratio to torch's. "masked" inputs have every 64th row all -inf: the fix-up then scans the rows.
+Each case calls the implementations in turn, one call each (a shared machine's load drifts), and reports the
+median time and the ratio to torch's. "masked" inputs have every 64th row all -inf: the fix-up then scans the rows.
 """
 
 from __future__ import annotations
@@ -28,27 +28,22 @@ def _impls(log: bool) -> dict:
     }
 
 
-def _time(fn, repeat: int) -> list[float]:
+def _once(fn) -> float:
+    t0 = time.perf_counter()
     fn()
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
+    return time.perf_counter() - t0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4096, help="the input is n x n fp32")
-    ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of alternating the implementations")
+    ap.add_argument("--repeat", type=int, default=21, help="calls of each implementation, in turn")
     ap.add_argument("--out", help="CSV path")
     args = ap.parse_args()
     torch.manual_seed(0)
     rows = []
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.n} x {args.n} fp32, median of "
-          f"{args.rounds} x {args.repeat}")
+          f"{args.repeat} calls")
     print(f"{'case':34s} {'impl':18s} {'ms':>9s} {'x torch':>8s}")
     for inputs in ("normal", "masked"):
         x = torch.randn(args.n, args.n)
@@ -64,11 +59,13 @@ def main() -> None:
                         return lambda: fn(xg, -1)
                     return lambda: torch.autograd.grad(fn(xg, -1), xg, dy)
 
-                impls = _impls(log)
-                times = {name: [] for name in impls}
-                for _ in range(args.rounds):
-                    for name, fn in impls.items():
-                        times[name] += _time(call(fn), args.repeat)
+                calls = {name: call(fn) for name, fn in _impls(log).items()}
+                times = {name: [] for name in calls}
+                for name, fn in calls.items():  # warm-up
+                    fn()
+                for _ in range(args.repeat):  # one call of each in turn: a shared machine's load hits all alike
+                    for name, fn in calls.items():
+                        times[name].append(_once(fn))
                 base = statistics.median(times["torch"])
                 case = f"{'log_softmax' if log else 'softmax'} {mode} {inputs}"
                 for name, ts in times.items():
