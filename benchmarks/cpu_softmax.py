@@ -38,8 +38,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4096, help="the input is n x n fp32")
     ap.add_argument("--repeat", type=int, default=21, help="calls of each implementation, in turn")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's); on a loaded machine 1 "
+                    "avoids timing the intra-op thread pool's waits, which every parallel op pays")
     ap.add_argument("--out", help="CSV path")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rows = []
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.n} x {args.n} fp32, median of "
