@@ -1,6 +1,8 @@
-"""The public ops: softmax and log_softmax over any dim, differentiable, visible to torch.compile.
+"""The public ops: torch.softmax / torch.log_softmax's signature and semantics, differentiable, visible to
+torch.compile.
 
-    y = onlinesoftmax.softmax(x, dim=-1)                  # backend="auto"
+    y = onlinesoftmax.softmax(x, dim=-1)                          # backend="auto"
+    y = onlinesoftmax.softmax(x16, 1, dtype=torch.float32)        # casts first, as torch does
     y = onlinesoftmax.log_softmax(x, dim=1, backend="triton")
 
 Backends:
@@ -8,12 +10,20 @@ Backends:
   regime for the shape); the default for CUDA tensors;
 - "triton": the Triton kernels (kernels/triton/softmax.py); a non-last `dim` is moved last with
   one contiguous copy (documented: the CUDA backend has a strided kernel instead);
-- "reference": torch on the CPU, fp32 accumulation, the package's semantics; the default for CPU
-  tensors (float64 accepted here, e.g. for gradcheck).
+- "cpu": torch's own CPU kernel, then the fully masked rows set right (see below); the default for
+  CPU tensors, as fast as torch.softmax;
+- "reference": torch elementwise ops with fp32 accumulation (float64 for float64), on the tensor's
+  device: the specification, slow.
+The kernels take float32, float16 and bfloat16; float64 on "cuda" or "triton" goes through the
+reference path on the GPU. Any backend takes 0-d tensors (one row of one element, dim 0 or -1) and
+empty ones (an empty result, an empty gradient).
 
-Semantics (the same for every backend; reference.py is the specification): a row of all -inf
-gives softmax 0 and log-softmax -inf with zero gradient; a row with NaN or +inf gives NaN; inputs
-near the dtype's max do not overflow.
+Semantics (the same for every backend; reference.py is the specification), torch's except for one
+deliberate difference: a fully masked row (all -inf) gives softmax 0 and log-softmax -inf with zero
+gradient, where torch gives NaN. A row with NaN or +inf gives NaN; inputs near the dtype's max do not
+overflow. The output is contiguous (torch's strides for the shape) whatever the input's layout, as
+torch's is; `dtype=` casts the input before the op. A bad `dim` raises DimError (an IndexError, as
+in torch) or ArgumentTypeError (a TypeError: None, a float, a bool); both are OnlineSoftmaxErrors.
 
 Three ways in, one implementation:
 - eager without grad: the kernel launcher is called directly (the custom-op dispatcher costs
@@ -21,10 +31,13 @@ Three ways in, one implementation:
 - eager with grad: a thin autograd.Function around the same launchers;
 - torch.compile: `torch.ops.onlinesoftmax.softmax_forward/backward`, custom ops with fake
   (meta) kernels and registered autograd, so `fullgraph=True` traces through.
+dropin.py routes torch's own softmax calls on CUDA tensors to the same launchers.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 
 import torch
@@ -32,44 +45,73 @@ import torch
 from . import state
 from .errors import OnlineSoftmaxError, Unavailable
 
-BACKENDS = ("auto", "cuda", "triton", "reference")
-GPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-REFERENCE_DTYPES = GPU_DTYPES + (torch.float64,)
+BACKENDS = ("auto", "cuda", "triton", "cpu", "reference")
+KERNEL_BACKENDS = ("cuda", "triton")
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the CUDA and Triton kernels take
+DTYPES = KERNEL_DTYPES + (torch.float64,)  # what every backend takes (see the module docstring)
+NEG_INF = float("-inf")
+CONTIGUOUS = torch.contiguous_format
+
+
+class DimError(OnlineSoftmaxError, IndexError):
+    """`dim` out of range for the input (torch raises an IndexError)."""
+
+
+class ArgumentTypeError(OnlineSoftmaxError, TypeError):
+    """An argument of the wrong type: the input not a tensor, `dim` not an int, `dtype` not a torch.dtype."""
 
 
 # ------------------------------------------------------------------------------- validation
-def _resolve(x, dim: int, backend: str) -> tuple[int, str]:
-    """Normalised dim and concrete backend, or a clear error."""
+def _dim(dim, ndim: int) -> int:
+    """dim in [0, max(ndim, 1)): an int, or anything torch takes as one (__index__), never a bool."""
+    if type(dim) is not int:
+        if isinstance(dim, bool):
+            raise ArgumentTypeError(f"dim must be an int, got a bool ({dim})")
+        try:
+            dim = operator.index(dim)
+        except TypeError:
+            raise ArgumentTypeError(f"dim must be an int, got {type(dim).__name__} ({dim!r})") from None
+    n = ndim or 1  # a 0-d tensor takes dim 0 or -1, as in torch
+    if not -n <= dim < n:
+        raise DimError(f"dim {dim} out of range for a {ndim}-d tensor (expected in [{-n}, {n - 1}])")
+    return dim + n if dim < 0 else dim
+
+
+def _resolve(x, dim, backend: str, dtype=None) -> tuple[torch.Tensor, int, str]:
+    """The input cast to `dtype` (when given), the normalised dim and the backend that runs it (one of
+    _FORWARD's keys), or a clear error."""
     if not isinstance(x, torch.Tensor):
-        raise OnlineSoftmaxError(f"expected a torch.Tensor, got {type(x).__name__}")
-    if backend not in BACKENDS:
-        raise OnlineSoftmaxError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if x.dim() == 0:
-        raise OnlineSoftmaxError("softmax needs at least one dimension; got a 0-d tensor")
-    if not -x.dim() <= dim < x.dim():
-        raise OnlineSoftmaxError(f"dim {dim} out of range for a {x.dim()}-d tensor")
-    dim %= x.dim()
-    if x.shape[dim] == 0 or x.numel() == 0:
-        raise OnlineSoftmaxError(f"empty input: shape {tuple(x.shape)} has nothing along a dimension")
+        raise ArgumentTypeError(f"expected a torch.Tensor, got {type(x).__name__}")
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype):
+            raise ArgumentTypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+        x = x.to(dtype)
+    dim = _dim(dim, x.dim())
     if backend == "auto":
-        backend = _default_backend(x)
-    if backend == "reference":
-        allowed = REFERENCE_DTYPES
-    else:
-        allowed = GPU_DTYPES
+        backend = _gpu_backend() if x.is_cuda else "cpu" if x.device.type == "cpu" else "reference"
+    elif backend in KERNEL_BACKENDS:
         if not x.is_cuda and not (backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1"):
             raise OnlineSoftmaxError(
                 f"backend {backend!r} needs a CUDA tensor; got one on {x.device} "
-                "(use backend='reference' or 'auto' for CPU tensors)")
-    if x.dtype not in allowed:
-        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
-        raise OnlineSoftmaxError(f"dtype {x.dtype} not supported by backend {backend!r} (supported: {names})")
-    return dim, backend
+                "(use backend='auto', 'cpu' or 'reference' for CPU tensors)")
+    elif backend == "cpu":
+        if x.device.type != "cpu":
+            raise OnlineSoftmaxError(f"backend 'cpu' runs torch's CPU kernel; got a tensor on {x.device}")
+    elif backend != "reference":
+        raise OnlineSoftmaxError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if x.dtype not in DTYPES:
+        names = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
+        raise OnlineSoftmaxError(f"dtype {x.dtype} not supported (supported: {names}; dtype= casts the input)")
+    if x.numel() == 0:
+        return x, dim, "empty"
+    if x.dtype == torch.float64 and backend in KERNEL_BACKENDS:
+        return x, dim, "reference"  # the kernels take 16 and 32 bits: float64 through torch ops, on the GPU
+    return x, dim, backend
 
 
-def _default_backend(x) -> str:
-    if not x.is_cuda:
-        return "reference"
+@functools.cache
+def _gpu_backend() -> str:
+    """The backend for CUDA tensors: the production CUDA kernels, or Triton where they cannot run."""
     from .runtime import available
 
     return "cuda" if available() is None else "triton"
@@ -77,39 +119,45 @@ def _default_backend(x) -> str:
 
 # ------------------------------------------------------------------------------ the launchers
 def _forward(x: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
-    if backend == "reference":
-        xf = x.float() if x.dtype != torch.float64 else x
-        st = state.of_values(xf, axis=dim)
-        y = state.log_probabilities(xf, st) if log else state.probabilities(xf, st)
-        return y.to(x.dtype)
-    out = torch.empty_like(x) if x.is_contiguous() else torch.empty_like(x, memory_format=torch.contiguous_format)
-    if backend == "cuda":
-        from .engines.cuda import run as cuda_engine
-
-        cuda_engine.forward(x, out, dim, log)
-    else:
-        _triton_rows(lambda a, o: _triton().softmax_forward(a[0], o, log=log), (x,), out, dim)
-    return out
+    """softmax(x) over dim (log_softmax when log) by `backend`, as _resolve returns them: contiguous, x's dtype.
+    A 0-d x is one row of one element."""
+    if x.dim() == 0:
+        return _FORWARD[backend](x.reshape(1), 0, log).reshape(())
+    return _FORWARD[backend](x, dim, log)
 
 
 def _backward(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
-    if backend == "reference":
-        yf = y.float() if y.dtype != torch.float64 else y
-        dyf = dy.to(yf.dtype)
-        if log:
-            dx = dyf - torch.exp(yf) * dyf.sum(dim, keepdim=True)
-            dx = torch.where((yf == float("-inf")).all(dim, keepdim=True), torch.zeros_like(dx), dx)
-        else:
-            dx = yf * (dyf - (dyf * yf).sum(dim, keepdim=True))
-        return dx.to(y.dtype)
-    out = torch.empty_like(y, memory_format=torch.contiguous_format)
-    if backend == "cuda":
-        from .engines.cuda import run as cuda_engine
+    """dx from the forward output y and the upstream gradient dy: contiguous, y's dtype."""
+    if y.dim() == 0:
+        return _BACKWARD[backend](y.reshape(1), dy.reshape(1), 0, log).reshape(())
+    return _BACKWARD[backend](y, dy, dim, log)
 
-        cuda_engine.backward(y, dy.to(y.dtype), out, dim, log)
-    else:
-        _triton_rows(lambda a, o: _triton().softmax_backward(a[0], a[1], o, log=log),
-                     (y, dy.to(y.dtype)), out, dim)
+
+def _cuda_forward(x, dim, log):
+    from .engines.cuda import run as cuda_engine
+
+    out = torch.empty_like(x, memory_format=CONTIGUOUS)
+    cuda_engine.forward(x, out, dim, log)
+    return out
+
+
+def _cuda_backward(y, dy, dim, log):
+    from .engines.cuda import run as cuda_engine
+
+    out = torch.empty_like(y, memory_format=CONTIGUOUS)
+    cuda_engine.backward(y, dy.to(y.dtype), out, dim, log)
+    return out
+
+
+def _triton_forward(x, dim, log):
+    out = torch.empty_like(x, memory_format=CONTIGUOUS)
+    _triton_rows(lambda a, o: _triton().softmax_forward(a[0], o, log=log), (x,), out, dim)
+    return out
+
+
+def _triton_backward(y, dy, dim, log):
+    out = torch.empty_like(y, memory_format=CONTIGUOUS)
+    _triton_rows(lambda a, o: _triton().softmax_backward(a[0], a[1], o, log=log), (y, dy.to(y.dtype)), out, dim)
     return out
 
 
@@ -131,6 +179,77 @@ def _triton_rows(launch, tensors, out, dim) -> None:
     launch(rows, target)
     if not last:
         out.copy_(target.view(moved[0].shape).movedim(-1, dim))
+
+
+def _cpu_forward(x, dim, log):
+    """torch's CPU kernel gives NaN across a fully masked row; those rows are set to 0 (log: -inf). Only the
+    first element of each row is read (M reads); the rows where it is NaN (masked, or holding NaN or +inf, which
+    stay NaN) are the only ones scanned."""
+    y = (torch.log_softmax if log else torch.softmax)(x, dim)
+    candidates = y.select(dim, 0).isnan()
+    if candidates.any():
+        _fill_masked_rows(y, x, dim, candidates, NEG_INF if log else 0.0)
+    return y
+
+
+def _cpu_backward(y, dy, dim, log):
+    """torch's CPU kernels. softmax: a masked row has y = 0, so dx = 0 already. log_softmax: there dx = dy, set to
+    0; only the rows whose first y is -inf can be all -inf, and only those are scanned."""
+    dy = dy.to(y.dtype)
+    if not log:
+        return torch._softmax_backward_data(dy, y, dim, y.dtype)
+    dx = torch._log_softmax_backward_data(dy, y, dim, y.dtype)
+    candidates = y.select(dim, 0) == NEG_INF
+    if candidates.any():
+        _fill_masked_rows(dx, y, dim, candidates, 0.0)
+    return dx
+
+
+def _fill_masked_rows(t, ref, dim, candidates, value) -> None:
+    """t's rows along dim <- value where ref's row is all -inf, looking only at the candidate rows (a bool tensor
+    over the other dims, as select(dim, 0) gives). A leading dim of 1 makes a 1-d tensor one row like the others."""
+    t, ref = t.unsqueeze(0).movedim(dim + 1, -1), ref.unsqueeze(0).movedim(dim + 1, -1)
+    idx = candidates.unsqueeze(0).nonzero(as_tuple=True)
+    full = (ref[idx] == NEG_INF).all(-1)
+    t[tuple(i[full] for i in idx)] = value
+
+
+def _upcast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A copy in `dtype` with torch's contiguous strides, so the elementwise ops on it give contiguous outputs."""
+    return t.to(dtype, memory_format=CONTIGUOUS, copy=True)
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _reference_forward(x, dim, log):
+    xf = _upcast(x, _accumulator(x.dtype))
+    st = state.of_values(xf, axis=dim)
+    y = state.log_probabilities(xf, st) if log else state.probabilities(xf, st)
+    return y.to(x.dtype)
+
+
+def _reference_backward(y, dy, dim, log):
+    acc = _accumulator(y.dtype)
+    yf, dyf = _upcast(y, acc), _upcast(dy, acc)
+    if log:
+        dx = dyf - torch.exp(yf) * dyf.sum(dim, keepdim=True)
+        dx = torch.where((yf == NEG_INF).all(dim, keepdim=True), torch.zeros_like(dx), dx)
+    else:
+        dx = yf * (dyf - (dyf * yf).sum(dim, keepdim=True))
+    return dx.to(y.dtype)
+
+
+def _empty(t, *_):
+    """An empty input (or gradient): nothing to compute, an empty result of its shape and dtype."""
+    return torch.empty_like(t, memory_format=CONTIGUOUS)
+
+
+_FORWARD = {"cuda": _cuda_forward, "triton": _triton_forward, "cpu": _cpu_forward,
+            "reference": _reference_forward, "empty": _empty}
+_BACKWARD = {"cuda": _cuda_backward, "triton": _triton_backward, "cpu": _cpu_backward,
+             "reference": _reference_backward, "empty": _empty}
 
 
 # ---------------------------------------------------------------------- torch.compile: custom ops
@@ -183,8 +302,8 @@ class _Softmax(torch.autograd.Function):
         return _backward(y, dy, *ctx.args), None, None, None
 
 
-def _apply(x, dim, log, backend):
-    dim, backend = _resolve(x, dim, backend)
+def _apply(input, dim, log, dtype, backend):
+    x, dim, backend = _resolve(input, dim, backend, dtype)
     if torch.compiler.is_compiling():
         return softmax_forward_op(x, dim, log, backend)
     if x.requires_grad and torch.is_grad_enabled():
@@ -192,29 +311,46 @@ def _apply(x, dim, log, backend):
     return _forward(x, dim, log, backend)
 
 
-def softmax(x: torch.Tensor, dim: int = -1, *, backend: str = "auto") -> torch.Tensor:
-    """Softmax over `dim`; fully masked (-inf) rows give 0. fp32/fp16/bf16 in, same dtype out."""
-    return _apply(x, dim, False, backend)
+def softmax(input: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
+            backend: str = "auto") -> torch.Tensor:
+    """torch.softmax(input, dim, dtype=dtype), except that a fully masked (all -inf) row gives 0 with zero
+    gradient, not NaN. fp32/fp16/bf16/fp64 in (dtype= casts first), the same dtype out."""
+    return _apply(input, dim, False, dtype, backend)
 
 
-def log_softmax(x: torch.Tensor, dim: int = -1, *, backend: str = "auto") -> torch.Tensor:
-    """Log-softmax over `dim`; fully masked rows give -inf with zero gradient."""
-    return _apply(x, dim, True, backend)
+def log_softmax(input: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
+                backend: str = "auto") -> torch.Tensor:
+    """torch.log_softmax(input, dim, dtype=dtype), except that a fully masked row gives -inf with zero gradient."""
+    return _apply(input, dim, True, dtype, backend)
 
 
-class Softmax(torch.nn.Module):
-    """Drop-in for torch.nn.Softmax."""
+class _Module:
+    """What Softmax and LogSoftmax add to torch's modules: the backend (in the repr unless "auto"). dim=None
+    picks the dim by torch's legacy rule, with torch's deprecation warning (pointing at the caller)."""
 
-    def __init__(self, dim: int = -1, backend: str = "auto"):
-        super().__init__()
-        self.dim, self.backend = dim, backend
+    _log = False
 
-    def forward(self, x):
-        return softmax(x, self.dim, backend=self.backend)
+    def __init__(self, dim: int | None = None, backend: str = "auto"):
+        super().__init__(dim)
+        self.backend = backend
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        dim = self.dim
+        if dim is None:  # stacklevel 5: _get_softmax_dim, forward, Module._call_impl, Module.__call__, the caller
+            dim = torch.nn.functional._get_softmax_dim(
+                "log_softmax" if self._log else "softmax", input.dim(), 5)
+        return _apply(input, dim, self._log, None, self.backend)
+
+    def extra_repr(self) -> str:
+        r = super().extra_repr()
+        return r if self.backend == "auto" else f"{r}, backend={self.backend!r}"
 
 
-class LogSoftmax(Softmax):
-    """Drop-in for torch.nn.LogSoftmax."""
+class Softmax(_Module, torch.nn.Softmax):
+    """torch.nn.Softmax (an instance of it) on this package's softmax."""
 
-    def forward(self, x):
-        return log_softmax(x, self.dim, backend=self.backend)
+
+class LogSoftmax(_Module, torch.nn.LogSoftmax):
+    """torch.nn.LogSoftmax (an instance of it) on this package's log_softmax."""
+
+    _log = True

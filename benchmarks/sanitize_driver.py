@@ -1,0 +1,136 @@
+"""The CUDA backend for compute-sanitizer (benchmarks/sanitize.sh): every regime of variants/production.py, forward
+and backward, vector (16-byte) and scalar paths, odd shapes, and the layouts ops.py hands the launchers (a non-last
+dim, a transposed input, an unaligned pointer, expanded rows). A few launches each, every output checked against
+float64, so a clean sanitizer run also computed right; exit status 1 on a wrong result or a regime that ran nothing.
+
+    PYTHONPATH=src python benchmarks/sanitize_driver.py [--precompile] [--dtype float32 ...]
+
+--precompile first compiles every instantiation the plans can pick, in parallel, into the NVRTC disk cache (what
+the warm-up run of sanitize.sh does), so the runs under a sanitizer load cubins and never compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+from onlinesoftmax import reference, registry
+from onlinesoftmax.harness.check import check_variant, compare, error_scale
+from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype
+from onlinesoftmax.runtime import nvrtc
+from onlinesoftmax.variants import production as P
+
+KINDS = ("masked", "one_finite", "nan", "huge")  # rotated over the cases: adversarial rows in every regime
+
+
+def regime_cases(op: str, regime: str, dtype) -> list[tuple[int, int]]:
+    """(M, N) per forced regime: an odd N (the scalar path) and a vector one, at the regime's edges."""
+    W = P.vec_width(dtype)
+    wmax = P.warp_max_n(op, dtype, W)
+    cap = P.row_capacity(op, dtype, W)
+    return {
+        "warp": [(37, 33), (9, wmax)],
+        # odd N; vector, registers only; vector with the first shared-memory slot
+        "block": [(2, wmax + 1), (3, wmax + W), (3, P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W + W)],
+        "cluster": [(2, cap + W), (1, 262144)],  # 2 CTAs per row; few rows: wide clusters (16 for fp32 backward)
+        "split": [(3, 3001), (2, 20000)],
+        "columns": [(3, 5), (2, 301)],
+        "strided": [(3, 5), (2, 301)],
+    }[regime]
+
+
+def run_regimes(dtype, failures: list) -> int:
+    n = 0
+    for name in P.VARIANT_NAMES:
+        v = registry.get(name)
+        regime = name.rsplit("_", 1)[1]
+        ran = 0
+        for M, N in regime_cases(v.op, regime, dtype):
+            report = check_variant(v, M, N, dtype, KINDS[n % len(KINDS)], seed=n)
+            n += 1
+            if report.skipped:
+                continue
+            ran += 1
+            if not report.ok:
+                failures.append(f"{name} {M}x{N} {dtype}: {report.message}")
+        if not ran:
+            failures.append(f"{name} {dtype}: no case ran")
+    return n
+
+
+def _masked(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """t with its first row along dim all -inf."""
+    row = [0] * t.dim()
+    row[dim] = slice(None)
+    t[tuple(row)] = float("-inf")
+    return t
+
+
+def _layouts(dtype, g):
+    """(name, x, dim): the inputs ops.py passes on as they are, each (but the expanded one) with a masked row."""
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", generator=g).to(dtype)
+
+    return [
+        ("dim 1 of 3-d (columns / strided)", _masked(randn(4, 301, 24), 1), 1),
+        ("dim 0 of 2-d", _masked(randn(129, 40), 0), 0),
+        ("transposed (copied)", _masked(randn(40, 33), 0).t(), 1),
+        ("unaligned pointer (scalar)", _masked(randn(40 * 33 + 1)[1:].view(40, 33), 1), 1),
+        ("expanded rows (row stride 0)", randn(1, 520).expand(6, 520), 1),
+    ]
+
+
+def run_layouts(dtype, failures: list) -> int:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n = 0
+    for name, x, dim in _layouts(dtype, g):
+        for log in (False, True):
+            want = (reference.log_softmax if log else reference.softmax)(x.movedim(dim, -1))
+            out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+            P.forward(x, out, dim, log)
+            reports = [("forward", compare(out.movedim(dim, -1), want, dtype))]
+            y = torch.from_numpy(want).to(dtype).cuda().movedim(-1, dim).contiguous()
+            dy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
+            op = "log_softmax_backward" if log else "softmax_backward"
+            ins = (y.movedim(dim, -1), dy.movedim(dim, -1))
+            dx_want = reference.reference(op, ins)
+            dx = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+            P.backward(y, dy, dx, dim, log)
+            reports.append(("backward", compare(dx.movedim(dim, -1), dx_want, dtype, error_scale(op, ins, dx_want))))
+            if dim != x.dim() - 1:  # the strided kernel forward too (the automatic plan may take columns)
+                P._run("log_softmax" if log else "softmax", (x,), out.fill_(float("nan")), dim, "strided")
+                reports.append(("forward strided", compare(out.movedim(dim, -1), want, dtype)))
+            for what, r in reports:
+                n += 1
+                if not r.ok:
+                    failures.append(f"{name} {what} log={log} {dtype}: {r.message}")
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", action="append", choices=SWEEP_DTYPES, help="default: all three")
+    ap.add_argument("--precompile", action="store_true", help="compile every instantiation first, in parallel")
+    args = ap.parse_args()
+    if args.precompile:
+        t0 = time.perf_counter()
+        names = P.instantiations()
+        P.compile_all(names, nvrtc.current_arch(), batch=1, workers=os.cpu_count() or 1)
+        print(f"precompiled {len(names)} instantiations in {time.perf_counter() - t0:.0f} s", flush=True)
+    failures: list[str] = []
+    for dtype in map(parse_dtype, args.dtype or SWEEP_DTYPES):
+        n = run_regimes(dtype, failures) + run_layouts(dtype, failures)
+        torch.cuda.synchronize()
+        print(f"{dtype}: {n} cases", flush=True)
+    for f in failures:
+        print("FAIL", f)
+    print(f"driver: {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
