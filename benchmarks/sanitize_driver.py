@@ -1,4 +1,4 @@
-"""The CUDA backend for compute-sanitizer (benchmarks/sanitize.sh): every regime of variants/production.py, forward
+"""The CUDA backend for compute-sanitizer (benchmarks/sanitize.sh): every regime of the production CUDA engine (engines/cuda/), forward
 and backward, vector (16-byte) and scalar paths, odd shapes, and the layouts ops.py hands the launchers (a non-last
 dim, a transposed input, an unaligned pointer, expanded rows). A few launches each, every output checked against
 float64, so a clean sanitizer run also computed right; exit status 1 on a wrong result or a regime that ran nothing.
@@ -22,7 +22,10 @@ from onlinesoftmax import reference, registry
 from onlinesoftmax.harness.check import check_variant, compare, error_scale
 from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype
 from onlinesoftmax.runtime import nvrtc
-from onlinesoftmax.variants import production as P
+from onlinesoftmax.engines.cuda import plan as P
+from onlinesoftmax.engines.cuda import run as E
+from onlinesoftmax.engines.cuda import kernels as K
+from onlinesoftmax.engines.cuda import variants as V
 
 KINDS = ("masked", "one_finite", "nan", "huge")  # rotated over the cases: adversarial rows in every regime
 
@@ -45,7 +48,7 @@ def regime_cases(op: str, regime: str, dtype) -> list[tuple[int, int]]:
 
 def run_regimes(dtype, failures: list) -> int:
     n = 0
-    for name in P.VARIANT_NAMES:
+    for name in V.VARIANT_NAMES:
         v = registry.get(name)
         regime = name.rsplit("_", 1)[1]
         ran = 0
@@ -91,7 +94,7 @@ def run_layouts(dtype, failures: list) -> int:
         for log in (False, True):
             want = (reference.log_softmax if log else reference.softmax)(x.movedim(dim, -1))
             out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-            P.forward(x, out, dim, log)
+            E.forward(x, out, dim, log)
             reports = [("forward", compare(out.movedim(dim, -1), want, dtype))]
             y = torch.from_numpy(want).to(dtype).cuda().movedim(-1, dim).contiguous()
             dy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
@@ -99,10 +102,10 @@ def run_layouts(dtype, failures: list) -> int:
             ins = (y.movedim(dim, -1), dy.movedim(dim, -1))
             dx_want = reference.reference(op, ins)
             dx = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-            P.backward(y, dy, dx, dim, log)
+            E.backward(y, dy, dx, dim, log)
             reports.append(("backward", compare(dx.movedim(dim, -1), dx_want, dtype, error_scale(op, ins, dx_want))))
             if dim != x.dim() - 1:  # the strided kernel forward too (the automatic plan may take columns)
-                P._run("log_softmax" if log else "softmax", (x,), out.fill_(float("nan")), dim, "strided")
+                E.run_regime("log_softmax" if log else "softmax", (x,), out.fill_(float("nan")), dim, "strided")
                 reports.append(("forward strided", compare(out.movedim(dim, -1), want, dtype)))
             for what, r in reports:
                 n += 1
@@ -119,7 +122,7 @@ def main() -> int:
     if args.precompile:
         t0 = time.perf_counter()
         names = P.instantiations()
-        P.compile_all(names, nvrtc.current_arch(), batch=1, workers=os.cpu_count() or 1)
+        K.compile_all(names, nvrtc.current_arch(), batch=1, workers=os.cpu_count() or 1)
         print(f"precompiled {len(names)} instantiations in {time.perf_counter() - t0:.0f} s", flush=True)
     failures: list[str] = []
     for dtype in map(parse_dtype, args.dtype or SWEEP_DTYPES):

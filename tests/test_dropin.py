@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import onlinesoftmax as osm
-from onlinesoftmax import dropin
+from onlinesoftmax.ops import dropin
 
 OPS = ("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data")
 NEG_INF = float("-inf")
@@ -47,7 +47,7 @@ def test_enable_takes_the_cuda_key_and_disable_gives_it_back():
     osm.enable()  # idempotent
     assert osm.is_enabled()
     for op in OPS:
-        assert "onlinesoftmax/dropin.py" in _cuda_kernel(op), _cuda_kernel(op)
+        assert "onlinesoftmax/ops/dropin.py" in _cuda_kernel(op), _cuda_kernel(op)
         others = [ln for ln in _table(op).splitlines() if not ln.startswith("CUDA:")]
         assert others == [ln for ln in before[op].splitlines() if not ln.startswith("CUDA:")]
     osm.disable()

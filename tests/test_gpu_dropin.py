@@ -1,6 +1,6 @@
 """onlinesoftmax.enable() on a GPU (marker gpu; skipped without CUDA): torch's own softmax entry points run our
 kernels, forward and backward, for every dtype; a small GPT-style model gives the same loss and gradients with and
-without routing (fp32, bf16 autocast), and our kernels provably ran (ops._forward / _backward counted, by backend;
+without routing (fp32, bf16 autocast), and our kernels provably ran (ops.forward / _backward counted, by backend;
 and the masked-row difference: torch NaN, ours 0 / -inf with zero gradient)."""
 
 import collections
@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
 import onlinesoftmax as osm  # noqa: E402
-from onlinesoftmax import ops  # noqa: E402
+from onlinesoftmax.ops import softmax as ops  # noqa: E402
 
 NEG_INF = float("-inf")
 # ours against torch's kernel, both accumulating in fp32 (fp64) and rounding once: a few ulps of the output dtype,
@@ -50,8 +50,8 @@ def calls(monkeypatch):
 
         return wrapped
 
-    monkeypatch.setattr(ops, "_forward", counting("forward", ops._forward))
-    monkeypatch.setattr(ops, "_backward", counting("backward", ops._backward))
+    monkeypatch.setattr(ops, "forward", counting("forward", ops.forward))
+    monkeypatch.setattr(ops, "backward", counting("backward", ops.backward))
     return seen
 
 

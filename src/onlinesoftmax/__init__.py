@@ -6,9 +6,9 @@
     osm.variants()                  # every implementation: CPU ladder, CUDA ladder, Triton, ...
 """
 
-from .dropin import disable, enable, enabled, is_enabled
-from .errors import OnlineSoftmaxError, Unavailable
-from .ops import ArgumentTypeError, DimError, LogSoftmax, Softmax, log_softmax, softmax
+from .errors import ArgumentTypeError, DimError, OnlineSoftmaxError, Unavailable
+from .ops.dropin import disable, enable, enabled, is_enabled
+from .ops.softmax import LogSoftmax, Softmax, log_softmax, softmax
 from .registry import Variant, get, variants
 from .harness import catalog as _catalog  # noqa: F401, E402  (registers every variant)
 

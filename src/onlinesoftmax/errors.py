@@ -1,4 +1,5 @@
-"""The one exception type users see: bad input, unsupported shape/dtype, missing GPU."""
+"""The exceptions users see: bad input, unsupported shape/dtype, missing GPU. All are OnlineSoftmaxError; the two
+argument errors are also the builtin torch raises in the same case (IndexError, TypeError)."""
 
 
 class OnlineSoftmaxError(ValueError):
@@ -7,3 +8,11 @@ class OnlineSoftmaxError(ValueError):
 
 class Unavailable(OnlineSoftmaxError):
     """A backend cannot run on this machine (no GPU, no driver, no Triton)."""
+
+
+class DimError(OnlineSoftmaxError, IndexError):
+    """`dim` out of range for the input (torch raises an IndexError)."""
+
+
+class ArgumentTypeError(OnlineSoftmaxError, TypeError):
+    """An argument of the wrong type: the input not a tensor, `dim` not an int, `dtype` not a torch.dtype."""

@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from .. import ops
+from ..ops import softmax as ops
 from ..reference import reference
 from .bench import gbps, median_ms, queued_ms
 from .check import compare, error_scale
@@ -38,8 +38,8 @@ def _dim0_impls(op: str) -> dict:
             "torch.softmax": ("baseline", lambda x: torch.softmax(x, 0)),
         }
     return {  # softmax_backward: the inputs are (y, dy)
-        "api.cuda.softmax_backward": ("cuda", lambda y, dy: ops._backward(y, dy, 0, False, "cuda")),
-        "api.triton.softmax_backward": ("triton", lambda y, dy: ops._backward(y, dy, 0, False, "triton")),
+        "api.cuda.softmax_backward": ("cuda", lambda y, dy: ops.backward(y, dy, 0, False, "cuda")),
+        "api.triton.softmax_backward": ("triton", lambda y, dy: ops.backward(y, dy, 0, False, "triton")),
         "torch.softmax_backward": ("baseline", lambda y, dy: torch._softmax_backward_data(dy, y, 0, y.dtype)),
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import ops
+from ..ops import softmax as ops
 from ..opdefs import GPU_DTYPES, OPS, SOFTMAX_OPS
 from ..registry import Variant, register
 from ..runtime import available as runtime_available
@@ -15,8 +15,8 @@ from ..engines.triton.variants import available as triton_available
 def _call(op: str, backend: str):
     log = op.startswith("log_")
     if op.endswith("_backward"):
-        return lambda a: ops._backward(a[0], a[1], a[0].dim() - 1, log, backend)
-    return lambda a: ops._forward(a[0], a[0].dim() - 1, log, backend)
+        return lambda a: ops.backward(a[0], a[1], a[0].dim() - 1, log, backend)
+    return lambda a: ops.forward(a[0], a[0].dim() - 1, log, backend)
 
 
 for _backend, _available in (("cuda", runtime_available), ("triton", triton_available)):

@@ -32,21 +32,21 @@ from typing import Optional
 
 import torch
 
-from . import ops
+from . import softmax as ops
 
 
 def _forward_kernel(log: bool):
     def kernel(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
-        x, dim, backend = ops._resolve(x, dim, "auto", torch.float32 if half_to_float else None)
-        return ops._forward(x, dim, log, backend)
+        x, dim, backend = ops.resolve(x, dim, "auto", torch.float32 if half_to_float else None)
+        return ops.forward(x, dim, log, backend)
 
     return kernel
 
 
 def _backward_kernel(log: bool):
     def kernel(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype) -> torch.Tensor:
-        output, dim, backend = ops._resolve(output, dim, "auto")
-        return ops._backward(output, grad_output, dim, log, backend).to(input_dtype)  # half_to_float: back to 16 bits
+        output, dim, backend = ops.resolve(output, dim, "auto")
+        return ops.backward(output, grad_output, dim, log, backend).to(input_dtype)  # half_to_float: back to 16 bits
 
     return kernel
 

@@ -42,23 +42,15 @@ import os
 
 import torch
 
-from . import state
-from .errors import OnlineSoftmaxError, Unavailable
+from .. import state
+from ..errors import ArgumentTypeError, DimError, OnlineSoftmaxError, Unavailable
+from ..opdefs import GPU_DTYPES as KERNEL_DTYPES  # what the CUDA and Triton kernels take
 
 BACKENDS = ("auto", "cuda", "triton", "cpu", "reference")
 KERNEL_BACKENDS = ("cuda", "triton")
-KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the CUDA and Triton kernels take
 DTYPES = KERNEL_DTYPES + (torch.float64,)  # what every backend takes (see the module docstring)
 NEG_INF = float("-inf")
 CONTIGUOUS = torch.contiguous_format
-
-
-class DimError(OnlineSoftmaxError, IndexError):
-    """`dim` out of range for the input (torch raises an IndexError)."""
-
-
-class ArgumentTypeError(OnlineSoftmaxError, TypeError):
-    """An argument of the wrong type: the input not a tensor, `dim` not an int, `dtype` not a torch.dtype."""
 
 
 # ------------------------------------------------------------------------------- validation
@@ -77,7 +69,7 @@ def _dim(dim, ndim: int) -> int:
     return dim + n if dim < 0 else dim
 
 
-def _resolve(x, dim, backend: str, dtype=None) -> tuple[torch.Tensor, int, str]:
+def resolve(x, dim, backend: str, dtype=None) -> tuple[torch.Tensor, int, str]:
     """The input cast to `dtype` (when given), the normalised dim and the backend that runs it (one of
     _FORWARD's keys), or a clear error."""
     if not isinstance(x, torch.Tensor):
@@ -112,13 +104,13 @@ def _resolve(x, dim, backend: str, dtype=None) -> tuple[torch.Tensor, int, str]:
 @functools.cache
 def _gpu_backend() -> str:
     """The backend for CUDA tensors: the production CUDA kernels, or Triton where they cannot run."""
-    from .runtime import available
+    from ..runtime import available
 
     return "cuda" if available() is None else "triton"
 
 
 # ------------------------------------------------------------------------------ the launchers
-def _forward(x: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
+def forward(x: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
     """softmax(x) over dim (log_softmax when log) by `backend`, as _resolve returns them: contiguous, x's dtype.
     A 0-d x is one row of one element."""
     if x.dim() == 0:
@@ -126,7 +118,7 @@ def _forward(x: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor
     return _FORWARD[backend](x, dim, log)
 
 
-def _backward(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
+def backward(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
     """dx from the forward output y and the upstream gradient dy: contiguous, y's dtype."""
     if y.dim() == 0:
         return _BACKWARD[backend](y.reshape(1), dy.reshape(1), 0, log).reshape(())
@@ -134,7 +126,7 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool, backend: s
 
 
 def _cuda_forward(x, dim, log):
-    from .engines.cuda import run as cuda_engine
+    from ..engines.cuda import run as cuda_engine
 
     out = torch.empty_like(x, memory_format=CONTIGUOUS)
     cuda_engine.forward(x, out, dim, log)
@@ -142,7 +134,7 @@ def _cuda_forward(x, dim, log):
 
 
 def _cuda_backward(y, dy, dim, log):
-    from .engines.cuda import run as cuda_engine
+    from ..engines.cuda import run as cuda_engine
 
     out = torch.empty_like(y, memory_format=CONTIGUOUS)
     cuda_engine.backward(y, dy.to(y.dtype), out, dim, log)
@@ -163,7 +155,7 @@ def _triton_backward(y, dy, dim, log):
 
 def _triton():
     try:
-        from .kernels.triton import softmax as triton_softmax
+        from ..kernels.triton import softmax as triton_softmax
     except ImportError as exc:
         raise Unavailable(f"the Triton backend needs triton: {exc}") from None
     return triton_softmax
@@ -255,7 +247,7 @@ _BACKWARD = {"cuda": _cuda_backward, "triton": _triton_backward, "cpu": _cpu_bac
 # ---------------------------------------------------------------------- torch.compile: custom ops
 @torch.library.custom_op("onlinesoftmax::softmax_forward", mutates_args=())
 def softmax_forward_op(x: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
-    return _forward(x, dim, log, backend)
+    return forward(x, dim, log, backend)
 
 
 @softmax_forward_op.register_fake
@@ -265,7 +257,7 @@ def _(x, dim, log, backend):
 
 @torch.library.custom_op("onlinesoftmax::softmax_backward", mutates_args=())
 def softmax_backward_op(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
-    return _backward(y, dy, dim, log, backend)
+    return backward(y, dy, dim, log, backend)
 
 
 @softmax_backward_op.register_fake
@@ -291,7 +283,7 @@ softmax_forward_op.register_autograd(_op_backward, setup_context=_setup_context)
 class _Softmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dim, log, backend):
-        y = _forward(x, dim, log, backend)
+        y = forward(x, dim, log, backend)
         ctx.save_for_backward(y)
         ctx.args = (dim, log, backend)
         return y
@@ -299,16 +291,16 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        return _backward(y, dy, *ctx.args), None, None, None
+        return backward(y, dy, *ctx.args), None, None, None
 
 
 def _apply(input, dim, log, dtype, backend):
-    x, dim, backend = _resolve(input, dim, backend, dtype)
+    x, dim, backend = resolve(input, dim, backend, dtype)
     if torch.compiler.is_compiling():
         return softmax_forward_op(x, dim, log, backend)
     if x.requires_grad and torch.is_grad_enabled():
         return _Softmax.apply(x, dim, log, backend)
-    return _forward(x, dim, log, backend)
+    return forward(x, dim, log, backend)
 
 
 def softmax(input: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
