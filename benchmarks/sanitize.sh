@@ -30,7 +30,9 @@ for tool in memcheck racecheck synccheck initcheck; do
   start=$SECONDS
   "$SANITIZER" --tool "$tool" --report-api-errors no "$PY" benchmarks/sanitize_driver.py "$@" >"$DIR/$tool.log" 2>&1
   rc=$?
-  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$DIR/$tool.log" | tail -1 | grep -oE '[0-9]+$')
+  # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: ... (N errors, ...)"
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: .*\([0-9]+ errors' "$DIR/$tool.log" | tail -1 \
+    | grep -oE '[0-9]+( errors)?$' | grep -oE '^[0-9]+')
   verdict=$(grep -E '^driver: ' "$DIR/$tool.log" | tail -1)
   printf '%-9s %s errors   (%s; exit %d; %d s)\n' "$tool" "${errors:-no summary:}" "${verdict:-driver did not finish}" \
     "$rc" $((SECONDS - start)) >>"$summary"
