@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import posixpath
 import re
 import tempfile
 import threading
@@ -133,27 +134,33 @@ def cache_dir() -> Path:
 # ---- sources -------------------------------------------------------------------------------------
 
 
-def _read_text(package: str, filename: str) -> str:
-    pkg, _, subdir = package.partition("/")
+def _read_text(path: str) -> str:
+    """A source file by its path in the installed package tree, e.g. "onlinesoftmax/kernels/cuda/softmax.cu"."""
+    top, _, rel = path.partition("/")
     try:
-        rel = f"{subdir}/{filename}" if subdir else filename
-        return resources.files(pkg).joinpath(rel).read_text(encoding="utf-8")
+        return resources.files(top).joinpath(rel).read_text(encoding="utf-8")
     except (FileNotFoundError, ModuleNotFoundError, OSError) as e:
-        raise OnlineSoftmaxError(f"CUDA source {filename!r} not found in package {package} ({e})") from None
+        raise OnlineSoftmaxError(f"CUDA source {path!r} not found ({e})") from None
 
 
 def expand_source(filename: str, package: str = DEFAULT_PACKAGE, _seen: Optional[set] = None) -> str:
-    """The text of `filename` with its local #include "..." files inlined (each at most once)."""
+    """The text of `filename` (in the folder `package`) with its local #include "..." files inlined, each at most
+    once. An include is resolved against the including file's folder, so "../state.cuh" reaches a parent folder
+    (sources shared by several folders: the ladder's and the engines' kernels)."""
     seen = set() if _seen is None else _seen
-    seen.add(filename)
-    text = _read_text(package, filename)
+    path = posixpath.normpath(posixpath.join(package, filename))
+    if path.startswith("../") or posixpath.isabs(path):
+        raise OnlineSoftmaxError(f"CUDA source {filename!r} lies outside the package ({package})")
+    seen.add(path)
+    text = _read_text(path)
+    folder = posixpath.dirname(path)
     out, pos = [], 0
     for match in _INCLUDE.finditer(text):
         out.append(text[pos:match.start()])
         header = match.group(1)
         line_after = text.count("\n", 0, match.end()) + 2  # the line after the #include, 1-based
-        if header not in seen:
-            body = expand_source(header, package, seen)
+        if posixpath.normpath(posixpath.join(folder, header)) not in seen:
+            body = expand_source(header, folder, seen)
             out.append(f'#line 1 "{header}"\n{body}\n#line {line_after} "{filename}"')
         pos = match.end()
     out.append(text[pos:])
