@@ -28,6 +28,7 @@ from onlinesoftmax.errors import OnlineSoftmaxError  # noqa: E402
 from onlinesoftmax.harness.check import check_variant, compare, error_scale  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
 from onlinesoftmax.registry import get  # noqa: E402
+from onlinesoftmax.kernels.triton import rules as R  # noqa: E402
 from onlinesoftmax.variants import triton as tv  # noqa: E402  (registers the triton.* variants)
 
 K = tv.kernels()
@@ -41,8 +42,8 @@ CHUNK = 16
 @pytest.fixture(autouse=True)
 def small_knobs(monkeypatch):
     """Tiny chunks and a grid of 2 programs, so a 21-column row spans two chunks (one a tail)."""
-    monkeypatch.setattr(K, "FORCE_CHUNK", CHUNK)
-    monkeypatch.setattr(K, "FORCE_PROGRAMS", 2)
+    monkeypatch.setattr(R, "FORCE_CHUNK", CHUNK)
+    monkeypatch.setattr(R, "FORCE_PROGRAMS", 2)
 
 
 def _variant(op, regime):
@@ -182,7 +183,7 @@ def test_shapes_around_chunk(op, regime, seed):
 @pytest.mark.parametrize("op", OPS)
 def test_rows_several_rows_per_tile(op, seed):
     """Small N packs many rows in one tile; M not a multiple of BLOCK_M; a partial last tile."""
-    cfg = K.rows_config(45, 5, F32)
+    cfg = R.rows_config(45, 5, F32)
     assert cfg.BLOCK_M > 1
     for kind in ("normal", "masked", "nan"):
         report = check_variant(_variant(op, "rows"), 45, 5, F32, kind, seed)
@@ -194,8 +195,8 @@ def test_rows_several_rows_per_tile(op, seed):
 def test_split_schedules(op, programs, monkeypatch, seed):
     """LAG = C + programs: 1 program interleaves writes of early rows with reads of later ones;
     64 make LAG = M*C (all reads first). PBLOCK = 2 merges the C = 3 partials in two steps."""
-    monkeypatch.setattr(K, "FORCE_PROGRAMS", programs)
-    monkeypatch.setattr(K, "SPLIT_MAX_PARTIALS_BLOCK", 2)
+    monkeypatch.setattr(R, "FORCE_PROGRAMS", programs)
+    monkeypatch.setattr(R, "SPLIT_MAX_PARTIALS_BLOCK", 2)
     report = check_variant(_variant(op, "split"), 5, 37, F32, "outliers", seed)
     assert report.ok, report.message
 
@@ -221,45 +222,12 @@ def test_row_strides(regime, backward):
     assert torch.isnan(out_wide[:, 37:]).all()  # nothing written past N
 
 
-# ---------------------------------------------------------------------------- regime choice
-def test_pick_regime():
-    sms = 132
-    for N in (1, 128, 1000, 16384, 32768):
-        assert K.pick_regime(4096, N, F32, sms=sms) == "rows"
-        assert K.pick_regime(1, N, BF16, sms=sms) == "rows"
-    assert K.pick_regime(4096, 32768, F32, backward=True, sms=sms) == "rows"
-    # just past the rows limit: online while M >= SMs and a row (y + dy backward) <= 128 KB,
-    # and for 16-bit rows of any length; else split
-    assert K.pick_regime(4096, 32769, F32, sms=sms) == "split"
-    assert K.pick_regime(4096, 32769, BF16, sms=sms) == "online"
-    assert K.pick_regime(131, 32769, BF16, sms=sms) == "split"
-    assert K.pick_regime(4096, 32769, F32, backward=True, sms=sms) == "split"
-    assert K.pick_regime(4096, 32769, BF16, backward=True, sms=sms) == "online"
-    assert K.pick_regime(2048, 65536, BF16, sms=sms) == "online"
-    assert K.pick_regime(512, 262144, BF16, sms=sms) == "online"
-    assert K.pick_regime(2048, 65536, F32, sms=sms) == "split"  # 256 KB rows: the L2 window
-    assert K.pick_regime(512, 262144, F32, sms=sms) == "split"
-    assert K.pick_regime(32, 131072, BF16, sms=sms) == "split"  # too few rows for one per SM
-    assert K.pick_regime(1, 262144, F32, backward=True, sms=sms) == "split"
-
-
+# ------------------------------------------------------------------------ the automatic regime
 def test_auto_regime_runs(seed):
     x = torch.randn(3, 50, dtype=F32)
     out = torch.empty_like(x)
     K.softmax_forward(x, out)
     np.testing.assert_allclose(out.double().numpy(), reference.softmax(x), rtol=2e-5, atol=1e-6)
-
-
-def test_split_config_rules():
-    cfg = K.split_config(1, 262144, 132)  # knobs forced small by the fixture
-    assert cfg.CHUNK == CHUNK and cfg.C == 262144 // CHUNK
-    K.FORCE_CHUNK = K.FORCE_PROGRAMS = None  # the fixture restores them
-    big = K.split_config(512, 262144, 132)
-    assert big.CHUNK == K.SPLIT_MAX_CHUNK and big.C * big.CHUNK == 262144
-    assert K.split_config(512, 262144, 132, backward=True).CHUNK == K.SPLIT_MAX_CHUNK // 2
-    assert K.split_config(1, 262144, 132).CHUNK == K.SPLIT_MIN_CHUNK  # spread one row wide
-    assert K.split_lag(16, 512, 264) == 16 + 264
-    assert K.split_lag(16, 2, 264) == 32
 
 
 # ---------------------------------------------------------------------------------- errors
@@ -277,8 +245,12 @@ def test_launcher_errors():
         K.softmax_forward(torch.randn(8), torch.empty(8))
     with pytest.raises(OnlineSoftmaxError, match="dtype"):
         K.softmax_forward(x.double(), torch.empty_like(x.double()))
-    # empty shapes: nothing to do
+    # empty shapes: nothing to do, but the same checks
     K.softmax_forward(torch.empty(0, 8), torch.empty(0, 8))
+    with pytest.raises(OnlineSoftmaxError, match="dtype"):
+        K.softmax_forward(torch.empty(0, 8, dtype=torch.float64), torch.empty(0, 8, dtype=torch.float64))
+    with pytest.raises(OnlineSoftmaxError, match="regime"):
+        K.softmax_forward(torch.empty(2, 0), torch.empty(2, 0), regime="nope")
 
 
 # ------------------------------------------------------------- the compiled path, without a GPU
@@ -287,7 +259,7 @@ import json, os, re, subprocess, sys, tempfile
 import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from onlinesoftmax.kernels.triton import softmax as K
+from onlinesoftmax.kernels.triton import rules as R, softmax as K
 
 PTR = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -314,15 +286,15 @@ for dtype, backward, log in [(torch.float32, False, False), (torch.bfloat16, Fal
     io = [("y_ptr", d), ("dy_ptr", d), ("dx_ptr", d)] if backward else [("x_ptr", d), ("y_ptr", d)]
     strides = ["stride_y", "stride_dy", "stride_dx"] if backward else ["stride_x", "stride_y"]
     name = f"{'bwd' if backward else 'fwd'}-{'log' if log else 'softmax'}-{dtype}"
-    cfg = K.rows_config(1 << 20, K.rows_max_n(dtype, backward), dtype, backward)
+    cfg = R.rows_config(1 << 20, R.rows_max_n(dtype, backward), dtype, backward)
     out["rows " + name] = build(K._rows_bwd_kernel if backward else K._rows_fwd_kernel, io, ["M", "N", *strides],
                                 dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOG=log, NUM_STAGES=cfg.num_stages),
                                 cfg.num_warps, cfg.num_stages)
-    cfg = K.online_config(1 << 16, dtype, backward)
+    cfg = R.online_config(1 << 16, dtype, backward)
     out["online " + name] = build(K._online_bwd_kernel if backward else K._online_fwd_kernel, io,
                                   ["M", "N", *strides], dict(CHUNK=cfg.CHUNK, LOG=log, NUM_STAGES=cfg.num_stages),
                                   cfg.num_warps, cfg.num_stages)
-    cfg = K.split_config(512, 1 << 18, 132, backward)
+    cfg = R.split_config(512, 1 << 18, 132, backward)
     out["split " + name] = build(K._split_bwd_kernel if backward else K._split_fwd_kernel,
                                  io[:-1] + [io[-1], ("ws_ptr", "*fp32"), ("sync_ptr", "*i32")],
                                  ["M", "N", *strides, "C", "LAG"], dict(CHUNK=cfg.CHUNK, PBLOCK=cfg.PBLOCK, LOG=log),
