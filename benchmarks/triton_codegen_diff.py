@@ -25,7 +25,8 @@ and the shapes whose launch moved to another configuration. It exits 1 if anythi
 
 A dump of the whole grid compiles ~3,400 kernels (tens of minutes on two cores; Triton's disk
 cache, TRITON_CACHE_DIR, makes a second dump of the same source quick); --quick keeps a few shapes,
---launch names the launches to compile instead.
+--launch names the launches to compile instead (tests/test_triton_interpreter.py checks the spills
+of each regime's largest configurations that way).
 """
 
 from __future__ import annotations

@@ -1,38 +1,26 @@
-"""Triton softmax / log-softmax, forward and backward: the kernels of the three regimes
-(rules.py describes them and decides among them) and their launchers.
+"""The Triton softmax engine's launchers: softmax / log_softmax, forward and backward, on 2-D
+tensors (M, N) with column stride 1 and any row stride, in fp32, fp16 or bf16, into a
+preallocated `out`.
 
-Everything here works on 2-D tensors (M, N) with column stride 1 and any row stride, in fp32, fp16
-or bf16, accumulating in fp32 and writing the input dtype into a preallocated `out`. The semantics
-are those of `onlinesoftmax.reference` (and `state.py` for the merge):
+A call asks rules.py for a regime and its configuration (`plan`), launches the regime's kernel of
+softmax_jit.py with the op as compile-time flags (BACKWARD, LOG), and learns from the compiled
+kernel how many of its programs an SM holds, for the next persistent grid.
 
-    softmax(x)      = exp(x - m) / d                      m = max x, d = sum exp(x - m)
-    log_softmax(x)  = (x - m) - log d
-    softmax_backward(y, dy)      dx = y * (dy - sum(dy * y))
-    log_softmax_backward(y, dy)  dx = dy - exp(y) * sum(dy)     (0 for a row whose y is all -inf)
-
-- a row of -inf: softmax 0, log_softmax -inf (the max is shifted by 0 instead of -inf: `_guard`);
-- a row holding nan or +inf: nan across the row. We do NOT rely on `tl.max` propagating nan (on
-  the GPU it lowers to maxnum, which drops nan; the interpreter differs again): a nan anywhere
-  makes its exp nan, hence d nan, hence every output of the row nan. +inf gives m = +inf and
-  exp(inf - inf) = nan in d the same way;
-- exp is `exp2((x - m) * log2 e)` with x - m <= 0, so nothing overflows near the dtype max.
+Import this module only after TRITON_INTERPRET is set (if it is to be set): it imports the kernels.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 import triton
-import triton.language as tl
 
 from ...errors import OnlineSoftmaxError
 from . import rules
 from .rules import pick_regime
-
-LOG2E = tl.constexpr(1.4426950408889634)
+from .softmax_jit import interpreting, online_kernel, rows_kernel, split_kernel
 
 _SMS: dict = {}
 
@@ -45,10 +33,6 @@ def sm_count(device: torch.device) -> int:
     if index not in _SMS:
         _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
     return _SMS[index]
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 # Programs per SM of each compiled configuration, learnt from its first launch (registers, shared
@@ -102,311 +86,6 @@ def _check_2d(name: str, t: torch.Tensor, shape=None) -> None:
         raise OnlineSoftmaxError(f"{name} must have column stride 1, got strides {t.stride()}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Shared pieces of the kernels
-# ---------------------------------------------------------------------------------------------
-def _device_fn(fn):
-    """@triton.jit for helpers called from the kernels. Under TRITON_INTERPRET=1 the helper stays a
-    plain Python function: the interpreter re-patches triton.language on every call of a nested
-    jit function (~10 ms each, most of the CPU test time), and the kernel has patched it already."""
-    return fn if interpreting() else triton.jit(fn)
-
-
-@_device_fn
-def _guard(m):
-    """The max to subtract: m, or 0 where m = -inf, so an empty state stays (-inf, 0) (state.safe_shift)."""
-    return tl.where(m == float("-inf"), 0.0, m)
-
-
-@_device_fn
-def _fold(m, d, x):
-    """Fold values x into per-lane states (m, d) with one exp per element:
-    x > m:  (x, d * exp(m - x) + 1)      else:  (m, d + exp(x - m)).
-    -inf adds nothing (and -inf - -inf would be nan); a nan x makes d nan for good; +inf makes
-    m = +inf, and the final merge computes exp(inf - inf) = nan for that lane."""
-    e = tl.exp2(-tl.abs(x - m) * LOG2E)
-    e = tl.where(x == float("-inf"), 0.0, e)
-    bigger = x > m
-    d = tl.where(bigger, d * e + 1.0, d + e)
-    m = tl.where(bigger, x, m)
-    return m, d
-
-
-@_device_fn
-def _merge_lanes(m_vec, d_vec):
-    """The guarded merge of a vector of states into one: (shift, sum d_i exp(m_i - shift)) with
-    shift = max m_i, or 0 when that is -inf."""
-    m = tl.max(m_vec, 0)
-    shift = _guard(m)
-    d = tl.sum(d_vec * tl.exp2((m_vec - shift) * LOG2E), 0)
-    return shift, d
-
-
-@_device_fn
-def _normalise(x, shift, d, LOG: tl.constexpr):
-    """softmax or log_softmax of values x of a row whose final state is (shift, d); 0 / -inf for
-    an empty row (d = 0), nan for a row whose d is nan."""
-    z = x - shift
-    if LOG:
-        return z - tl.log(tl.where(d == 0, 1.0, d))
-    else:
-        return tl.exp2(z * LOG2E) * (1.0 / tl.where(d == 0, float("inf"), d))
-
-
-@_device_fn
-def _grad(y, dy, s, live, LOG: tl.constexpr):
-    """dx from y, dy and the row's reduction s (sum dy*y, or sum dy for log_softmax); `live` is 0
-    for a log_softmax row whose y is all -inf, whose gradient is 0."""
-    if LOG:
-        return tl.where(live > 0, dy - tl.exp2(y * LOG2E) * s, 0.0)
-    else:
-        return y * (dy - s)
-
-
-@_device_fn
-def _wait_for(count_ptr, target):
-    """Spin until *count_ptr >= target (acquire: the partials published before it are visible)."""
-    n = tl.atomic_add(count_ptr, 0, sem="acquire")
-    while n < target:
-        n = tl.atomic_add(count_ptr, 0, sem="acquire")
-
-
-# ---------------------------------------------------------------------------------------------
-# Regime 1: rows in registers, several rows per tile, persistent grid
-#   forward:  read x once, write y once            2*M*N*size bytes
-#   backward: read y and dy once, write dx once    3*M*N*size bytes
-# ---------------------------------------------------------------------------------------------
-@triton.jit
-def _rows_fwd_kernel(x_ptr, y_ptr, M, N, stride_x, stride_y,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOG: tl.constexpr,
-                     NUM_STAGES: tl.constexpr):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    n_blocks = tl.cdiv(M, BLOCK_M)
-    for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
-        rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-        ok = (rows < M)[:, None] & col_ok[None, :]
-        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=ok, other=float("-inf"))
-        x = x.to(tl.float32)
-        z = x - _guard(tl.max(x, axis=1))[:, None]
-        e = tl.exp2(z * LOG2E)  # the one exp per element
-        d = tl.sum(e, axis=1)[:, None]
-        if LOG:
-            y = z - tl.log(tl.where(d == 0, 1.0, d))
-        else:
-            y = e * (1.0 / tl.where(d == 0, float("inf"), d))
-        tl.store(y_ptr + rows[:, None] * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def _rows_bwd_kernel(y_ptr, dy_ptr, dx_ptr, M, N, stride_y, stride_dy, stride_dx,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOG: tl.constexpr,
-                     NUM_STAGES: tl.constexpr):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    n_blocks = tl.cdiv(M, BLOCK_M)
-    for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
-        rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-        ok = (rows < M)[:, None] & col_ok[None, :]
-        dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-        if LOG:
-            y = tl.load(y_ptr + rows[:, None] * stride_y + cols[None, :], mask=ok, other=float("-inf"))
-            y = y.to(tl.float32)
-            s = tl.sum(dy, axis=1)
-            live = tl.max(tl.where(y == float("-inf"), 0.0, 1.0), axis=1)
-        else:
-            y = tl.load(y_ptr + rows[:, None] * stride_y + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-            s = tl.sum(dy * y, axis=1)
-            live = s  # unused
-        dx = _grad(y, dy, s[:, None], live[:, None], LOG)
-        tl.store(dx_ptr + rows[:, None] * stride_dx + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=ok)
-
-
-# ---------------------------------------------------------------------------------------------
-# Regime 2: one row per program (persistent), chunked online fold, then a re-read
-#   forward:  read x twice (second from L2 when it fits), write y   3*M*N*size bytes
-#   backward: read y, dy twice, write dx                            5*M*N*size bytes
-# ---------------------------------------------------------------------------------------------
-@triton.jit
-def _online_fwd_kernel(x_ptr, y_ptr, M, N, stride_x, stride_y,
-                       CHUNK: tl.constexpr, LOG: tl.constexpr, NUM_STAGES: tl.constexpr):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    offs = tl.arange(0, CHUNK)
-    n_chunks = tl.cdiv(N, CHUNK)
-    for row in tl.range(pid, M, nprog):
-        row64 = tl.cast(row, tl.int64)
-        x_row = x_ptr + row64 * stride_x
-        y_row = y_ptr + row64 * stride_y
-        # pass 1: per-lane states, one exp per element
-        m_vec = tl.full([CHUNK], float("-inf"), tl.float32)
-        d_vec = tl.zeros([CHUNK], tl.float32)
-        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
-            cols = i * CHUNK + offs
-            x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-            m_vec, d_vec = _fold(m_vec, d_vec, x)
-        shift, d = _merge_lanes(m_vec, d_vec)
-        # pass 2: re-read, last chunk first (the likeliest still in L2), normalise, write
-        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
-            cols = (n_chunks - 1 - i) * CHUNK + offs
-            ok = cols < N
-            x = tl.load(x_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-            y = _normalise(x, shift, d, LOG)
-            tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def _online_bwd_kernel(y_ptr, dy_ptr, dx_ptr, M, N, stride_y, stride_dy, stride_dx,
-                       CHUNK: tl.constexpr, LOG: tl.constexpr, NUM_STAGES: tl.constexpr):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    offs = tl.arange(0, CHUNK)
-    n_chunks = tl.cdiv(N, CHUNK)
-    for row in tl.range(pid, M, nprog):
-        row64 = tl.cast(row, tl.int64)
-        y_row = y_ptr + row64 * stride_y
-        dy_row = dy_ptr + row64 * stride_dy
-        dx_row = dx_ptr + row64 * stride_dx
-        acc = tl.zeros([CHUNK], tl.float32)
-        live_vec = tl.zeros([CHUNK], tl.float32)
-        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
-            cols = i * CHUNK + offs
-            ok = cols < N
-            dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
-            if LOG:
-                y = tl.load(y_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-                acc += dy
-                live_vec = tl.maximum(live_vec, tl.where(y == float("-inf"), 0.0, 1.0))
-            else:
-                y = tl.load(y_row + cols, mask=ok, other=0.0).to(tl.float32)
-                acc += dy * y
-        s = tl.sum(acc, 0)
-        live = tl.max(live_vec, 0)
-        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
-            cols = (n_chunks - 1 - i) * CHUNK + offs
-            ok = cols < N
-            dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
-            y = tl.load(y_row + cols, mask=ok, other=0.0).to(tl.float32)
-            dx = _grad(y, dy, s, live, LOG)
-            tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=ok)
-
-
-# ---------------------------------------------------------------------------------------------
-# Regime 3: split rows. Chunk tasks handed out by an atomic ticket; ticket t
-#   (a) reads chunk t, publishes its partial to ws[t] and counts it in sync[row]   (1 read)
-#   (b) re-reads chunk t - LAG, waits for its row's C partials, merges, writes     (1 read, 1 write)
-# sync = int32[M + 1]: M per-row counters, then the ticket; zeroed by the launcher.
-#   forward:  2 reads + 1 write of M*N*size (the re-read within a LAG-chunk window, in L2)
-#   backward: 4 reads + 1 write; plus workspace: 2 floats per chunk, C of them read per chunk
-# ---------------------------------------------------------------------------------------------
-@triton.jit
-def _split_fwd_kernel(x_ptr, y_ptr, ws_ptr, sync_ptr, M, N, stride_x, stride_y, C, LAG,
-                      CHUNK: tl.constexpr, PBLOCK: tl.constexpr, LOG: tl.constexpr):
-    offs = tl.arange(0, CHUNK)
-    pidx = tl.arange(0, PBLOCK)
-    n_chunks = M * C
-    n_tickets = n_chunks + LAG
-    t = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
-    while t < n_tickets:
-        # issue both loads first (masked off when this ticket has no such half) ...
-        r_row = t // C  # (a) reads chunk t
-        r_cols = (t - r_row * C) * CHUNK + offs
-        xr = tl.load(x_ptr + r_row.to(tl.int64) * stride_x + r_cols, mask=(r_cols < N) & (t < n_chunks),
-                     other=float("-inf")).to(tl.float32)
-        g = tl.maximum(t - LAG, 0)  # (b) writes chunk t - LAG
-        w_row = g // C
-        w_cols = (g - w_row * C) * CHUNK + offs
-        w_ok = (w_cols < N) & (t >= LAG)
-        xw = tl.load(x_ptr + w_row.to(tl.int64) * stride_x + w_cols, mask=w_ok,
-                     other=float("-inf")).to(tl.float32)
-        # ... so that the next ticket's round trip overlaps them
-        t_next = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
-        # (a) publish the partial state (m, d) of chunk t, then count it
-        if t < n_chunks:
-            m_part = tl.max(xr, 0)
-            d_part = tl.sum(tl.exp2((xr - _guard(m_part)) * LOG2E), 0)
-            tl.store(ws_ptr + 2 * t, m_part)
-            tl.store(ws_ptr + 2 * t + 1, d_part)
-            tl.debug_barrier()
-            tl.atomic_add(sync_ptr + r_row, 1, sem="release")
-        # (b) merge the C partials of row w_row (all from tickets < t), normalise chunk t - LAG
-        if t >= LAG:
-            _wait_for(sync_ptr + w_row, C)
-            m_vec = tl.full([PBLOCK], float("-inf"), tl.float32)
-            d_vec = tl.zeros([PBLOCK], tl.float32)
-            for p0 in range(0, C, PBLOCK):
-                p = p0 + pidx
-                part = ws_ptr + 2 * (w_row * C + p)
-                pm = tl.load(part, mask=p < C, other=float("-inf"), cache_modifier=".cg")
-                pd = tl.load(part + 1, mask=p < C, other=0.0, cache_modifier=".cg")
-                m_new = tl.maximum(m_vec, pm)
-                s_new = _guard(m_new)
-                d_vec = d_vec * tl.exp2((m_vec - s_new) * LOG2E) + pd * tl.exp2((pm - s_new) * LOG2E)
-                m_vec = m_new
-            shift, d = _merge_lanes(m_vec, d_vec)
-            yw = _normalise(xw, shift, d, LOG)
-            tl.store(y_ptr + w_row.to(tl.int64) * stride_y + w_cols, yw.to(y_ptr.dtype.element_ty), mask=w_ok)
-        t = t_next
-
-
-@triton.jit
-def _split_bwd_kernel(y_ptr, dy_ptr, dx_ptr, ws_ptr, sync_ptr, M, N, stride_y, stride_dy, stride_dx,
-                      C, LAG, CHUNK: tl.constexpr, PBLOCK: tl.constexpr, LOG: tl.constexpr):
-    offs = tl.arange(0, CHUNK)
-    pidx = tl.arange(0, PBLOCK)
-    n_chunks = M * C
-    n_tickets = n_chunks + LAG
-    t = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
-    while t < n_tickets:
-        r_row = t // C  # (a) reads chunk t
-        r_cols = (t - r_row * C) * CHUNK + offs
-        r_ok = (r_cols < N) & (t < n_chunks)
-        r_off = r_row.to(tl.int64)
-        dyr = tl.load(dy_ptr + r_off * stride_dy + r_cols, mask=r_ok, other=0.0).to(tl.float32)
-        yr = tl.load(y_ptr + r_off * stride_y + r_cols, mask=r_ok,
-                     other=float("-inf") if LOG else 0.0).to(tl.float32)
-        g = tl.maximum(t - LAG, 0)  # (b) writes chunk t - LAG
-        w_row = g // C
-        w_cols = (g - w_row * C) * CHUNK + offs
-        w_ok = (w_cols < N) & (t >= LAG)
-        w_off = w_row.to(tl.int64)
-        dyw = tl.load(dy_ptr + w_off * stride_dy + w_cols, mask=w_ok, other=0.0).to(tl.float32)
-        yw = tl.load(y_ptr + w_off * stride_y + w_cols, mask=w_ok, other=0.0).to(tl.float32)
-        t_next = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
-        # (a) publish (sum dy*y or sum dy, live flag) of chunk t, then count it
-        if t < n_chunks:
-            if LOG:
-                s_part = tl.sum(dyr, 0)
-                live_part = tl.max(tl.where(yr == float("-inf"), 0.0, 1.0), 0)
-            else:
-                s_part = tl.sum(dyr * yr, 0)
-                live_part = s_part * 0.0
-            tl.store(ws_ptr + 2 * t, s_part)
-            tl.store(ws_ptr + 2 * t + 1, live_part)
-            tl.debug_barrier()
-            tl.atomic_add(sync_ptr + r_row, 1, sem="release")
-        # (b) reduce the C partials of row w_row, write dx of chunk t - LAG
-        if t >= LAG:
-            _wait_for(sync_ptr + w_row, C)
-            s_vec = tl.zeros([PBLOCK], tl.float32)
-            live_vec = tl.zeros([PBLOCK], tl.float32)
-            for p0 in range(0, C, PBLOCK):
-                p = p0 + pidx
-                part = ws_ptr + 2 * (w_row * C + p)
-                s_vec += tl.load(part, mask=p < C, other=0.0, cache_modifier=".cg")
-                live_vec = tl.maximum(live_vec, tl.load(part + 1, mask=p < C, other=0.0, cache_modifier=".cg"))
-            dxw = _grad(yw, dyw, tl.sum(s_vec, 0), tl.max(live_vec, 0), LOG)
-            tl.store(dx_ptr + w_off * stride_dx + w_cols, dxw.to(dx_ptr.dtype.element_ty), mask=w_ok)
-        t = t_next
-
-
-# ---------------------------------------------------------------------------------------------
-# Launchers
-# ---------------------------------------------------------------------------------------------
 @dataclass
 class Plan:
     """One launch: kernel, grid, arguments and meta-parameters (and the occupancy-cache key)."""
@@ -430,29 +109,30 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
         raise OnlineSoftmaxError(reason)
     if M == 0 or N == 0:
         return None
+    if not backward:  # the kernels take (in, dy, out) and their row strides: no dy forward
+        tensors, strides = (tensors[0], None, tensors[1]), (strides[0], None, strides[1])
+    op = dict(BACKWARD=backward, LOG=log)
     if regime == "rows":
         cfg = rules.rows_config(M, N, dtype, backward)
         key = ("rows", backward, cfg, log, dtype)
         grid = (_programs(key, cfg.num_warps, sms, rules.cdiv(M, cfg.BLOCK_M)),)
-        return Plan(_rows_bwd_kernel if backward else _rows_fwd_kernel, grid, (*tensors, M, N, *strides),
-                    dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOG=log, NUM_STAGES=cfg.num_stages,
+        return Plan(rows_kernel, grid, (*tensors, M, N, *strides),
+                    dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **op, NUM_STAGES=cfg.num_stages,
                          num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
     if regime == "online":
         cfg = rules.online_config(N, dtype, backward)
         key = ("online", backward, cfg, log, dtype)
         grid = (min(M, rules.online_programs(sms)),)
-        return Plan(_online_bwd_kernel if backward else _online_fwd_kernel, grid, (*tensors, M, N, *strides),
-                    dict(CHUNK=cfg.CHUNK, LOG=log, NUM_STAGES=cfg.num_stages,
+        return Plan(online_kernel, grid, (*tensors, M, N, *strides),
+                    dict(CHUNK=cfg.CHUNK, **op, NUM_STAGES=cfg.num_stages,
                          num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
     cfg = rules.split_config(M, N, sms, backward)
     programs = min(rules.split_programs(sms), 2 * M * cfg.C)  # never more than the tickets
     lag = rules.split_lag(cfg.C, M, programs)
     ws = workspace(2 * M * cfg.C, torch.float32, False)
     sync = workspace(M + 1, torch.int32, True)
-    *inputs, out = tensors
-    return Plan(_split_bwd_kernel if backward else _split_fwd_kernel, (programs,),
-                (*inputs, out, ws, sync, M, N, *strides, cfg.C, lag),
-                dict(CHUNK=cfg.CHUNK, PBLOCK=cfg.PBLOCK, LOG=log, num_warps=cfg.num_warps, num_stages=1), None, cfg)
+    return Plan(split_kernel, (programs,), (*tensors, ws, sync, M, N, *strides, cfg.C, lag),
+                dict(CHUNK=cfg.CHUNK, PBLOCK=cfg.PBLOCK, **op, num_warps=cfg.num_warps, num_stages=1), None, cfg)
 
 
 def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> None:
