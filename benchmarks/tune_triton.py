@@ -3,7 +3,7 @@
     PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick] > tune.txt
 
 Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes). For each, the knobs of
-kernels/triton/softmax.py are set, the op is timed with triton.testing.do_bench (median), and the
+kernels/triton/rules.py are set, the op is timed with triton.testing.do_bench (median), and the
 result checked against torch in fp32. The output is the evidence for the rules in that module.
 """
 
@@ -17,6 +17,7 @@ import torch
 from triton.testing import do_bench
 
 from onlinesoftmax.harness.bench import copy_gbps, gbps
+from onlinesoftmax.kernels.triton import rules as R
 from onlinesoftmax.kernels.triton import softmax as K
 
 ELEMENTS = 1 << 27
@@ -24,7 +25,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def rows_settings():
-    base = K.num_warps_for
+    base = R.num_warps_for
     for tile, scale in itertools.product((8 << 10, 16 << 10, 32 << 10), (0.5, 1, 2)):
         yield f"rows tile={tile >> 10}K warps x{scale}", dict(
             regime="rows", ROWS_TILE_BYTES=tile,
@@ -35,7 +36,7 @@ def long_settings(backward: bool, N: int):
     for chunk, per_sm in itertools.product((4096, 8192, 16384), (1, 2)):
         yield f"online chunk={chunk} programs/SM={per_sm}", dict(
             regime="online", ONLINE_CHUNK=chunk, ONLINE_PROGRAMS_PER_SM=per_sm)
-    if N <= K.rows_hard_max_n(backward):
+    if N <= R.rows_hard_max_n(backward):
         yield "rows (forced)", dict(regime="rows")
     yield "split", dict(regime="split")
 
@@ -44,11 +45,11 @@ def run(op: str, dtype, N: int, setting: dict, copy: float):
     backward = op.endswith("backward")
     log = op.startswith("log")
     M = ELEMENTS // N
-    saved = {k: getattr(K, k) for k in setting if k != "regime"}
+    saved = {k: getattr(R, k) for k in setting if k != "regime"}
     try:
         for k, v in setting.items():
             if k != "regime":
-                setattr(K, k, v)
+                setattr(R, k, v)
         x = torch.randn(M, N, device="cuda", dtype=dtype)
         out = torch.empty_like(x)
         if backward:
@@ -71,8 +72,8 @@ def run(op: str, dtype, N: int, setting: dict, copy: float):
         return float("nan"), f"{type(exc).__name__}: {str(exc)[:80]}"
     finally:
         for k, v in saved.items():
-            setattr(K, k, v)
-        K._OCCUPANCY.clear()
+            setattr(R, k, v)
+        K.OCCUPANCY.clear()
 
 
 def main() -> int:

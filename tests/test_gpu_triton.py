@@ -39,8 +39,8 @@ SHAPES = {
         (257, 1000, False),
         (3, 1023, False),
         (2, 4097, True),  # odd N just past a power of two
-        (1, 16384, False),  # the backward threshold
-        (1, 32769, True),  # past the forward threshold (forced here); refused backward
+        (1, 16384, False),  # one 64 KB fp32 row per tile (BLOCK_M = 1)
+        (1, 32769, True),  # past rows_max_n (forced here); past rows_hard_max_n backward: refused
     ],
     "online": [
         (1, 1, False),

@@ -29,6 +29,7 @@ from onlinesoftmax.harness.check import check_variant, compare, error_scale  # n
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
 from onlinesoftmax.registry import get  # noqa: E402
 from onlinesoftmax.engines.triton import variants as tv  # noqa: E402  (registers the triton.* variants)
+from onlinesoftmax.kernels.triton import rules as R  # noqa: E402
 
 K = tv.kernels()
 
@@ -41,8 +42,8 @@ CHUNK = 16
 @pytest.fixture(autouse=True)
 def small_knobs(monkeypatch):
     """Tiny chunks and a grid of 2 programs, so a 21-column row spans two chunks (one a tail)."""
-    monkeypatch.setattr(K, "FORCE_CHUNK", CHUNK)
-    monkeypatch.setattr(K, "FORCE_PROGRAMS", 2)
+    monkeypatch.setattr(R, "FORCE_CHUNK", CHUNK)
+    monkeypatch.setattr(R, "FORCE_PROGRAMS", 2)
 
 
 def _variant(op, regime):
@@ -182,7 +183,7 @@ def test_shapes_around_chunk(op, regime, seed):
 @pytest.mark.parametrize("op", OPS)
 def test_rows_several_rows_per_tile(op, seed):
     """Small N packs many rows in one tile; M not a multiple of BLOCK_M; a partial last tile."""
-    cfg = K.rows_config(45, 5, F32)
+    cfg = R.rows_config(45, 5, F32)
     assert cfg.BLOCK_M > 1
     for kind in ("normal", "masked", "nan"):
         report = check_variant(_variant(op, "rows"), 45, 5, F32, kind, seed)
@@ -194,8 +195,8 @@ def test_rows_several_rows_per_tile(op, seed):
 def test_split_schedules(op, programs, monkeypatch, seed):
     """LAG = C + programs: 1 program interleaves writes of early rows with reads of later ones;
     64 make LAG = M*C (all reads first). PBLOCK = 2 merges the C = 3 partials in two steps."""
-    monkeypatch.setattr(K, "FORCE_PROGRAMS", programs)
-    monkeypatch.setattr(K, "SPLIT_MAX_PARTIALS_BLOCK", 2)
+    monkeypatch.setattr(R, "FORCE_PROGRAMS", programs)
+    monkeypatch.setattr(R, "SPLIT_MAX_PARTIALS_BLOCK", 2)
     report = check_variant(_variant(op, "split"), 5, 37, F32, "outliers", seed)
     assert report.ok, report.message
 
@@ -221,45 +222,12 @@ def test_row_strides(regime, backward):
     assert torch.isnan(out_wide[:, 37:]).all()  # nothing written past N
 
 
-# ---------------------------------------------------------------------------- regime choice
-def test_pick_regime():
-    sms = 132
-    for N in (1, 128, 1000, 16384, 32768):
-        assert K.pick_regime(4096, N, F32, sms=sms) == "rows"
-        assert K.pick_regime(1, N, BF16, sms=sms) == "rows"
-    assert K.pick_regime(4096, 32768, F32, backward=True, sms=sms) == "rows"
-    # just past the rows limit: online while M >= SMs and a row (y + dy backward) <= 128 KB,
-    # and for 16-bit rows of any length; else split
-    assert K.pick_regime(4096, 32769, F32, sms=sms) == "split"
-    assert K.pick_regime(4096, 32769, BF16, sms=sms) == "online"
-    assert K.pick_regime(131, 32769, BF16, sms=sms) == "split"
-    assert K.pick_regime(4096, 32769, F32, backward=True, sms=sms) == "split"
-    assert K.pick_regime(4096, 32769, BF16, backward=True, sms=sms) == "online"
-    assert K.pick_regime(2048, 65536, BF16, sms=sms) == "online"
-    assert K.pick_regime(512, 262144, BF16, sms=sms) == "online"
-    assert K.pick_regime(2048, 65536, F32, sms=sms) == "split"  # 256 KB rows: the L2 window
-    assert K.pick_regime(512, 262144, F32, sms=sms) == "split"
-    assert K.pick_regime(32, 131072, BF16, sms=sms) == "split"  # too few rows for one per SM
-    assert K.pick_regime(1, 262144, F32, backward=True, sms=sms) == "split"
-
-
+# ------------------------------------------------------------------------ the automatic regime
 def test_auto_regime_runs(seed):
     x = torch.randn(3, 50, dtype=F32)
     out = torch.empty_like(x)
     K.softmax_forward(x, out)
     np.testing.assert_allclose(out.double().numpy(), reference.softmax(x), rtol=2e-5, atol=1e-6)
-
-
-def test_split_config_rules():
-    cfg = K.split_config(1, 262144, 132)  # knobs forced small by the fixture
-    assert cfg.CHUNK == CHUNK and cfg.C == 262144 // CHUNK
-    K.FORCE_CHUNK = K.FORCE_PROGRAMS = None  # the fixture restores them
-    big = K.split_config(512, 262144, 132)
-    assert big.CHUNK == K.SPLIT_MAX_CHUNK and big.C * big.CHUNK == 262144
-    assert K.split_config(512, 262144, 132, backward=True).CHUNK == K.SPLIT_MAX_CHUNK // 2
-    assert K.split_config(1, 262144, 132).CHUNK == K.SPLIT_MIN_CHUNK  # spread one row wide
-    assert K.split_lag(16, 512, 264) == 16 + 264
-    assert K.split_lag(16, 2, 264) == 32
 
 
 # ---------------------------------------------------------------------------------- errors
@@ -277,63 +245,20 @@ def test_launcher_errors():
         K.softmax_forward(torch.randn(8), torch.empty(8))
     with pytest.raises(OnlineSoftmaxError, match="dtype"):
         K.softmax_forward(x.double(), torch.empty_like(x.double()))
-    # empty shapes: nothing to do
+    # empty shapes: nothing to do, but the same checks
     K.softmax_forward(torch.empty(0, 8), torch.empty(0, 8))
+    with pytest.raises(OnlineSoftmaxError, match="dtype"):
+        K.softmax_forward(torch.empty(0, 8, dtype=torch.float64), torch.empty(0, 8, dtype=torch.float64))
+    with pytest.raises(OnlineSoftmaxError, match="regime"):
+        K.softmax_forward(torch.empty(2, 0), torch.empty(2, 0), regime="nope")
 
 
 # ------------------------------------------------------------- the compiled path, without a GPU
-_SM90_SCRIPT = r"""
-import json, os, re, subprocess, sys, tempfile
-import torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from onlinesoftmax.kernels.triton import softmax as K
-
-PTR = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}
-ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-
-def build(fn, tensors, ints, constexprs, num_warps, num_stages):
-    sig = {**{n: t for n, t in tensors}, **{n: "i32" for n in ints}, **{n: "constexpr" for n in constexprs}}
-    # what the launcher's specialisation gives for aligned tensors, N and strides multiples of 16
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig)
-             if sig[n].startswith("*") or n == "N" or n.startswith("stride")}
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
-    with tempfile.TemporaryDirectory() as d:
-        open(os.path.join(d, "k.ptx"), "w").write(k.asm["ptx"])
-        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", os.path.join(d, "k.ptx"), "-o",
-                            os.path.join(d, "k.cubin")], capture_output=True, text=True, check=True)
-    regs = int(re.search(r"Used (\d+) registers", r.stderr).group(1))
-    spill = int(re.search(r"(\d+) bytes spill stores", r.stderr).group(1))
-    return {"registers": regs, "spill_stores": spill, "shared": k.metadata.shared}
-
-out = {}
-for dtype, backward, log in [(torch.float32, False, False), (torch.bfloat16, False, True),
-                             (torch.float32, True, False), (torch.bfloat16, True, True)]:
-    d = PTR[dtype]
-    io = [("y_ptr", d), ("dy_ptr", d), ("dx_ptr", d)] if backward else [("x_ptr", d), ("y_ptr", d)]
-    strides = ["stride_y", "stride_dy", "stride_dx"] if backward else ["stride_x", "stride_y"]
-    name = f"{'bwd' if backward else 'fwd'}-{'log' if log else 'softmax'}-{dtype}"
-    cfg = K.rows_config(1 << 20, K.rows_max_n(dtype, backward), dtype, backward)
-    out["rows " + name] = build(K._rows_bwd_kernel if backward else K._rows_fwd_kernel, io, ["M", "N", *strides],
-                                dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, LOG=log, NUM_STAGES=cfg.num_stages),
-                                cfg.num_warps, cfg.num_stages)
-    cfg = K.online_config(1 << 16, dtype, backward)
-    out["online " + name] = build(K._online_bwd_kernel if backward else K._online_fwd_kernel, io,
-                                  ["M", "N", *strides], dict(CHUNK=cfg.CHUNK, LOG=log, NUM_STAGES=cfg.num_stages),
-                                  cfg.num_warps, cfg.num_stages)
-    cfg = K.split_config(512, 1 << 18, 132, backward)
-    out["split " + name] = build(K._split_bwd_kernel if backward else K._split_fwd_kernel,
-                                 io[:-1] + [io[-1], ("ws_ptr", "*fp32"), ("sync_ptr", "*i32")],
-                                 ["M", "N", *strides, "C", "LAG"], dict(CHUNK=cfg.CHUNK, PBLOCK=cfg.PBLOCK, LOG=log),
-                                 cfg.num_warps, 1)
-print(json.dumps(out))
-"""
-
-
-def test_kernels_compile_for_sm90_without_spills():
-    """The compiled (not interpreted) kernels build for sm_90 with ptxas, and the configurations
-    at each regime's limit (rows: N = 32768) do not spill, but for the backward rows kernel."""
+def test_kernels_compile_for_sm90_without_spills(tmp_path):
+    """The compiled (not interpreted) kernels build for sm_90, through the launchers as they launch
+    (benchmarks/triton_codegen_diff.py, the tool that compares their PTX before and after a
+    change), and each regime's largest configuration has no stack frame (no spills), but for
+    the backward rows kernel."""
     import json
     import pathlib
     import subprocess
@@ -341,19 +266,26 @@ def test_kernels_compile_for_sm90_without_spills():
 
     import triton
 
-    ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    if not ptxas.exists():
-        pytest.skip("triton's bundled ptxas is not here")
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    src = str(pathlib.Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    r = subprocess.run([sys.executable, "-c", _SM90_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    if not (pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump").exists():
+        pytest.skip("triton's bundled cuobjdump is not here")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    launches = []
+    for op, dtype in [("softmax", "float32"), ("log_softmax", "bfloat16"), ("softmax_backward", "float32"),
+                      ("log_softmax_backward", "bfloat16")]:
+        backward = op.endswith("backward")
+        launches += [f"triton.{op}_rows.{dtype}.4096x{R.rows_max_n(getattr(torch, dtype), backward)}",
+                     f"triton.{op}_online.{dtype}.4096x65536", f"triton.{op}_split.{dtype}.512x262144"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root / "src"), env.get("PYTHONPATH")) if p)
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "triton_codegen_diff.py"), "dump", str(tmp_path),
+                        "--launch", *launches], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    report = json.loads(r.stdout.strip().splitlines()[-1])
-    assert len(report) == 12
-    for name, res in report.items():
-        # the one known spill: backward rows at N = 32768 (y and dy live), kept because it measured
-        # faster than the chunked regimes on the H200 (benchmarks/results/h200-tune-triton.txt)
-        allowed = 160 if name.startswith("rows bwd") else 0
-        assert res["spill_stores"] <= allowed, (name, res)
+    configs = json.loads((tmp_path / "index.json").read_text())["configs"]
+    assert sorted(configs) == sorted(launches)
+    for name, res in configs.items():
+        # the one known spill: backward rows at N = 32768 (y and dy live; 80-104 bytes of stack),
+        # kept because it measured faster than the chunked regimes on the H200
+        # (benchmarks/results/h200-tune-triton.txt)
+        allowed = 128 if name.split(".")[1].endswith("backward_rows") else 0
+        assert res["stack"] <= allowed and res["local"] == 0, (name, res)
         assert res["registers"] <= 128, (name, res)

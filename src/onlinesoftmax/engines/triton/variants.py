@@ -1,11 +1,13 @@
-"""The Triton backend: one variant per (op, regime) of `kernels/triton/softmax.py`.
+"""The Triton backend: one variant per (op, regime) of the Triton engine in `kernels/triton/`.
 
-Each variant forces its regime (rows / online / split); `pick_regime` in the kernel module is the
-rule that would choose among them. On a machine without CUDA the variants run on CPU tensors
-under TRITON_INTERPRET=1 (Triton's interpreter), which is how the CPU tests exercise them.
+Each variant forces its regime (rows / online / split); `rules.pick_regime` is the rule that
+would choose among them. On a machine without CUDA the variants run on CPU tensors under
+TRITON_INTERPRET=1 (Triton's interpreter), which is how the CPU tests exercise them.
 
-The kernel module is imported lazily, on the first run: `triton.jit` decides when a kernel is
-defined whether it is interpreted, so TRITON_INTERPRET must be set before that import.
+What a variant accepts and the bytes it moves come from `kernels/triton/rules.py`, the rules the
+launchers apply, which imports no triton. The launchers (`kernels/triton/softmax.py`) are
+imported lazily, on the first run: `triton.jit` decides when a kernel is defined whether it is
+interpreted, so TRITON_INTERPRET must be set before that import.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Optional
 import torch
 
 from ...install import pip_line
+from ...kernels.triton import rules
 from ...registry import Variant, register
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # op -> (backward, log)
@@ -50,7 +52,7 @@ _REGIMES = {
 
 
 def kernels():
-    """The kernel module, imported on first use (after TRITON_INTERPRET is set, if it is)."""
+    """The launchers' module, imported on first use (after TRITON_INTERPRET is set, if it is)."""
     from ...kernels.triton import softmax
 
     return softmax
@@ -86,19 +88,9 @@ def _supports(backward: bool, regime: str):
     def supports(M: int, N: int, dtype: torch.dtype) -> Optional[str]:
         if M < 1 or N < 1:
             return f"empty shape ({M}, {N})"
-        if regime == "rows":
-            limit = _rows_hard_max_n(backward)
-            if N > limit:
-                return (f"N = {N} > {limit}: the 'rows' regime holds a whole row in one program's registers "
-                        f"({'y and dy' if backward else 'x'} in fp32); use 'online' or 'split'")
-        return None
+        return rules.unsupported(regime, N, dtype, backward)
 
     return supports
-
-
-def _rows_hard_max_n(backward: bool) -> int:
-    # kept in step with kernels/triton/softmax.py rows_hard_max_n, without importing triton here
-    return 32768 if backward else 65536
 
 
 def _algo_bytes(backward: bool, regime: str):
@@ -114,7 +106,7 @@ def _algo_bytes(backward: bool, regime: str):
             return (n_in + 1) * mn
         if regime == "online":
             return (2 * n_in + 1) * mn
-        return (2 * n_in + 1) * mn + kernels().split_workspace_bytes(M, N, backward)
+        return (2 * n_in + 1) * mn + rules.split_workspace_bytes(M, N, backward)
 
     return algo_bytes
 
@@ -129,7 +121,8 @@ def _resources(backward: bool, log: bool, regime: str):
 
 
 for _op, (_backward, _log) in _OPS.items():
-    for _regime, (_rung, _seed, _summary) in _REGIMES.items():
+    for _regime in rules.REGIMES:
+        _rung, _seed, _summary = _REGIMES[_regime]
         register(
             Variant(
                 name=f"triton.{_op}_{_regime}",
@@ -141,7 +134,7 @@ for _op, (_backward, _log) in _OPS.items():
                 run=_runner(_backward, _log, _regime),
                 algo_bytes=_algo_bytes(_backward, _regime),
                 device=DEVICE,
-                dtypes=DTYPES,
+                dtypes=rules.DTYPES,
                 supports=_supports(_backward, _regime),
                 available=available,
                 resources=_resources(_backward, _log, _regime),

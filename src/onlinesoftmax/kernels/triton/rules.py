@@ -1,0 +1,269 @@
+"""The Triton engine's rules: which regime, which block sizes, warps, stages and grid. Pure Python
+(no triton import), so the registry can ask them on a machine without Triton.
+
+Regimes (`pick_regime` chooses one when the caller does not; the variants force one each):
+
+1. "rows"   the whole row in registers, BLOCK_N = next_power_of_2(N). Small N packs several rows
+            in one [BLOCK_M, BLOCK_N] tile (`rows_config`: a tile of ~ROWS_TILE_BYTES), so a
+            program moves enough bytes per iteration even at N = 128; a persistent grid
+            (SMs x occupancy programs, learnt from the compiled kernel) walks the row blocks with
+            the next tile's loads pipelined (`tl.range(num_stages=...)`).
+            Bytes: forward 1 read + 1 write = 2*M*N*size; backward 2 reads + 1 write = 3*M*N*size.
+            Picked for N <= 32768 (`rows_max_n`, every dtype: the values are fp32 in
+            registers; backward at 32768 spills 32-140 bytes yet measured fastest there).
+            Accepted up to 65536 forward / 32768 backward (`rows_hard_max_n`) when forced.
+2. "online" one program per row (persistent), the row read in chunks of ONLINE_CHUNK elements
+            and folded into per-lane states (m_i, d_i) with ONE exp per element, the lanes merged
+            at the end with the guarded merge; then a second loop re-reads the row (backwards, so
+            the chunks read last, the likeliest still in L2, come first) and writes.
+            Bytes: forward 2 reads + 1 write = 3*M*N*size, backward 4 reads + 1 write = 5*M*N*size;
+            the re-reads hit L2 while SMs rows fit in it, so it is picked for M >= SMs and rows
+            (x, or y + dy) of at most ONLINE_MAX_ROW_BYTES = 128 KB, and for any 16-bit rows
+            (measured on the H200: split moves half the bytes per ticket there and loses).
+3. "split"  a row cut into C chunks of CHUNK elements, each chunk a task; the chunk's partial
+            state (m, d) (backward: sum dy*y or sum dy, and a live flag) goes to a small fp32
+            workspace, a per-row counter says how many partials are in, and the chunk is then
+            normalised by a later task that merges the row's C partials and re-reads the chunk.
+            One kernel, tasks handed out in order by an atomic ticket: ticket t reads chunk t and
+            writes chunk t - LAG (LAG >= C chunks, so every partial a ticket waits for belongs to
+            an earlier ticket, which publishes before it ever waits: no deadlock whatever the
+            residency, and the interpreter, which runs programs one after the other, works too).
+            LAG = C + programs keeps the re-read inside a window of ~LAG chunks, i.e. in L2
+            (512 x 262144 fp32: 296 chunks of 32 KB, ~10 MB of x). Picked for few rows (M below
+            the SM count) and for rows too long for the other two regimes.
+            Bytes: forward 2 reads + 1 write of x/y, backward 4 reads + 1 write, plus the
+            workspace (2 floats per chunk written, C of them read per chunk) and counters.
+
+Tuning knobs are module constants (the lead tunes them on the H200); FORCE_CHUNK and
+FORCE_PROGRAMS let tests drive the online/split regimes with tiny shapes under TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+REGIMES = ("rows", "online", "split")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_FP16_BF16 = (torch.float16, torch.bfloat16)
+
+# ---------------------------------------------------------------------------------------------
+# Tuning knobs
+# ---------------------------------------------------------------------------------------------
+ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads per iteration (fp32)
+ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
+ROWS_PIPELINE_BYTES = 64 * 1024  # rows: prefetch the next tile through shared memory up to this
+ONLINE_CHUNK = 4096  # elements per iteration of the online loops
+ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
+ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends longer rows (x, or y + dy) to "split"
+SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
+SPLIT_MIN_CHUNK = 2048  # ... and smallest, so one ticket (an atomic) buys enough work
+SPLIT_TASKS_PER_PROGRAM = 4  # split: aim for this many chunks per program at least
+SPLIT_MAX_PARTIALS_BLOCK = 256  # partials merged per step in the split write half
+INTERPRETER_SMS = 132  # the H200's SM count, used when there is no CUDA device
+
+# Tests: force the chunk (elements, a power of two) of the online/split regimes, and the number
+# of programs of every persistent grid. None: the rules below decide.
+FORCE_CHUNK: Optional[int] = None
+FORCE_PROGRAMS: Optional[int] = None
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
+
+
+# ---------------------------------------------------------------------------------------------
+# What the launchers accept, and which regime they pick
+# ---------------------------------------------------------------------------------------------
+def unsupported(regime: str, N: int, dtype: torch.dtype, backward: bool = False) -> Optional[str]:
+    """Why the launchers refuse rows of N elements of `dtype` in `regime`, or None: the one rule
+    both the launchers and the registry's variants apply."""
+    if regime not in REGIMES:
+        return f"unknown regime {regime!r}; known: {', '.join(REGIMES)}"
+    if dtype not in DTYPES:
+        names = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
+        return f"dtype {str(dtype).replace('torch.', '')} not supported; supported: {names}"
+    if regime == "rows" and N > rows_hard_max_n(backward):
+        return (f"N = {N} > {rows_hard_max_n(backward)}: the 'rows' regime holds a whole row in one program's "
+                f"registers ({'y and dy' if backward else 'x'} in fp32); use 'online' or 'split'")
+    return None
+
+
+def rows_max_n(dtype: torch.dtype, backward: bool = False) -> int:
+    """Largest N the "rows" regime is picked for: the row held in registers (the same for every
+    dtype: the registers hold fp32). ptxas for sm_90 (Triton 3.6): forward N = 32768 at 32 warps
+    takes 51-63 registers and no spill; backward spills 80-140 bytes at 32768, yet measured on the
+    H200 it still beats the chunked regimes there (81% vs 78% fp32, 89% vs 74% bf16 of copy,
+    benchmarks/results/h200-tune-triton.txt), so backward takes rows up to 32768 too."""
+    return 32768
+
+
+def rows_hard_max_n(backward: bool = False) -> int:
+    """Largest N the "rows" regime accepts at all: 65536 fp32 values (the whole register file of
+    an SM) forward, half of it backward (y and dy both live)."""
+    return 32768 if backward else 65536
+
+
+def online_min_rows(sms: int) -> int:
+    """pick_regime: "online" gives one row to a program; below this many rows SMs would idle."""
+    return sms
+
+
+def pick_regime(M: int, N: int, dtype: torch.dtype, backward: bool = False, sms: Optional[int] = None) -> str:
+    """The regime for an (M, N) problem: rows in registers while they fit, then one program per
+    row with an L2-resident re-read while rows are many and short enough, else split rows."""
+    sms = sms or INTERPRETER_SMS
+    if N <= rows_max_n(dtype, backward):
+        return "rows"
+    row_bytes = N * dtype.itemsize * (2 if backward else 1)
+    if M >= online_min_rows(sms) and (row_bytes <= ONLINE_MAX_ROW_BYTES or dtype in _FP16_BF16):
+        return "online"
+    return "split"
+
+
+# ---------------------------------------------------------------------------------------------
+# Block sizes, warps and stages: small named functions, one decision each
+# ---------------------------------------------------------------------------------------------
+def num_warps_for(tile_elems: int) -> int:
+    """Warps for a tile of `tile_elems` fp32 values: 16 values per thread up to 8192-value tiles,
+    32 for 16K-32K rows (the tutorial / Liger table, applied to the whole 2-D tile)."""
+    if tile_elems >= 32768:
+        return 32
+    if tile_elems >= 8192:
+        return 16
+    if tile_elems >= 4096:
+        return 8
+    return 4
+
+
+def pipeline_stages(tile_bytes: int) -> int:
+    """Prefetch the next tile (through shared memory, `tile_bytes` of it: all inputs) while this
+    one is reduced, so an SM's loads do not stop during the reductions; not for the largest tiles,
+    whose buffer would cost occupancy."""
+    return 2 if tile_bytes <= ROWS_PIPELINE_BYTES else 1
+
+
+@dataclass(frozen=True)
+class RowsConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+
+
+def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False) -> RowsConfig:
+    """Whole rows; several per tile for small N so a tile is ~ROWS_TILE_BYTES of each input."""
+    size = dtype.itemsize
+    block_n = next_power_of_2(N)
+    block_m = max(1, rows_tile_bytes(dtype) // (block_n * size))
+    block_m = min(block_m, next_power_of_2(M))
+    tile = block_m * block_n
+    inputs = 2 if backward else 1
+    return RowsConfig(block_m, block_n, rows_num_warps(tile, dtype), pipeline_stages(tile * size * inputs))
+
+
+def rows_tile_bytes(dtype: torch.dtype) -> int:
+    """Measured on the H200: 16-bit rows lose 15-35% with the fp32 tile (70% vs 87% of copy at
+    N = 512..8192 bf16), a smaller tile with half the warps recovers it."""
+    return ROWS_TILE_BYTES_16BIT if dtype in _FP16_BF16 else ROWS_TILE_BYTES
+
+
+def rows_num_warps(tile_elems: int, dtype: torch.dtype) -> int:
+    """Half the fp32 rule's warps for 16-bit tiles (4-8 warps measured best there)."""
+    warps = num_warps_for(tile_elems)
+    return max(1, warps // 2) if dtype in _FP16_BF16 else warps
+
+
+@dataclass(frozen=True)
+class ChunkConfig:
+    CHUNK: int
+    num_warps: int
+    num_stages: int
+
+
+def online_config(N: int, dtype: torch.dtype, backward: bool = False) -> ChunkConfig:
+    """A 16 KB (fp32) chunk per iteration, three (forward) or two (backward: y and dy) in flight."""
+    chunk = FORCE_CHUNK or min(ONLINE_CHUNK, next_power_of_2(N))
+    return ChunkConfig(chunk, num_warps_for(chunk), 2 if backward else 3)
+
+
+def online_programs(sms: int) -> int:
+    """One row per program; SMs x ONLINE_PROGRAMS_PER_SM rows in flight bound the L2 window."""
+    return FORCE_PROGRAMS or sms * ONLINE_PROGRAMS_PER_SM
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    CHUNK: int
+    C: int  # chunks per row
+    PBLOCK: int  # partials merged per step
+    num_warps: int
+
+
+def split_config(M: int, N: int, sms: int, backward: bool = False) -> SplitConfig:
+    """Chunks small enough that every program gets SPLIT_TASKS_PER_PROGRAM of them, at least
+    SPLIT_MIN_CHUNK (the ticket costs an atomic), at most SPLIT_MAX_CHUNK values of all inputs (a
+    ticket holds two chunks in fp32 registers: ptxas sm_90 gives 64 registers at 8192 x 16 warps
+    forward and ~100 at 4096 x 8 warps backward, two programs per SM), never wider than the row."""
+    if FORCE_CHUNK:
+        chunk = FORCE_CHUNK
+    else:
+        want = cdiv(M * N, SPLIT_TASKS_PER_PROGRAM * split_programs(sms))
+        chunk = next_power_of_2(max(1, want))
+        largest = SPLIT_MAX_CHUNK // (2 if backward else 1)
+        chunk = max(SPLIT_MIN_CHUNK, min(chunk, largest))
+        chunk = min(chunk, next_power_of_2(N))
+    c = cdiv(N, chunk)
+    pblock = min(next_power_of_2(c), SPLIT_MAX_PARTIALS_BLOCK)
+    return SplitConfig(chunk, c, pblock, num_warps_for(chunk))
+
+
+def split_programs(sms: int) -> int:
+    """Programs of the split grid: two per SM, one reading while the other waits on an atomic."""
+    return FORCE_PROGRAMS or 2 * sms
+
+
+def split_lag(C: int, M: int, programs: int) -> int:
+    """Chunks between the read and the write of a chunk: at least C (a row's partials all come
+    from earlier tickets), plus one round of the grid so they are normally finished; no more than
+    all the chunks (then every read comes before every write)."""
+    return min(C + programs, M * C)
+
+
+def split_workspace_bytes(M: int, N: int, backward: bool = False, sms: int = INTERPRETER_SMS) -> int:
+    """Workspace traffic of the split regime: partials written once and read C times, counters."""
+    cfg = split_config(M, N, sms, backward)
+    partials = M * cfg.C * 2 * 4
+    return partials * (1 + cfg.C) + (M + 1) * 4 * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Persistent grids: programs per SM
+# ---------------------------------------------------------------------------------------------
+def estimated_occupancy(num_warps: int) -> int:
+    """Programs per SM of a kernel not compiled yet, from its warps alone."""
+    return max(1, min(4, 32 // num_warps))
+
+
+def occupancy(registers: int, shared: int, num_warps: int, regs_per_sm: int, shared_per_sm: int,
+              threads_per_sm: int) -> int:
+    """Programs per SM of a compiled kernel: its registers, shared memory and threads against the SM's."""
+    registers = cdiv(max(1, registers), 8) * 8  # registers are allocated in steps of 8 per thread
+    occ = min(regs_per_sm // (registers * 32 * num_warps), threads_per_sm // (32 * num_warps), 32)
+    if shared:
+        occ = min(occ, shared_per_sm // (shared + 1024))  # 1 KB per block is reserved by the driver
+    return max(1, occ)
+
+
+def persistent_programs(per_sm: int, sms: int, tasks: int) -> int:
+    """A persistent grid: every SM full (`per_sm` programs each), never more programs than tasks."""
+    if FORCE_PROGRAMS:
+        return max(1, min(FORCE_PROGRAMS, tasks))
+    return max(1, min(tasks, sms * per_sm))

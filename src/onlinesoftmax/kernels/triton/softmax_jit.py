@@ -1,0 +1,302 @@
+"""The Triton softmax kernels: one kernel per regime (rows, online, split; see rules.py), each
+written once for the four ops. The op is a compile-time policy, two tl.constexpr flags:
+
+    BACKWARD=False  in = x, dy = None, out = y     LOG: softmax or log_softmax
+    BACKWARD=True   in = y, dy = dy,   out = dx    LOG: of softmax or of log_softmax
+
+so every kernel takes (in_ptr, dy_ptr, out_ptr, ..., stride_in, stride_dy, stride_out, ...). A
+forward launch passes None for dy_ptr and stride_dy: Triton makes a None argument a compile-time
+constant, which leaves the compiled kernel's parameters, and `if BACKWARD:` keeps only one side, so
+each op compiles to the kernel it would be written alone.
+
+Everything works on 2-D tensors (M, N) with column stride 1 and any row stride, in fp32, fp16 or
+bf16, accumulating in fp32 and writing the input dtype into a preallocated `out`. The semantics
+are those of `onlinesoftmax.reference` (and `state.py` for the merge):
+
+    softmax(x)      = exp(x - m) / d                      m = max x, d = sum exp(x - m)
+    log_softmax(x)  = (x - m) - log d
+    softmax_backward(y, dy)      dx = y * (dy - sum(dy * y))
+    log_softmax_backward(y, dy)  dx = dy - exp(y) * sum(dy)     (0 for a row whose y is all -inf)
+
+- a row of -inf: softmax 0, log_softmax -inf (the max is shifted by 0 instead of -inf: `_guard`);
+- a row holding nan or +inf: nan across the row. We do NOT rely on `tl.max` propagating nan (on
+  the GPU it lowers to maxnum, which drops nan; the interpreter differs again): a nan anywhere
+  makes its exp nan, hence d nan, hence every output of the row nan. +inf gives m = +inf and
+  exp(inf - inf) = nan in d the same way;
+- exp is `exp2((x - m) * log2 e)` with x - m <= 0, so nothing overflows near the dtype max.
+
+Import this module only after TRITON_INTERPRET is set (if it is to be set): `triton.jit` decides
+when a kernel is defined whether it is interpreted.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces of the kernels
+# ---------------------------------------------------------------------------------------------
+def _device_fn(fn):
+    """@triton.jit for helpers called from the kernels. Under TRITON_INTERPRET=1 the helper stays a
+    plain Python function: the interpreter re-patches triton.language on every call of a nested
+    jit function (~10 ms each, most of the CPU test time), and the kernel has patched it already."""
+    return fn if interpreting() else triton.jit(fn)
+
+
+@_device_fn
+def _guard(m):
+    """The max to subtract: m, or 0 where m = -inf, so an empty state stays (-inf, 0) (state.safe_shift)."""
+    return tl.where(m == float("-inf"), 0.0, m)
+
+
+@_device_fn
+def _empty(SIZE: tl.constexpr, BACKWARD: tl.constexpr):
+    """SIZE lanes of a row's state before any value: (m, d) = (-inf, 0) forward, the merge's
+    identity; (sum dy*y or sum dy, live) = (0, 0) backward."""
+    if BACKWARD:
+        return tl.zeros([SIZE], tl.float32), tl.zeros([SIZE], tl.float32)
+    else:
+        return tl.full([SIZE], float("-inf"), tl.float32), tl.zeros([SIZE], tl.float32)
+
+
+@_device_fn
+def _fold(m, d, x):
+    """Fold values x into per-lane states (m, d) with one exp per element:
+    x > m:  (x, d * exp(m - x) + 1)      else:  (m, d + exp(x - m)).
+    -inf adds nothing (and -inf - -inf would be nan); a nan x makes d nan for good; +inf makes
+    m = +inf, and the final merge computes exp(inf - inf) = nan for that lane."""
+    e = tl.exp2(-tl.abs(x - m) * LOG2E)
+    e = tl.where(x == float("-inf"), 0.0, e)
+    bigger = x > m
+    d = tl.where(bigger, d * e + 1.0, d + e)
+    m = tl.where(bigger, x, m)
+    return m, d
+
+
+@_device_fn
+def _merge_lanes(m_vec, d_vec):
+    """The guarded merge of a vector of states into one: (shift, sum d_i exp(m_i - shift)) with
+    shift = max m_i, or 0 when that is -inf."""
+    m = tl.max(m_vec, 0)
+    shift = _guard(m)
+    d = tl.sum(d_vec * tl.exp2((m_vec - shift) * LOG2E), 0)
+    return shift, d
+
+
+@_device_fn
+def _normalise(x, shift, d, LOG: tl.constexpr):
+    """softmax or log_softmax of values x of a row whose final state is (shift, d); 0 / -inf for
+    an empty row (d = 0), nan for a row whose d is nan."""
+    z = x - shift
+    if LOG:
+        return z - tl.log(tl.where(d == 0, 1.0, d))
+    else:
+        return tl.exp2(z * LOG2E) * (1.0 / tl.where(d == 0, float("inf"), d))
+
+
+@_device_fn
+def _grad(y, dy, s, live, LOG: tl.constexpr):
+    """dx from y, dy and the row's reduction s (sum dy*y, or sum dy for log_softmax); `live` is 0
+    for a log_softmax row whose y is all -inf, whose gradient is 0."""
+    if LOG:
+        return tl.where(live > 0, dy - tl.exp2(y * LOG2E) * s, 0.0)
+    else:
+        return y * (dy - s)
+
+
+@_device_fn
+def _wait_for(count_ptr, target):
+    """Spin until *count_ptr >= target (acquire: the partials published before it are visible)."""
+    n = tl.atomic_add(count_ptr, 0, sem="acquire")
+    while n < target:
+        n = tl.atomic_add(count_ptr, 0, sem="acquire")
+
+
+# ---------------------------------------------------------------------------------------------
+# Regime 1: rows in registers, several rows per tile, persistent grid
+#   forward:  read x once, write y once            2*M*N*size bytes
+#   backward: read y and dy once, write dx once    3*M*N*size bytes
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr,
+                NUM_STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    n_blocks = tl.cdiv(M, BLOCK_M)
+    for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
+        rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        ok = (rows < M)[:, None] & col_ok[None, :]
+        if BACKWARD:
+            dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+            # padding adds nothing: 0 to sum dy*y, and -inf is not live
+            y = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok,
+                        other=float("-inf") if LOG else 0.0).to(tl.float32)
+            if LOG:
+                s = tl.sum(dy, axis=1)
+                live = tl.max(tl.where(y == float("-inf"), 0.0, 1.0), axis=1)
+            else:
+                s = tl.sum(dy * y, axis=1)
+                live = s  # unused
+            out = _grad(y, dy, s[:, None], live[:, None], LOG)
+        else:
+            x = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok, other=float("-inf"))
+            x = x.to(tl.float32)
+            z = x - _guard(tl.max(x, axis=1))[:, None]
+            e = tl.exp2(z * LOG2E)  # the one exp per element
+            d = tl.sum(e, axis=1)[:, None]
+            if LOG:
+                out = z - tl.log(tl.where(d == 0, 1.0, d))
+            else:
+                out = e * (1.0 / tl.where(d == 0, float("inf"), d))
+        tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Regime 2: one row per program (persistent), chunked reduction, then a re-read
+#   forward:  read x twice (second from L2 when it fits), write y   3*M*N*size bytes
+#   backward: read y, dy twice, write dx                            5*M*N*size bytes
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
+                  CHUNK: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr, NUM_STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    offs = tl.arange(0, CHUNK)
+    n_chunks = tl.cdiv(N, CHUNK)
+    for row in tl.range(pid, M, nprog):
+        row64 = tl.cast(row, tl.int64)
+        in_row = in_ptr + row64 * stride_in
+        if BACKWARD:
+            dy_row = dy_ptr + row64 * stride_dy
+        out_row = out_ptr + row64 * stride_out
+        # pass 1: the row's state, lane by lane: (m, d) folded with one exp per element forward;
+        # (sum dy*y or sum dy, whether any y is not -inf) backward
+        m_or_s, d_or_live = _empty(CHUNK, BACKWARD)
+        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
+            cols = i * CHUNK + offs
+            ok = cols < N
+            if BACKWARD:
+                dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
+                if LOG:
+                    y = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+                    m_or_s += dy
+                    d_or_live = tl.maximum(d_or_live, tl.where(y == float("-inf"), 0.0, 1.0))
+                else:
+                    y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
+                    m_or_s += dy * y
+            else:
+                x = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+                m_or_s, d_or_live = _fold(m_or_s, d_or_live, x)
+        if BACKWARD:
+            s = tl.sum(m_or_s, 0)
+            live = tl.max(d_or_live, 0)
+        else:
+            shift, d = _merge_lanes(m_or_s, d_or_live)
+        # pass 2: re-read, last chunk first (the likeliest still in L2), write
+        for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
+            cols = (n_chunks - 1 - i) * CHUNK + offs
+            ok = cols < N
+            if BACKWARD:
+                dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
+                y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
+                out = _grad(y, dy, s, live, LOG)
+            else:
+                x = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+                out = _normalise(x, shift, d, LOG)
+            tl.store(out_row + cols, out.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Regime 3: split rows. Chunk tasks handed out by an atomic ticket; ticket t
+#   (a) reads chunk t, publishes its partial to ws[t] and counts it in sync[row]   (1 read)
+#   (b) re-reads chunk t - LAG, waits for its row's C partials, merges, writes     (1 read, 1 write)
+# sync = int32[M + 1]: M per-row counters, then the ticket; zeroed by the launcher.
+# A partial state is two floats: (m, d) forward; (sum dy*y or sum dy, live flag) backward.
+#   forward:  2 reads + 1 write of M*N*size (the re-read within a LAG-chunk window, in L2)
+#   backward: 4 reads + 1 write; plus workspace: 2 floats per chunk, C of them read per chunk
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, stride_dy, stride_out, C, LAG,
+                 CHUNK: tl.constexpr, PBLOCK: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr):
+    offs = tl.arange(0, CHUNK)
+    pidx = tl.arange(0, PBLOCK)
+    n_chunks = M * C
+    n_tickets = n_chunks + LAG
+    t = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
+    while t < n_tickets:
+        # issue the loads of both halves first (masked off when this ticket has no such half) ...
+        r_row = t // C  # (a) reads chunk t
+        r_cols = (t - r_row * C) * CHUNK + offs
+        r_ok = (r_cols < N) & (t < n_chunks)
+        r_off = r_row.to(tl.int64)
+        if BACKWARD:
+            dyr = tl.load(dy_ptr + r_off * stride_dy + r_cols, mask=r_ok, other=0.0).to(tl.float32)
+            yr = tl.load(in_ptr + r_off * stride_in + r_cols, mask=r_ok,
+                         other=float("-inf") if LOG else 0.0).to(tl.float32)
+        else:
+            xr = tl.load(in_ptr + r_off * stride_in + r_cols, mask=r_ok, other=float("-inf")).to(tl.float32)
+        g = tl.maximum(t - LAG, 0)  # (b) writes chunk t - LAG
+        w_row = g // C
+        w_cols = (g - w_row * C) * CHUNK + offs
+        w_ok = (w_cols < N) & (t >= LAG)
+        w_off = w_row.to(tl.int64)
+        if BACKWARD:
+            dyw = tl.load(dy_ptr + w_off * stride_dy + w_cols, mask=w_ok, other=0.0).to(tl.float32)
+            yw = tl.load(in_ptr + w_off * stride_in + w_cols, mask=w_ok, other=0.0).to(tl.float32)
+        else:
+            xw = tl.load(in_ptr + w_off * stride_in + w_cols, mask=w_ok, other=float("-inf")).to(tl.float32)
+        # ... so that the next ticket's round trip overlaps them
+        t_next = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
+        # (a) publish the partial state of chunk t, then count it
+        if t < n_chunks:
+            if BACKWARD:
+                if LOG:
+                    m_or_s = tl.sum(dyr, 0)
+                    d_or_live = tl.max(tl.where(yr == float("-inf"), 0.0, 1.0), 0)
+                else:
+                    m_or_s = tl.sum(dyr * yr, 0)
+                    d_or_live = m_or_s * 0.0  # unused
+            else:
+                m_or_s = tl.max(xr, 0)
+                d_or_live = tl.sum(tl.exp2((xr - _guard(m_or_s)) * LOG2E), 0)
+            tl.store(ws_ptr + 2 * t, m_or_s)
+            tl.store(ws_ptr + 2 * t + 1, d_or_live)
+            tl.debug_barrier()
+            tl.atomic_add(sync_ptr + r_row, 1, sem="release")
+        # (b) merge the C partials of row w_row (all from tickets < t), write chunk t - LAG
+        if t >= LAG:
+            _wait_for(sync_ptr + w_row, C)
+            m_or_s, d_or_live = _empty(PBLOCK, BACKWARD)
+            for p0 in range(0, C, PBLOCK):
+                p = p0 + pidx
+                part = ws_ptr + 2 * (w_row * C + p)
+                if BACKWARD:
+                    m_or_s += tl.load(part, mask=p < C, other=0.0, cache_modifier=".cg")
+                    d_or_live = tl.maximum(d_or_live, tl.load(part + 1, mask=p < C, other=0.0, cache_modifier=".cg"))
+                else:
+                    pm = tl.load(part, mask=p < C, other=float("-inf"), cache_modifier=".cg")
+                    pd = tl.load(part + 1, mask=p < C, other=0.0, cache_modifier=".cg")
+                    m_new = tl.maximum(m_or_s, pm)
+                    s_new = _guard(m_new)
+                    d_or_live = d_or_live * tl.exp2((m_or_s - s_new) * LOG2E) + pd * tl.exp2((pm - s_new) * LOG2E)
+                    m_or_s = m_new
+            if BACKWARD:
+                out = _grad(yw, dyw, tl.sum(m_or_s, 0), tl.max(d_or_live, 0), LOG)
+            else:
+                shift, d = _merge_lanes(m_or_s, d_or_live)
+                out = _normalise(xw, shift, d, LOG)
+            tl.store(out_ptr + w_off * stride_out + w_cols, out.to(out_ptr.dtype.element_ty), mask=w_ok)
+        t = t_next

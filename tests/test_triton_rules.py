@@ -1,0 +1,141 @@
+"""The Triton engine's rules (kernels/triton/rules.py), and that the registry's Triton variants and
+the launchers apply the same ones. No kernel runs here: the launchers' plans are pure Python."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from onlinesoftmax.errors import OnlineSoftmaxError
+from onlinesoftmax.kernels.triton import rules as R
+from onlinesoftmax.registry import OPS, variants
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+SMS = 132
+
+
+# ---------------------------------------------------------------------------- regime choice
+def test_pick_regime():
+    for N in (1, 128, 1000, 16384, 32768):
+        assert R.pick_regime(4096, N, F32, sms=SMS) == "rows"
+        assert R.pick_regime(1, N, BF16, sms=SMS) == "rows"
+    assert R.pick_regime(4096, 32768, F32, backward=True, sms=SMS) == "rows"
+    # just past the rows limit: online while M >= SMs and a row (y + dy backward) <= 128 KB,
+    # and for 16-bit rows of any length; else split
+    assert R.pick_regime(4096, 32769, F32, sms=SMS) == "split"
+    assert R.pick_regime(4096, 32769, BF16, sms=SMS) == "online"
+    assert R.pick_regime(131, 32769, BF16, sms=SMS) == "split"
+    assert R.pick_regime(4096, 32769, F32, backward=True, sms=SMS) == "split"
+    assert R.pick_regime(4096, 32769, BF16, backward=True, sms=SMS) == "online"
+    assert R.pick_regime(2048, 65536, BF16, sms=SMS) == "online"
+    assert R.pick_regime(512, 262144, BF16, sms=SMS) == "online"
+    assert R.pick_regime(2048, 65536, F32, sms=SMS) == "split"  # 256 KB rows: the L2 window
+    assert R.pick_regime(512, 262144, F32, sms=SMS) == "split"
+    assert R.pick_regime(32, 131072, BF16, sms=SMS) == "split"  # too few rows for one per SM
+    assert R.pick_regime(1, 262144, F32, backward=True, sms=SMS) == "split"
+
+
+def test_split_config_rules(monkeypatch):
+    big = R.split_config(512, 262144, SMS)
+    assert big.CHUNK == R.SPLIT_MAX_CHUNK and big.C * big.CHUNK == 262144
+    assert R.split_config(512, 262144, SMS, backward=True).CHUNK == R.SPLIT_MAX_CHUNK // 2
+    assert R.split_config(1, 262144, SMS).CHUNK == R.SPLIT_MIN_CHUNK  # spread one row wide
+    assert R.split_config(1, 1000, SMS).CHUNK == 1024  # never wider than the row
+    assert R.split_lag(16, 512, 264) == 16 + 264
+    assert R.split_lag(16, 2, 264) == 32
+    monkeypatch.setattr(R, "FORCE_CHUNK", 16)
+    cfg = R.split_config(1, 262144, SMS)
+    assert cfg.CHUNK == 16 and cfg.C == 262144 // 16 and cfg.PBLOCK == R.SPLIT_MAX_PARTIALS_BLOCK
+
+
+def test_occupancy():
+    # 64 registers x 256 threads: 4 programs in 64K registers; 100 KB of shared memory: 2 in 228 KB
+    assert R.occupancy(64, 0, 8, 65536, 228 * 1024, 2048) == 4
+    assert R.occupancy(64, 100 * 1024, 8, 65536, 228 * 1024, 2048) == 2
+    assert R.occupancy(60, 0, 8, 65536, 228 * 1024, 2048) == 4  # allocated in steps of 8
+    assert R.occupancy(255, 0, 32, 65536, 228 * 1024, 2048) == 1  # at least one
+    assert R.persistent_programs(4, SMS, 10) == 10
+    assert R.persistent_programs(4, SMS, 10**6) == 4 * SMS
+
+
+# ------------------------------------------------------- the registry asks the rules, not triton
+def test_registry_asks_the_rules_without_triton():
+    """With triton unimportable, the Triton variants still register and say what they accept and
+    the bytes they move: variants/triton.py asks rules.py, which imports no triton."""
+    code = ("import sys\n"
+            "sys.modules['triton'] = None\n"
+            "import torch\n"
+            "from onlinesoftmax.registry import get\n"
+            "v = get('triton.softmax_backward_rows')\n"
+            "assert v.supports(4, 32768, torch.float32) is None\n"
+            "assert 'rows' in v.supports(4, 32769, torch.float32)\n"
+            "assert get('triton.softmax_split').algo_bytes(1, 1 << 20, 4) > 3 * (1 << 20) * 4\n"
+            "assert 'triton' in get('triton.softmax_rows').available()\n"
+            "assert 'onlinesoftmax.kernels.triton.rules' in sys.modules\n"
+            "assert 'onlinesoftmax.kernels.triton.softmax' not in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def _registry_verdict(variant, M, N, dtype):
+    if dtype not in variant.dtypes:
+        return "dtype"
+    return variant.supports(M, N, dtype)
+
+
+def _launcher_verdict(K, backward, regime, M, N, dtype):
+    n = 3 if backward else 2
+    try:
+        K.plan(backward, False, regime, M, N, dtype, SMS, (dtype,) * n, (N,) * n, lambda _n, dt, _zero: dt)
+    except OnlineSoftmaxError as exc:
+        return str(exc)
+    return None
+
+
+def test_registry_and_launchers_agree():
+    """Every Triton variant accepts exactly the shapes and dtypes its launcher accepts, with the
+    launcher's reason, and counts the split workspace the launcher allocates."""
+    pytest.importorskip("triton")
+    from onlinesoftmax.engines.triton import variants as tv
+
+    K = tv.kernels()
+    triton_variants = [v for v in variants(backend="triton") if v.name.startswith("triton.")]  # not api.triton.*
+    assert {v.name.rsplit("_", 1)[1] for v in triton_variants} == set(R.REGIMES)
+    assert {v.op for v in triton_variants} == {op for op in OPS if op != "sum"}
+    refused = 0
+    for v in triton_variants:
+        regime = v.name.rsplit("_", 1)[1]
+        backward = v.op.endswith("backward")
+        for dtype in (F32, F16, BF16, torch.float64):
+            for N in (1, 4097, 32768, 32769, 65536, 65537, 1 << 20):
+                registry, launcher = _registry_verdict(v, 4, N, dtype), _launcher_verdict(K, backward, regime, 4, N,
+                                                                                         dtype)
+                if registry == "dtype":
+                    assert launcher and "dtype" in launcher, (v.name, dtype, N)
+                else:
+                    assert registry == launcher, (v.name, dtype, N)
+                refused += launcher is not None
+    # float64 (12 variants x 7 N); rows forward past 65536 (2 N x 2 ops x 3 dtypes), backward past 32768 (4 x 2 x 3)
+    assert refused == 12 * 7 + 2 * 2 * 3 + 4 * 2 * 3
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("M,N", [(1, 1 << 20), (32, 131072), (512, 262144), (300, 4099)])
+def test_split_bytes_are_the_launchers_workspace(M, N, backward):
+    """rules.split_workspace_bytes (the registry's byte count) is the traffic of the workspace the
+    launcher allocates: partials written once and read C times, counters written and read."""
+    pytest.importorskip("triton")
+    from onlinesoftmax.engines.triton import variants as tv
+
+    K = tv.kernels()
+    sizes = {}
+
+    def workspace(n, dtype, zero):
+        sizes[dtype] = n
+        return dtype
+
+    n = 3 if backward else 2
+    plan = K.plan(backward, False, "split", M, N, F32, SMS, (F32,) * n, (N,) * n, workspace)
+    traffic = sizes[torch.float32] * 4 * (1 + plan.config.C) + sizes[torch.int32] * 4 * 2
+    assert R.split_workspace_bytes(M, N, backward, SMS) == traffic
