@@ -3,7 +3,7 @@
     PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick] > tune.txt
 
 Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes). For each, the knobs of
-kernels/triton/rules.py are set, the op is timed with triton.testing.do_bench (median), and the
+engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and the
 result checked against torch in fp32. The output is the evidence for the rules in that module.
 """
 
@@ -17,8 +17,8 @@ import torch
 from triton.testing import do_bench
 
 from onlinesoftmax.harness.bench import copy_gbps, gbps
-from onlinesoftmax.kernels.triton import rules as R
-from onlinesoftmax.kernels.triton import softmax as K
+from onlinesoftmax.engines.triton import softmax_rules as R
+from onlinesoftmax.engines.triton import softmax as K
 
 ELEMENTS = 1 << 27
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -206,7 +206,7 @@ def test_threads_on_two_devices_match_the_call_alone():
 
 def test_triton_threads_match_the_call_alone():
     pytest.importorskip("triton")
-    from onlinesoftmax.kernels.triton import softmax as K
+    from onlinesoftmax.engines.triton import softmax as K
 
     jobs = []
     for name, shape, dtype in TRITON:

@@ -29,7 +29,7 @@ from onlinesoftmax.harness.check import check_variant, compare, error_scale  # n
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
 from onlinesoftmax.registry import get  # noqa: E402
 from onlinesoftmax.engines.triton import variants as tv  # noqa: E402  (registers the triton.* variants)
-from onlinesoftmax.kernels.triton import rules as R  # noqa: E402
+from onlinesoftmax.engines.triton import softmax_rules as R  # noqa: E402
 
 K = tv.kernels()
 

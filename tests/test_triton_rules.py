@@ -1,4 +1,4 @@
-"""The Triton engine's rules (kernels/triton/rules.py), and that the registry's Triton variants and
+"""The Triton engine's rules (engines/triton/softmax_rules.py), and that the registry's Triton variants and
 the launchers apply the same ones. No kernel runs here: the launchers' plans are pure Python."""
 
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from onlinesoftmax.errors import OnlineSoftmaxError
-from onlinesoftmax.kernels.triton import rules as R
+from onlinesoftmax.engines.triton import softmax_rules as R
 from onlinesoftmax.registry import OPS, variants
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -72,8 +72,8 @@ def test_registry_asks_the_rules_without_triton():
             "assert 'rows' in v.supports(4, 32769, torch.float32)\n"
             "assert get('triton.softmax_split').algo_bytes(1, 1 << 20, 4) > 3 * (1 << 20) * 4\n"
             "assert 'triton' in get('triton.softmax_rows').available()\n"
-            "assert 'onlinesoftmax.kernels.triton.rules' in sys.modules\n"
-            "assert 'onlinesoftmax.kernels.triton.softmax' not in sys.modules\n")
+            "assert 'onlinesoftmax.engines.triton.softmax_rules' in sys.modules\n"
+            "assert 'onlinesoftmax.engines.triton.softmax' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

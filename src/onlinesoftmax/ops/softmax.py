@@ -8,7 +8,7 @@ torch.compile.
 Backends:
 - "cuda": the production CUDA kernels (NVRTC through cuda.core; variants/production.py picks the
   regime for the shape); the default for CUDA tensors;
-- "triton": the Triton kernels (kernels/triton/softmax.py); a non-last `dim` is moved last with
+- "triton": the Triton kernels (engines/triton/softmax.py); a non-last `dim` is moved last with
   one contiguous copy (documented: the CUDA backend has a strided kernel instead);
 - "cpu": torch's own CPU kernel, then the fully masked rows set right (see below); the default for
   CPU tensors, as fast as torch.softmax;
@@ -155,7 +155,7 @@ def _triton_backward(y, dy, dim, log):
 
 def _triton():
     try:
-        from ..kernels.triton import softmax as triton_softmax
+        from ..engines.triton import softmax as triton_softmax
     except ImportError as exc:
         raise Unavailable(f"the Triton backend needs triton: {exc}") from None
     return triton_softmax

@@ -4,8 +4,8 @@ Each variant forces its regime (rows / online / split); `rules.pick_regime` is t
 would choose among them. On a machine without CUDA the variants run on CPU tensors under
 TRITON_INTERPRET=1 (Triton's interpreter), which is how the CPU tests exercise them.
 
-What a variant accepts and the bytes it moves come from `kernels/triton/rules.py`, the rules the
-launchers apply, which imports no triton. The launchers (`kernels/triton/softmax.py`) are
+What a variant accepts and the bytes it moves come from `engines/triton/softmax_rules.py`, the rules the
+launchers apply, which imports no triton. The launchers (`engines/triton/softmax.py`) are
 imported lazily, on the first run: `triton.jit` decides when a kernel is defined whether it is
 interpreted, so TRITON_INTERPRET must be set before that import.
 """
@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 
 from ...install import pip_line
-from ...kernels.triton import rules
+from . import softmax_rules as rules
 from ...registry import Variant, register
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,7 +53,7 @@ _REGIMES = {
 
 def kernels():
     """The launchers' module, imported on first use (after TRITON_INTERPRET is set, if it is)."""
-    from ...kernels.triton import softmax
+    from . import softmax
 
     return softmax
 

@@ -45,6 +45,9 @@ from typing import Optional
 
 import torch
 
+from ...intmath import cdiv, pow2ceil
+from ...runtime import DEFAULT_SMS
+
 REGIMES = ("rows", "online", "split")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _FP16_BF16 = (torch.float16, torch.bfloat16)
@@ -62,21 +65,12 @@ SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (
 SPLIT_MIN_CHUNK = 2048  # ... and smallest, so one ticket (an atomic) buys enough work
 SPLIT_TASKS_PER_PROGRAM = 4  # split: aim for this many chunks per program at least
 SPLIT_MAX_PARTIALS_BLOCK = 256  # partials merged per step in the split write half
-INTERPRETER_SMS = 132  # the H200's SM count, used when there is no CUDA device
+INTERPRETER_SMS = DEFAULT_SMS  # the H200's SM count, used when there is no CUDA device
 
 # Tests: force the chunk (elements, a power of two) of the online/split regimes, and the number
 # of programs of every persistent grid. None: the rules below decide.
 FORCE_CHUNK: Optional[int] = None
 FORCE_PROGRAMS: Optional[int] = None
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def next_power_of_2(n: int) -> int:
-    """The smallest power of two >= n (n >= 1)."""
-    return 1 << (n - 1).bit_length()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,9 +155,9 @@ class RowsConfig:
 def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False) -> RowsConfig:
     """Whole rows; several per tile for small N so a tile is ~ROWS_TILE_BYTES of each input."""
     size = dtype.itemsize
-    block_n = next_power_of_2(N)
+    block_n = pow2ceil(N)
     block_m = max(1, rows_tile_bytes(dtype) // (block_n * size))
-    block_m = min(block_m, next_power_of_2(M))
+    block_m = min(block_m, pow2ceil(M))
     tile = block_m * block_n
     inputs = 2 if backward else 1
     return RowsConfig(block_m, block_n, rows_num_warps(tile, dtype), pipeline_stages(tile * size * inputs))
@@ -190,7 +184,7 @@ class ChunkConfig:
 
 def online_config(N: int, dtype: torch.dtype, backward: bool = False) -> ChunkConfig:
     """A 16 KB (fp32) chunk per iteration, three (forward) or two (backward: y and dy) in flight."""
-    chunk = FORCE_CHUNK or min(ONLINE_CHUNK, next_power_of_2(N))
+    chunk = FORCE_CHUNK or min(ONLINE_CHUNK, pow2ceil(N))
     return ChunkConfig(chunk, num_warps_for(chunk), 2 if backward else 3)
 
 
@@ -216,12 +210,12 @@ def split_config(M: int, N: int, sms: int, backward: bool = False) -> SplitConfi
         chunk = FORCE_CHUNK
     else:
         want = cdiv(M * N, SPLIT_TASKS_PER_PROGRAM * split_programs(sms))
-        chunk = next_power_of_2(max(1, want))
+        chunk = pow2ceil(max(1, want))
         largest = SPLIT_MAX_CHUNK // (2 if backward else 1)
         chunk = max(SPLIT_MIN_CHUNK, min(chunk, largest))
-        chunk = min(chunk, next_power_of_2(N))
+        chunk = min(chunk, pow2ceil(N))
     c = cdiv(N, chunk)
-    pblock = min(next_power_of_2(c), SPLIT_MAX_PARTIALS_BLOCK)
+    pblock = min(pow2ceil(c), SPLIT_MAX_PARTIALS_BLOCK)
     return SplitConfig(chunk, c, pblock, num_warps_for(chunk))
 
 

@@ -18,9 +18,10 @@ import torch
 import triton
 
 from ...errors import OnlineSoftmaxError
-from . import rules
-from .rules import pick_regime
-from .softmax_jit import interpreting, online_kernel, rows_kernel, split_kernel
+from ...intmath import cdiv
+from . import softmax_rules as rules
+from .softmax_rules import pick_regime
+from .softmax_kernels import interpreting, online_kernel, rows_kernel, split_kernel
 
 _SMS: dict = {}
 
@@ -115,7 +116,7 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
     if regime == "rows":
         cfg = rules.rows_config(M, N, dtype, backward)
         key = ("rows", backward, cfg, log, dtype)
-        grid = (_programs(key, cfg.num_warps, sms, rules.cdiv(M, cfg.BLOCK_M)),)
+        grid = (_programs(key, cfg.num_warps, sms, cdiv(M, cfg.BLOCK_M)),)
         return Plan(rows_kernel, grid, (*tensors, M, N, *strides),
                     dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **op, NUM_STAGES=cfg.num_stages,
                          num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
