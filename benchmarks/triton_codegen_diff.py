@@ -116,7 +116,8 @@ def dump(out: pathlib.Path, launches_to_drive) -> None:
             return GPUTarget("cuda", 90, 32)
 
     driver.set_active(H200())
-    from onlinesoftmax.registry import OPS, get
+    from onlinesoftmax.opdefs import OPS
+    from onlinesoftmax.registry import get
     from onlinesoftmax.engines.triton import variants as tv
 
     print(f"dumping {tv.kernels().__file__}", file=sys.stderr)
@@ -155,7 +156,7 @@ def dump(out: pathlib.Path, launches_to_drive) -> None:
                 raise SystemExit(f"the registry refuses {name} {dtype_name} ({M}, {N})")
             continue
         where.update(family=family, name=f"{name}.{dtype_name}.{M}x{N}")
-        inputs = tuple(torch.empty(M, N, dtype=dtype, device="meta") for _ in range(OPS[variant.op][0]))
+        inputs = tuple(torch.empty(M, N, dtype=dtype, device="meta") for _ in OPS[variant.op].inputs)
         variant.run(inputs, torch.empty(M, N, dtype=dtype, device="meta"))
     (out / "index.json").write_text(json.dumps({"configs": configs, "launches": launches}, indent=1))
     print(f"{len(configs)} configurations, {len(launches)} launches", file=sys.stderr)
