@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-# Stages: verify (GPU tests, check, ladder) | concurrency | sweep [sweep args] | any other CLI command (extras, ...)
+# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | sweep [sweep args] | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 ONLINESOFTMAX_CACHE=/tmp/osm-cache
-# Liger-Kernel, carried as a wheel in .whl/ (see README: device runs)
-if ls .whl/liger_kernel-*.whl >/dev/null 2>&1; then
+# Wheels carried in .whl/ (Liger-Kernel for the sweep, expecttest for the OpInfo tests; see docs/tuning.md)
+if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH="$PWD/src:/tmp/site"
@@ -31,6 +31,19 @@ case "$stage" in
     ONLINESOFTMAX_EVIDENCE="$OUT" python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_concurrency.py 2>&1 \
       | tee "$OUT/pytest-gpu-concurrency.log" | tail -20
     python3 benchmarks/new_shapes.py --out "$OUT/new-shapes.json" 2>&1 | tail -40
+    ;;
+  release)  # everything that backs a release, on two GPUs: every GPU test on both (GPU 1 only for the two-device
+    # test); meanwhile on GPU 1: the sanitizer, a sample of the sweep (ours only) and new_shapes. Logs in one archive.
+    ( export CUDA_VISIBLE_DEVICES=1
+      OUT="$OUT" bash benchmarks/sanitize.sh >"$OUT/sanitize-run.log" 2>&1
+      osm sweep --ours-only "$@" --out "$OUT/sweep-sample.csv" >"$OUT/sweep-sample.txt" 2>&1
+      python3 benchmarks/new_shapes.py --out "$OUT/new-shapes.json" >"$OUT/new-shapes.txt" 2>&1 ) &
+    ONLINESOFTMAX_EVIDENCE="$OUT" python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests 2>&1 \
+      | tee "$OUT/pytest-gpu.log" | tail -20
+    wait
+    cat "$OUT/sanitize/summary.txt"; tail -4 "$OUT/sweep-sample.txt"
+    tar czf "$OUT/logs.tgz" -C "$OUT" sanitize sanitize-run.log new-shapes.txt $(cd "$OUT" && ls *.png 2>/dev/null) \
+      && rm -r "$OUT/sanitize" "$OUT/sanitize-run.log" "$OUT/new-shapes.txt" "$OUT"/*.png
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"
