@@ -44,24 +44,34 @@
 //   strided:       (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
 #include "production.cuh"
 
-#define SM_WARP_THREADS 256
-#define SM_ROW_MAX_THREADS 512
-#define SM_SPLIT_THREADS 256
-#define SM_SPLIT_UNROLL 4
-#define SM_STRIDED_THREADS 512
-#define SM_STRIDED_UNROLL 4
+// Launch geometry; variants/production.py plans with the same numbers under the same names. (An enum: namespace-scope
+// constexpr variables would each become a global variable of every module.)
+enum {
+    WARP_THREADS = 256,     // threads per CTA of the warp kernels (several rows per warp)
+    ROW_MAX_THREADS = 512,  // the largest CTA of the row and columns kernels
+    SPLIT_THREADS = 256,
+    SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
+    STRIDED_THREADS = 512,
+    STRIDED_UNROLL = 4
+};
+
+// The reduction (production.cuh) each op's rows need: (m, d) forward, sum(dy * y) for the softmax backward,
+// sum(dy) and "any y alive" for the log_softmax backward.
+template <int OP> struct op_red {
+    enum { RED = OP < 2 ? OS_RED_MD : OP == 2 ? OS_RED_SUM : OS_RED_SUM_ANY };
+};
 
 // Forward output parameters from a row's final (m, d).
 //  softmax:     y = e * f with e = exp(x - st) (thread shift st = shift of the thread's own max mt),
 //               f = exp(mt - s) / d; or y = exp(x - s) * inv when recomputed from x.
 //  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf.
-struct sm_fwd_out {
+struct fwd_out {
     float s, inv, sh, ld;
-    __device__ __forceinline__ sm_fwd_out(float m, float d) {
+    __device__ __forceinline__ fwd_out(float m, float d) {
         s = os_safe_shift(m);
-        inv = d == 0.0f ? 0.0f : sm_rcp(d);  // os_safe_inv; d is 0, NaN or in [1, N]: no slow path needed
+        inv = d == 0.0f ? 0.0f : os_rcp(d);  // os_safe_inv; d is 0, NaN or in [1, N]: no slow path needed
         const bool empty = d == 0.0f;
-        sh = empty ? SM_POS_INF : s;
+        sh = empty ? OS_POS_INF : s;
         ld = empty ? 0.0f : logf(d);
     }
 };
@@ -71,18 +81,18 @@ struct sm_fwd_out {
 // ================================================================================================
 
 template <int OP, int DT, int W, int SLOTS, int RPT>
-__global__ void __launch_bounds__(SM_WARP_THREADS, 4)
+__global__ void __launch_bounds__(WARP_THREADS, 4)
 fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
     static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
     constexpr int E = SLOTS * W;
     // lanes per row (<= 32) and row groups per CTA; the plan gives a lane several slots only for rows of more
     // than 32 accesses, so TPR is the compile-time 32 then (immediate load offsets)
     const int lgt = SLOTS > 1 ? 5 : lg;  // log2 lanes per row
-    const int TPR = 1 << lgt, GROUPS = SM_WARP_THREADS >> lgt;
+    const int TPR = 1 << lgt, GROUPS = WARP_THREADS >> lgt;
     const int lane = threadIdx.x & (TPR - 1);
     const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
     const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
@@ -113,31 +123,31 @@ fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
                 for (int j = 0; j < W; j++) v[q][k * W + j] = OS_NEG_INF;
             }
         }
-        m[q] = sm_max_of<E>(v[q]);
+        m[q] = os_max_of<E>(v[q]);
     }
-    sm_rows_reduce<SM_MAX, RPT, SLOTS>(m, d, TPR);
+    os_rows_reduce<OS_RED_MAX, RPT, SLOTS>(m, d, TPR);
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const float s = os_safe_shift(m[q]);
         if constexpr (OP == 0) {
 #pragma unroll
-            for (int j = 0; j < E; j++) v[q][j] = sm_exp_diff(v[q][j], s);
-            d[q] = sm_sum_of<E>(v[q]);
+            for (int j = 0; j < E; j++) v[q][j] = os_exp_diff(v[q][j], s);
+            d[q] = os_sum_of<E>(v[q]);
         } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
             float e[E];
 #pragma unroll
             for (int j = 0; j < E; j++) {
                 v[q][j] -= s;
-                e[j] = sm_ex2(v[q][j] * SM_LOG2E);
+                e[j] = os_ex2(v[q][j] * OS_LOG2E);
             }
-            d[q] = sm_sum_of<E>(e);
+            d[q] = os_sum_of<E>(e);
         }
     }
-    sm_rows_reduce<2, RPT, SLOTS>(d, m, TPR);
+    os_rows_reduce<OS_RED_SUM, RPT, SLOTS>(d, m, TPR);
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
-        const sm_fwd_out o(m[q], d[q]);
+        const fwd_out o(m[q], d[q]);
         elem* dst = static_cast<elem*>(out) + row * so + lane * W;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
@@ -157,21 +167,21 @@ __global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <=
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
     static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
     constexpr int E = SLOTS * W;
-    static_assert(THREADS % 32 == 0 && THREADS <= SM_ROW_MAX_THREADS, "threads: warps, <= 512");
+    static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
     constexpr int CH = THREADS * (SLOTS + SSLOTS);  // accesses per CTA
     __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
-    extern __shared__ uint4 sm_dyn[];  // SSLOTS * THREADS vectors
+    extern __shared__ uint4 smem_slots[];  // SSLOTS * THREADS vectors
     long long row;
     int rank;
     if constexpr (C > 1) {
-        row = sm_cluster_id();
-        rank = (int)sm_cluster_rank();
+        row = os_cluster_id();
+        rank = (int)os_cluster_rank();
     } else {
         row = blockIdx.x;
         rank = 0;
@@ -189,9 +199,10 @@ fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
     if constexpr (SSLOTS > 0) {
 #pragma unroll
         for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim) sm_cp_async16(&sm_dyn[j * THREADS + t], src + (SLOTS + j) * THREADS * W);
+            if ((SLOTS + j) * THREADS < lim)
+                os_cp_async16(&smem_slots[j * THREADS + t], src + (SLOTS + j) * THREADS * W);
         }
-        sm_cp_async_commit();
+        os_cp_async_commit();
     }
     float v[E];
 #pragma unroll
@@ -203,15 +214,15 @@ fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
             for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
         }
     }
-    float mt = sm_max_of<E>(v);
+    float mt = os_max_of<E>(v);
     if constexpr (SSLOTS > 0) {
-        sm_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+        os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
 #pragma unroll 1
         for (int j = 0; j < SSLOTS; j++) {
             if ((SLOTS + j) * THREADS < lim) {
                 float f[W];
-                io::unpack(sm_dyn[j * THREADS + t], f);
-                mt = fmaxf(mt, sm_max_of<W>(f));
+                io::unpack(smem_slots[j * THREADS + t], f);
+                mt = fmaxf(mt, os_max_of<W>(f));
             }
         }
     }
@@ -219,34 +230,34 @@ fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
     float d;
     if constexpr (OP == 0) {
 #pragma unroll
-        for (int j = 0; j < E; j++) v[j] = sm_exp_diff(v[j], st);
-        d = sm_sum_of<E>(v);
+        for (int j = 0; j < E; j++) v[j] = os_exp_diff(v[j], st);
+        d = os_sum_of<E>(v);
     } else {
         float e[E];
 #pragma unroll
-        for (int j = 0; j < E; j++) e[j] = sm_exp_diff(v[j], st);
-        d = sm_sum_of<E>(e);
+        for (int j = 0; j < E; j++) e[j] = os_exp_diff(v[j], st);
+        d = os_sum_of<E>(e);
     }
     if constexpr (SSLOTS > 0) {
 #pragma unroll 1
         for (int j = 0; j < SSLOTS; j++) {
             if ((SLOTS + j) * THREADS < lim) {
                 float f[W];
-                io::unpack(sm_dyn[j * THREADS + t], f);
+                io::unpack(smem_slots[j * THREADS + t], f);
 #pragma unroll
-                for (int u = 0; u < W; u++) f[u] = sm_exp_diff(f[u], st);
-                d += sm_sum_of<W>(f);
+                for (int u = 0; u < W; u++) f[u] = os_exp_diff(f[u], st);
+                d += os_sum_of<W>(f);
                 // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                if constexpr (OP == 0 && DT == 0) sm_dyn[j * THREADS + t] = sm_io<0, 4>::pack(f);
+                if constexpr (OP == 0 && DT == 0) smem_slots[j * THREADS + t] = os_io<0, 4>::pack(f);
             }
         }
     }
     float m = mt;
-    sm_block_reduce<OP>(m, d, red_a, red_b);
-    if constexpr (C > 1) sm_cluster_reduce<OP, C>(m, d, part);
+    os_block_reduce<op_red<OP>::RED>(m, d, red_a, red_b);
+    if constexpr (C > 1) os_cluster_reduce<op_red<OP>::RED, C>(m, d, part);
 
-    const sm_fwd_out o(m, d);
-    const float f = sm_exp_diff(mt, o.s) * o.inv;
+    const fwd_out o(m, d);
+    const float f = os_exp_diff(mt, o.s) * o.inv;
     elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
@@ -261,30 +272,30 @@ fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
             const int i = (SLOTS + j) * THREADS;
             if (i < lim) {
                 float x[W], y[W];
-                io::unpack(sm_dyn[j * THREADS + t], x);
+                io::unpack(smem_slots[j * THREADS + t], x);
 #pragma unroll
                 for (int u = 0; u < W; u++) {
                     if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
-                    else if constexpr (OP == 0) y[u] = sm_exp_diff(x[u], o.s) * o.inv;
+                    else if constexpr (OP == 0) y[u] = os_exp_diff(x[u], o.s) * o.inv;
                     else y[u] = (x[u] - o.sh) - o.ld;
                 }
                 io::store(dst, i, y);
             }
         }
     }
-    if constexpr (C > 1) sm_cluster_wait();
+    if constexpr (C > 1) os_cluster_wait();
 }
 
 // Phase 1 of the split regime: the (m, d) of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)].
 template <int DT, int W>
-__global__ void __launch_bounds__(SM_SPLIT_THREADS)
+__global__ void __launch_bounds__(SPLIT_THREADS)
 fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
                 long long sa, long long sb, int P, int CH) {
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
-    constexpr int U = SM_SPLIT_UNROLL;
-    __shared__ float red_a[SM_SPLIT_THREADS / 32], red_b[SM_SPLIT_THREADS / 32];
+    constexpr int U = SPLIT_UNROLL;
+    __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
@@ -292,29 +303,29 @@ fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* _
     const elem* src = static_cast<const elem*>(a) + row * sa;
     float m = OS_NEG_INF, d = 0.0f;
 #pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
+    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
         raw r[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (base + u * SM_SPLIT_THREADS < end) r[u] = io::load(src, base + u * SM_SPLIT_THREADS);
+            if (base + u * SPLIT_THREADS < end) r[u] = io::load(src, base + u * SPLIT_THREADS);
         float v[U * W];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (base + u * SM_SPLIT_THREADS < end) {
+            if (base + u * SPLIT_THREADS < end) {
                 io::unpack(r[u], &v[u * W]);
             } else {
 #pragma unroll
                 for (int j = 0; j < W; j++) v[u * W + j] = OS_NEG_INF;
             }
         }
-        const float mn = fmaxf(m, sm_max_of<U * W>(v));
+        const float mn = fmaxf(m, os_max_of<U * W>(v));
         const float s = os_safe_shift(mn);
 #pragma unroll
-        for (int j = 0; j < U * W; j++) v[j] = sm_exp_diff(v[j], s);
-        d = d * sm_exp_diff(m, s) + sm_sum_of<U * W>(v);
+        for (int j = 0; j < U * W; j++) v[j] = os_exp_diff(v[j], s);
+        d = d * os_exp_diff(m, s) + os_sum_of<U * W>(v);
         m = mn;
     }
-    sm_block_reduce<0>(m, d, red_a, red_b);
+    os_block_reduce<OS_RED_MD>(m, d, red_a, red_b);
     if (threadIdx.x == 0) {
         ws[2 * (long long)blockIdx.x] = m;
         ws[2 * (long long)blockIdx.x + 1] = d;
@@ -322,37 +333,37 @@ fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* _
 }
 // Phase 2: merge the partials, re-read the chunk (an L2 hit for the sizes the plan sends here) and write it.
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_SPLIT_THREADS)
+__global__ void __launch_bounds__(SPLIT_THREADS)
 fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
                 void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
     static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
-    constexpr int U = SM_SPLIT_UNROLL;
+    constexpr int U = SPLIT_UNROLL;
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
     const int end = min(p * CH + CH, nv);
     float m, d;
-    sm_fold_partials<0>(ws + 2 * row * P, P, m, d);
-    const sm_fwd_out o(m, d);
+    os_fold_partials<OS_RED_MD>(ws + 2 * row * P, P, m, d);
+    const fwd_out o(m, d);
     const elem* src = static_cast<const elem*>(a) + row * sa;
     elem* dst = static_cast<elem*>(out) + row * so;
 #pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
+    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
         raw r[U];
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (base + u * SM_SPLIT_THREADS < end) r[u] = io::load_last(src, base + u * SM_SPLIT_THREADS);
+            if (base + u * SPLIT_THREADS < end) r[u] = io::load_last(src, base + u * SPLIT_THREADS);
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int i = base + u * SM_SPLIT_THREADS;
+            const int i = base + u * SPLIT_THREADS;
             if (i < end) {
                 float x[W], y[W];
                 io::unpack(r[u], x);
 #pragma unroll
-                for (int j = 0; j < W; j++) y[j] = OP == 0 ? sm_exp_diff(x[j], o.s) * o.inv : (x[j] - o.sh) - o.ld;
+                for (int j = 0; j < W; j++) y[j] = OP == 0 ? os_exp_diff(x[j], o.s) * o.inv : (x[j] - o.sh) - o.ld;
                 io::store_stream(dst, i, y);
             }
         }
@@ -364,15 +375,15 @@ fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const fl
 // CTA walks work items (o, strip) with a grid stride; both passes over a strip run back to back, so the second
 // read of the strip hits L2 when the plan keeps grid * N * strip bytes inside the cache.
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_STRIDED_THREADS, 2)
+__global__ void __launch_bounds__(STRIDED_THREADS, 2)
 fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
     static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
-    constexpr int U = W > 4 ? SM_STRIDED_UNROLL / 2 : SM_STRIDED_UNROLL;  // bounded registers: <= 64 for 2 CTAs/SM
-    __shared__ float sh_a[SM_STRIDED_THREADS * W], sh_b[SM_STRIDED_THREADS * W];
+    constexpr int U = W > 4 ? STRIDED_UNROLL / 2 : STRIDED_UNROLL;  // bounded registers: <= 64 for 2 CTAs/SM
+    __shared__ float sh_a[STRIDED_THREADS * W], sh_b[STRIDED_THREADS * W];
     const int lanes = blockDim.x, rows = blockDim.y;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int slot = (ty * lanes + tx) * W;
@@ -416,8 +427,8 @@ fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
                 const float s = os_safe_shift(mn);
                 float e = 0.0f;
 #pragma unroll
-                for (int u = 0; u < U; u++) e += sm_exp_diff(x[u][j], s);
-                d[j] = d[j] * sm_exp_diff(m[j], s) + e;
+                for (int u = 0; u < U; u++) e += os_exp_diff(x[u][j], s);
+                d[j] = d[j] * os_exp_diff(m[j], s) + e;
                 m[j] = mn;
             }
         }
@@ -434,7 +445,7 @@ fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
                 const int other = slot + h * lanes * W;
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    sm_combine<0>(m[j], d[j], sh_a[other + j], sh_b[other + j]);
+                    os_combine<OS_RED_MD>(m[j], d[j], sh_a[other + j], sh_b[other + j]);
                     sh_a[slot + j] = m[j];
                     sh_b[slot + j] = d[j];
                 }
@@ -444,7 +455,7 @@ fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
         float s[W], inv[W], sh[W], ld[W];
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            const sm_fwd_out q(sh_a[tx * W + j], sh_b[tx * W + j]);
+            const fwd_out q(sh_a[tx * W + j], sh_b[tx * W + j]);
             s[j] = q.s;
             inv[j] = q.inv;
             sh[j] = q.sh;
@@ -457,7 +468,7 @@ fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
-                if (active && n < N) r[u] = sm_ldcs(reinterpret_cast<const raw*>(src + (long long)n * inner));
+                if (active && n < N) r[u] = os_ldcs(reinterpret_cast<const raw*>(src + (long long)n * inner));
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -467,8 +478,8 @@ fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
                     io::unpack(r[u], x);
 #pragma unroll
                     for (int j = 0; j < W; j++)
-                        y[j] = OP == 0 ? sm_exp_diff(x[j], s[j]) * inv[j] : (x[j] - sh[j]) - ld[j];
-                    sm_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(y));
+                        y[j] = OP == 0 ? os_exp_diff(x[j], s[j]) * inv[j] : (x[j] - sh[j]) - ld[j];
+                    os_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(y));
                 }
             }
         }
@@ -483,25 +494,25 @@ fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
 // shared memory. Per column: (m, d) of the thread, a tree over ROWS in shared memory, the C partials through DSMEM; then
 // the outputs from chip. A warp reads ROWS-adjacent rows in pieces of LANES * 16 bytes.
 template <int OP, int DT, int W, int SLOTS, int SSLOTS, int C>
-__global__ void __launch_bounds__(SM_ROW_MAX_THREADS, 2)
+__global__ void __launch_bounds__(ROW_MAX_THREADS, 2)
 fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
          long long inner, long long strips, long long items) {
     static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
-    __shared__ float red_m[SM_ROW_MAX_THREADS * W], red_d[SM_ROW_MAX_THREADS * W];
+    __shared__ float red_m[ROW_MAX_THREADS * W], red_d[ROW_MAX_THREADS * W];
     __shared__ float fin_m[32 * W], fin_d[32 * W];  // LANES <= 32
-    extern __shared__ uint4 sm_dyn[];  // SSLOTS * 512 vectors
+    extern __shared__ uint4 smem_slots[];  // SSLOTS * 512 vectors
     const int lanes = blockDim.x, rows = blockDim.y;
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * lanes + tx;
     long long item;
     int rank;
     if constexpr (C > 1) {
-        item = sm_cluster_id();
-        rank = (int)sm_cluster_rank();
+        item = os_cluster_id();
+        rank = (int)os_cluster_rank();
     } else {
         item = blockIdx.x;
         rank = 0;
@@ -524,9 +535,9 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 #pragma unroll
         for (int j = 0; j < SSLOTS; j++) {
             const int n = n_first + (SLOTS + j) * rows;
-            if (active && n < n_end) sm_cp_async16(&sm_dyn[j * SM_ROW_MAX_THREADS + t], src + (long long)n * inner);
+            if (active && n < n_end) os_cp_async16(&smem_slots[j * ROW_MAX_THREADS + t], src + (long long)n * inner);
         }
-        sm_cp_async_commit();
+        os_cp_async_commit();
     }
     float v[SLOTS][W], mt[W], d[W];
 #pragma unroll
@@ -543,12 +554,12 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], v[k][j]);
     }
     if constexpr (SSLOTS > 0) {
-        sm_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+        os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
 #pragma unroll 1
         for (int i = 0; i < SSLOTS; i++) {
             if (active && n_first + (SLOTS + i) * rows < n_end) {
                 float f[W];
-                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], f);
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], f);
 #pragma unroll
                 for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], f[j]);
             }
@@ -560,7 +571,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         d[j] = 0.0f;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
-            const float e = sm_exp_diff(v[k][j], st);
+            const float e = os_exp_diff(v[k][j], st);
             d[j] += e;
             if constexpr (OP == 0) v[k][j] = e;
         }
@@ -570,14 +581,14 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         for (int i = 0; i < SSLOTS; i++) {
             if (active && n_first + (SLOTS + i) * rows < n_end) {
                 float f[W];
-                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], f);
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], f);
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    f[j] = sm_exp_diff(f[j], os_safe_shift(mt[j]));
+                    f[j] = os_exp_diff(f[j], os_safe_shift(mt[j]));
                     d[j] += f[j];
                 }
                 // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                if constexpr (OP == 0 && DT == 0) sm_dyn[i * SM_ROW_MAX_THREADS + t] = sm_io<0, 4>::pack(f);
+                if constexpr (OP == 0 && DT == 0) smem_slots[i * ROW_MAX_THREADS + t] = os_io<0, 4>::pack(f);
             }
         }
     }
@@ -597,7 +608,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
             const int other = (t + h * lanes) * W;
 #pragma unroll
             for (int j = 0; j < W; j++) {
-                sm_combine<0>(m[j], dd[j], red_m[other + j], red_d[other + j]);
+                os_combine<OS_RED_MD>(m[j], dd[j], red_m[other + j], red_d[other + j]);
                 red_m[t * W + j] = m[j];
                 red_d[t * W + j] = dd[j];
             }
@@ -607,16 +618,17 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     // the cluster's (m, d) per column: thread c < LANES * W folds column c's C partials (row 0 of each CTA's tree)
     const int ncols = lanes * W;
     if constexpr (C > 1) {
-        sm_cluster_publish();
-        sm_cluster_wait();
+        os_cluster_publish();
+        os_cluster_wait();
         if (t < ncols) {
             float pm = OS_NEG_INF, pd = 0.0f;
 #pragma unroll
-            for (int q = 0; q < C; q++) sm_combine<0>(pm, pd, sm_ld_dsmem(&red_m[t], q), sm_ld_dsmem(&red_d[t], q));
+            for (int q = 0; q < C; q++)
+                os_combine<OS_RED_MD>(pm, pd, os_ld_dsmem(&red_m[t], q), os_ld_dsmem(&red_d[t], q));
             fin_m[t] = pm;
             fin_d[t] = pd;
         }
-        sm_cluster_arrive();  // waited on before exit: no CTA leaves while another may read its red_m / red_d
+        os_cluster_arrive();  // waited on before exit: no CTA leaves while another may read its red_m / red_d
         __syncthreads();
     } else {
         if (t < ncols) {
@@ -628,12 +640,12 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     float f[W], sh[W], ld[W], s[W], inv[W];
 #pragma unroll
     for (int j = 0; j < W; j++) {
-        const sm_fwd_out q(fin_m[tx * W + j], fin_d[tx * W + j]);
+        const fwd_out q(fin_m[tx * W + j], fin_d[tx * W + j]);
         s[j] = q.s;
         inv[j] = q.inv;
         sh[j] = q.sh;
         ld[j] = q.ld;
-        f[j] = sm_exp_diff(mt[j], q.s) * q.inv;
+        f[j] = os_exp_diff(mt[j], q.s) * q.inv;
     }
     elem* dst = static_cast<elem*>(out) + o * (long long)N * inner + col;
 #pragma unroll
@@ -650,18 +662,18 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
             const int n = n_first + (SLOTS + i) * rows;
             if (active && n < n_end) {
                 float x[W], y[W];
-                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], x);
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], x);
 #pragma unroll
                 for (int j = 0; j < W; j++) {
                     if constexpr (OP == 0 && DT == 0) y[j] = x[j] * f[j];  // x holds e here
-                    else if constexpr (OP == 0) y[j] = sm_exp_diff(x[j], s[j]) * inv[j];
+                    else if constexpr (OP == 0) y[j] = os_exp_diff(x[j], s[j]) * inv[j];
                     else y[j] = (x[j] - sh[j]) - ld[j];
                 }
                 io::store(dst + (long long)n * inner, 0, y);
             }
         }
     }
-    if constexpr (C > 1) sm_cluster_wait();
+    if constexpr (C > 1) os_cluster_wait();
 }
 
 // ================================================================================================
@@ -671,7 +683,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 // ================================================================================================
 
 // Per-element contribution to the row's reduction pair.
-template <int OP> __device__ __forceinline__ void sm_bwd_acc(float y, float dy, float& a, float& b) {
+template <int OP> __device__ __forceinline__ void bwd_acc(float y, float dy, float& a, float& b) {
     if constexpr (OP == 2) {
         a = fmaf(y, dy, a);
     } else {
@@ -680,21 +692,21 @@ template <int OP> __device__ __forceinline__ void sm_bwd_acc(float y, float dy, 
     }
 }
 
-template <int OP> __device__ __forceinline__ float sm_bwd_out(float y, float dy, float a, float b) {
+template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, float a, float b) {
     if constexpr (OP == 2) return y * (dy - a);
-    else return b > 0.0f ? dy - sm_ex2(y * SM_LOG2E) * a : 0.0f;
+    else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
 }
 
 template <int OP, int DT, int W, int SLOTS, int RPT>
-__global__ void __launch_bounds__(SM_WARP_THREADS, 4)
+__global__ void __launch_bounds__(WARP_THREADS, 4)
 bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
     static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
     const int lgt = SLOTS > 1 ? 5 : lg;  // log2 lanes per row
-    const int TPR = 1 << lgt, GROUPS = SM_WARP_THREADS >> lgt;
+    const int TPR = 1 << lgt, GROUPS = WARP_THREADS >> lgt;
     const int lane = threadIdx.x & (TPR - 1);
     const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
     const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
@@ -727,15 +739,15 @@ bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
                 io::unpack(rd[q][k], dy);
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
-                    else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
+                    if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+                    else bwd_acc<OP>(y[j], dy[j], a0, b0);
                 }
             }
         }
         acc[q] = a0 + a1;
         alive[q] = b0;
     }
-    sm_rows_reduce<OP, RPT, SLOTS>(acc, alive, TPR);
+    os_rows_reduce<op_red<OP>::RED, RPT, SLOTS>(acc, alive, TPR);
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
@@ -747,7 +759,7 @@ bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
                 io::unpack(ry[q][k], y);
                 io::unpack(rd[q][k], dy);
 #pragma unroll
-                for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc[q], alive[q]);
+                for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], acc[q], alive[q]);
                 io::store(dst, k * TPR, dx);
             }
         }
@@ -759,20 +771,20 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
     static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
-    static_assert(THREADS % 32 == 0 && THREADS <= SM_ROW_MAX_THREADS, "threads: warps, <= 512");
+    static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
     constexpr int CH = THREADS * (SLOTS + SSLOTS);
     __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
-    extern __shared__ uint4 sm_dyn[];  // [SSLOTS][2][THREADS] vectors: y then dy
+    extern __shared__ uint4 smem_slots[];  // [SSLOTS][2][THREADS] vectors: y then dy
     long long row;
     int rank;
     if constexpr (C > 1) {
-        row = sm_cluster_id();
-        rank = (int)sm_cluster_rank();
+        row = os_cluster_id();
+        rank = (int)os_cluster_rank();
     } else {
         row = blockIdx.x;
         rank = 0;
@@ -796,11 +808,11 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
         for (int j = 0; j < SSLOTS; j++) {
             const int i = (SLOTS + j) * THREADS;
             if (i < lim) {
-                sm_cp_async16(&sm_dyn[(2 * j) * THREADS + t], py + i * W);
-                sm_cp_async16(&sm_dyn[(2 * j + 1) * THREADS + t], pd + i * W);
+                os_cp_async16(&smem_slots[(2 * j) * THREADS + t], py + i * W);
+                os_cp_async16(&smem_slots[(2 * j + 1) * THREADS + t], pd + i * W);
             }
         }
-        sm_cp_async_commit();
+        os_cp_async_commit();
     }
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
 #pragma unroll
@@ -811,30 +823,30 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
             io::unpack(rd[k], dy);
 #pragma unroll
             for (int j = 0; j < W; j++) {
-                if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
-                else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
+                if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+                else bwd_acc<OP>(y[j], dy[j], a0, b0);
             }
         }
     }
     if constexpr (SSLOTS > 0) {
-        sm_cp_async_wait_all();
+        os_cp_async_wait_all();
 #pragma unroll 1
         for (int j = 0; j < SSLOTS; j++) {
             if ((SLOTS + j) * THREADS < lim) {
                 float y[W], dy[W];
-                io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
-                io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
+                io::unpack(smem_slots[(2 * j) * THREADS + t], y);
+                io::unpack(smem_slots[(2 * j + 1) * THREADS + t], dy);
 #pragma unroll
                 for (int u = 0; u < W; u++) {
-                    if (u & 1) sm_bwd_acc<OP>(y[u], dy[u], a1, b0);
-                    else sm_bwd_acc<OP>(y[u], dy[u], a0, b0);
+                    if (u & 1) bwd_acc<OP>(y[u], dy[u], a1, b0);
+                    else bwd_acc<OP>(y[u], dy[u], a0, b0);
                 }
             }
         }
     }
     float acc = a0 + a1, alive = b0;
-    sm_block_reduce<OP>(acc, alive, red_a, red_b);
-    if constexpr (C > 1) sm_cluster_reduce<OP, C>(acc, alive, part);
+    os_block_reduce<op_red<OP>::RED>(acc, alive, red_a, red_b);
+    if constexpr (C > 1) os_cluster_reduce<op_red<OP>::RED, C>(acc, alive, part);
 
     elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
 #pragma unroll
@@ -844,7 +856,7 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
             io::unpack(ry[k], y);
             io::unpack(rd[k], dy);
 #pragma unroll
-            for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc, alive);
+            for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], acc, alive);
             io::store(dst, k * THREADS, dx);
         }
     }
@@ -854,27 +866,27 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
             const int i = (SLOTS + j) * THREADS;
             if (i < lim) {
                 float y[W], dy[W], dx[W];
-                io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
-                io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
+                io::unpack(smem_slots[(2 * j) * THREADS + t], y);
+                io::unpack(smem_slots[(2 * j + 1) * THREADS + t], dy);
 #pragma unroll
-                for (int u = 0; u < W; u++) dx[u] = sm_bwd_out<OP>(y[u], dy[u], acc, alive);
+                for (int u = 0; u < W; u++) dx[u] = bwd_out<OP>(y[u], dy[u], acc, alive);
                 io::store(dst, i, dx);
             }
         }
     }
-    if constexpr (C > 1) sm_cluster_wait();
+    if constexpr (C > 1) os_cluster_wait();
 }
 
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_SPLIT_THREADS)
+__global__ void __launch_bounds__(SPLIT_THREADS)
 bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
                 long long sa, long long sb, int P, int CH) {
     static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
-    constexpr int U = SM_SPLIT_UNROLL;
-    __shared__ float red_a[SM_SPLIT_THREADS / 32], red_b[SM_SPLIT_THREADS / 32];
+    constexpr int U = SPLIT_UNROLL;
+    __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
@@ -883,11 +895,11 @@ bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* _
     const elem* pd = static_cast<const elem*>(b) + row * sb;
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
 #pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
+    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
         raw ry[U], rd[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int i = base + u * SM_SPLIT_THREADS;
+            const int i = base + u * SPLIT_THREADS;
             if (i < end) {
                 ry[u] = io::load(py, i);
                 rd[u] = io::load(pd, i);
@@ -895,20 +907,20 @@ bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* _
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (base + u * SM_SPLIT_THREADS < end) {
+            if (base + u * SPLIT_THREADS < end) {
                 float y[W], dy[W];
                 io::unpack(ry[u], y);
                 io::unpack(rd[u], dy);
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
-                    else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
+                    if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+                    else bwd_acc<OP>(y[j], dy[j], a0, b0);
                 }
             }
         }
     }
     float acc = a0 + a1, alive = b0;
-    sm_block_reduce<OP>(acc, alive, red_a, red_b);
+    os_block_reduce<op_red<OP>::RED>(acc, alive, red_a, red_b);
     if (threadIdx.x == 0) {
         ws[2 * (long long)blockIdx.x] = acc;
         ws[2 * (long long)blockIdx.x + 1] = alive;
@@ -916,29 +928,29 @@ bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* _
 }
 
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_SPLIT_THREADS)
+__global__ void __launch_bounds__(SPLIT_THREADS)
 bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
                 void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
     static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
-    constexpr int U = SM_SPLIT_UNROLL;
+    constexpr int U = SPLIT_UNROLL;
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
     const int end = min(p * CH + CH, nv);
     float acc, alive;
-    sm_fold_partials<OP>(ws + 2 * row * P, P, acc, alive);
+    os_fold_partials<op_red<OP>::RED>(ws + 2 * row * P, P, acc, alive);
     const elem* py = static_cast<const elem*>(a) + row * sa;
     const elem* pd = static_cast<const elem*>(b) + row * sb;
     elem* dst = static_cast<elem*>(out) + row * so;
 #pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
+    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
         raw ry[U], rd[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int i = base + u * SM_SPLIT_THREADS;
+            const int i = base + u * SPLIT_THREADS;
             if (i < end) {
                 ry[u] = io::load_last(py, i);
                 rd[u] = io::load_last(pd, i);
@@ -946,13 +958,13 @@ bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const fl
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int i = base + u * SM_SPLIT_THREADS;
+            const int i = base + u * SPLIT_THREADS;
             if (i < end) {
                 float y[W], dy[W], dx[W];
                 io::unpack(ry[u], y);
                 io::unpack(rd[u], dy);
 #pragma unroll
-                for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc, alive);
+                for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], acc, alive);
                 io::store_stream(dst, i, dx);
             }
         }
@@ -960,17 +972,17 @@ bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const fl
 }
 
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_STRIDED_THREADS, 2)
+__global__ void __launch_bounds__(STRIDED_THREADS, 2)
 bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
     static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
-    constexpr int U = W > 1 ? SM_STRIDED_UNROLL / 2 : SM_STRIDED_UNROLL;  // y and dy: bounded registers
+    constexpr int U = W > 1 ? STRIDED_UNROLL / 2 : STRIDED_UNROLL;  // y and dy: bounded registers
     // per column: the sum in sh_a; log_softmax's "alive" flags travel as one bit mask per thread (sh_live)
-    __shared__ float sh_a[SM_STRIDED_THREADS * W];
-    __shared__ unsigned sh_live[SM_STRIDED_THREADS];
+    __shared__ float sh_a[STRIDED_THREADS * W];
+    __shared__ unsigned sh_live[STRIDED_THREADS];
     const int lanes = blockDim.x, rows = blockDim.y;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int me = ty * lanes + tx;
@@ -1046,8 +1058,8 @@ bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
                 if (active && n < N) {
-                    ry[u] = sm_ldcs(reinterpret_cast<const raw*>(py + (long long)n * inner));
-                    rd[u] = sm_ldcs(reinterpret_cast<const raw*>(pd + (long long)n * inner));
+                    ry[u] = os_ldcs(reinterpret_cast<const raw*>(py + (long long)n * inner));
+                    rd[u] = os_ldcs(reinterpret_cast<const raw*>(pd + (long long)n * inner));
                 }
             }
 #pragma unroll
@@ -1059,8 +1071,8 @@ bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
                     io::unpack(rd[u], dy);
 #pragma unroll
                     for (int j = 0; j < W; j++)
-                        dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc[j], (float)((live >> j) & 1u));
-                    sm_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(dx));
+                        dx[j] = bwd_out<OP>(y[j], dy[j], acc[j], (float)((live >> j) & 1u));
+                    os_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(dx));
                 }
             }
         }
