@@ -55,17 +55,17 @@ enum {
     STRIDED_UNROLL = 4
 };
 
-// The reduction (production.cuh) each op's rows need: (m, d) forward, sum(dy * y) for the softmax backward,
-// sum(dy) and "any y alive" for the log_softmax backward.
-template <int OP> struct op_red {
-    enum { RED = OP < 2 ? OS_RED_MD : OP == 2 ? OS_RED_SUM : OS_RED_SUM_ANY };
-};
+// ---- the op as a compile-time policy ------------------------------------------------------------------------
+// Forward: y = softmax or log_softmax of x; the row reduces (m, d).
+// Backward: dx = y * (dy - sum(dy * y))                    (softmax; y = probabilities)
+//           dx = dy - exp(y) * sum(dy), 0 if all y = -inf   (log_softmax; y = log-probabilities)
+// The backward rows stay in registers as raw storage (y and dy), unpacked when used (no exponential to save).
 
 // Forward output parameters from a row's final (m, d).
 //  softmax:     y = e * f with e = exp(x - st) (thread shift st = shift of the thread's own max mt),
 //               f = exp(mt - s) / d; or y = exp(x - s) * inv when recomputed from x.
 //  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf.
-struct fwd_out {
+template <int OP> struct fwd_out {
     float s, inv, sh, ld;
     __device__ __forceinline__ fwd_out(float m, float d) {
         s = os_safe_shift(m);
@@ -74,6 +74,66 @@ struct fwd_out {
         sh = empty ? OS_POS_INF : s;
         ld = empty ? 0.0f : logf(d);
     }
+    // y recomputed from x
+    __device__ __forceinline__ float of_x(float x) const { return OP == 0 ? os_exp_diff(x, s) * inv : (x - sh) - ld; }
+};
+
+// Backward: an element's contribution to the row's pair (a, b), and its dx from the row's pair.
+template <int OP> __device__ __forceinline__ void bwd_acc(float y, float dy, float& a, float& b) {
+    if constexpr (OP == 2) {
+        a = fmaf(y, dy, a);
+    } else {
+        a += dy;
+        b = y != OS_NEG_INF ? 1.0f : b;  // NaN counts as alive (the row's output is NaN, as the reference)
+    }
+}
+
+template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, float a, float b) {
+    if constexpr (OP == 2) return y * (dy - a);
+    else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
+}
+
+// What an op reads and writes per access of W elements, whatever the regime.
+template <int OP, int DT, int W> struct op_traits {
+    static_assert(OP >= 0 && OP <= 3, "op: 0 softmax, 1 log_softmax, 2 and 3 their backward");
+    typedef os_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    enum {
+        FWD = OP < 2,
+        RED = FWD ? OS_RED_MD : OP == 2 ? OS_RED_SUM : OS_RED_SUM_ANY,  // (m, d); sum(dy * y); sum(dy), any y alive
+        IN = FWD ? 1 : 2                                                // inputs: x; or y and dy
+    };
+    // the inputs' pointers at a row (a: x or y; b: dy, unused forward)
+    struct src {
+        const elem* p[IN];
+    };
+    static __device__ __forceinline__ src at(const void* a, const void* b, long long oa, long long ob) {
+        src s;
+        s.p[0] = static_cast<const elem*>(a) + oa;
+        if constexpr (!FWD) s.p[1] = static_cast<const elem*>(b) + ob;
+        return s;
+    }
+
+    // N accesses of every input as loaded, one array per input: r[k][u] is access u of input k.
+    template <int N> struct regs {
+        raw r[IN][N];
+        __device__ __forceinline__ void load(int u, const src& s, long long i) {
+#pragma unroll
+            for (int k = 0; k < IN; k++) r[k][u] = io::load(s.p[k], i);
+        }
+        __device__ __forceinline__ void load_last(int u, const src& s, long long i) {
+#pragma unroll
+            for (int k = 0; k < IN; k++) r[k][u] = io::load_last(s.p[k], i);
+        }
+    };
+
+    // The parameters of the outputs, from the row's reduced pair: forward, fwd_out; the backward needs none (its
+    // dx takes the pair as it is).
+    struct no_params {
+        __device__ __forceinline__ no_params(float, float) {}
+    };
+    typedef typename os_cond<FWD, fwd_out<OP>, no_params>::type out_params;
 };
 
 // ================================================================================================
@@ -147,7 +207,7 @@ fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
-        const fwd_out o(m[q], d[q]);
+        const fwd_out<OP> o(m[q], d[q]);
         elem* dst = static_cast<elem*>(out) + row * so + lane * W;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
@@ -253,10 +313,10 @@ fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
         }
     }
     float m = mt;
-    os_block_reduce<op_red<OP>::RED>(m, d, red_a, red_b);
-    if constexpr (C > 1) os_cluster_reduce<op_red<OP>::RED, C>(m, d, part);
+    os_block_reduce<op_traits<OP, DT, W>::RED>(m, d, red_a, red_b);
+    if constexpr (C > 1) os_cluster_reduce<op_traits<OP, DT, W>::RED, C>(m, d, part);
 
-    const fwd_out o(m, d);
+    const fwd_out<OP> o(m, d);
     const float f = os_exp_diff(mt, o.s) * o.inv;
     elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
 #pragma unroll
@@ -286,88 +346,146 @@ fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
     if constexpr (C > 1) os_cluster_wait();
 }
 
-// Phase 1 of the split regime: the (m, d) of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)].
-template <int DT, int W>
-__global__ void __launch_bounds__(SPLIT_THREADS)
-fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
-                long long sa, long long sb, int P, int CH) {
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
+// ---- split: few rows, huge N ----------------------------------------------------------------------------------
+// Phase 1: the pair of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)]. Phase 2: merge the
+// row's P pairs, re-read the chunk (an L2 hit for the sizes the plan sends here) and write its outputs.
+
+template <int OP, int DT, int W>
+__device__ __forceinline__ void split_stats(const void* __restrict__ a, const void* __restrict__ b,
+                                            float* __restrict__ ws, int N, long long sa, long long sb, int P, int CH) {
+    typedef op_traits<OP, DT, W> op;
     constexpr int U = SPLIT_UNROLL;
     __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
     const int end = min(p * CH + CH, nv);
-    const elem* src = static_cast<const elem*>(a) + row * sa;
-    float m = OS_NEG_INF, d = 0.0f;
+    const typename op::src src = op::at(a, b, row * sa, row * sb);
+    // the thread's pair: backward, sums of even and odd elements (two dependency chains) and the flag; forward (m, d)
+    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, m = OS_NEG_INF, d = 0.0f;
 #pragma unroll 1
     for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        raw r[U];
+        typename op::template regs<U> r;
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (base + u * SPLIT_THREADS < end) r[u] = io::load(src, base + u * SPLIT_THREADS);
-        float v[U * W];
+            if (base + u * SPLIT_THREADS < end) r.load(u, src, base + u * SPLIT_THREADS);
+        if constexpr (op::FWD) {  // the max of the trip's U accesses first: one rescale per trip
+            float v[U * W];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (base + u * SPLIT_THREADS < end) {
-                io::unpack(r[u], &v[u * W]);
-            } else {
+            for (int u = 0; u < U; u++) {
+                if (base + u * SPLIT_THREADS < end) {
+                    op::io::unpack(r.r[0][u], &v[u * W]);
+                } else {
 #pragma unroll
-                for (int j = 0; j < W; j++) v[u * W + j] = OS_NEG_INF;
+                    for (int j = 0; j < W; j++) v[u * W + j] = OS_NEG_INF;
+                }
+            }
+            const float mn = fmaxf(m, os_max_of<U * W>(v));
+            const float s = os_safe_shift(mn);
+#pragma unroll
+            for (int j = 0; j < U * W; j++) v[j] = os_exp_diff(v[j], s);
+            d = d * os_exp_diff(m, s) + os_sum_of<U * W>(v);
+            m = mn;
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (base + u * SPLIT_THREADS < end) {
+                    float y[W], dy[W];
+                    op::io::unpack(r.r[0][u], y);
+                    op::io::unpack(r.r[1][u], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+                        else bwd_acc<OP>(y[j], dy[j], a0, b0);
+                    }
+                }
             }
         }
-        const float mn = fmaxf(m, os_max_of<U * W>(v));
-        const float s = os_safe_shift(mn);
-#pragma unroll
-        for (int j = 0; j < U * W; j++) v[j] = os_exp_diff(v[j], s);
-        d = d * os_exp_diff(m, s) + os_sum_of<U * W>(v);
-        m = mn;
     }
-    os_block_reduce<OS_RED_MD>(m, d, red_a, red_b);
+    if constexpr (!op::FWD) {
+        m = a0 + a1;
+        d = b0;
+    }
+    os_block_reduce<op::RED>(m, d, red_a, red_b);
     if (threadIdx.x == 0) {
         ws[2 * (long long)blockIdx.x] = m;
         ws[2 * (long long)blockIdx.x + 1] = d;
     }
 }
-// Phase 2: merge the partials, re-read the chunk (an L2 hit for the sizes the plan sends here) and write it.
+
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SPLIT_THREADS)
-fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
-                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
+__device__ __forceinline__ void split_apply(const void* __restrict__ a, const void* __restrict__ b,
+                                            const float* __restrict__ ws, void* __restrict__ out, int N, long long sa,
+                                            long long sb, long long so, int P, int CH) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
     constexpr int U = SPLIT_UNROLL;
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
     const int end = min(p * CH + CH, nv);
-    float m, d;
-    os_fold_partials<OS_RED_MD>(ws + 2 * row * P, P, m, d);
-    const fwd_out o(m, d);
-    const elem* src = static_cast<const elem*>(a) + row * sa;
+    float ra, rb;
+    os_fold_partials<op::RED>(ws + 2 * row * P, P, ra, rb);
+    const typename op::out_params o(ra, rb);
+    const typename op::src src = op::at(a, b, row * sa, row * sb);
     elem* dst = static_cast<elem*>(out) + row * so;
 #pragma unroll 1
     for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        raw r[U];
+        typename op::template regs<U> r;
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (base + u * SPLIT_THREADS < end) r[u] = io::load_last(src, base + u * SPLIT_THREADS);
+            if (base + u * SPLIT_THREADS < end) r.load_last(u, src, base + u * SPLIT_THREADS);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int i = base + u * SPLIT_THREADS;
             if (i < end) {
                 float x[W], y[W];
-                io::unpack(r[u], x);
+                op::io::unpack(r.r[0][u], x);  // x, or y for the backward
+                if constexpr (op::FWD) {
 #pragma unroll
-                for (int j = 0; j < W; j++) y[j] = OP == 0 ? os_exp_diff(x[j], o.s) * o.inv : (x[j] - o.sh) - o.ld;
-                io::store_stream(dst, i, y);
+                    for (int j = 0; j < W; j++) y[j] = o.of_x(x[j]);
+                } else {
+                    float dy[W];
+                    op::io::unpack(r.r[1][u], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], ra, rb);
+                }
+                op::io::store_stream(dst, i, y);
             }
         }
     }
+}
+
+// The forward phase 1 is the same for softmax and log_softmax.
+template <int DT, int W>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
+                long long sa, long long sb, int P, int CH) {
+    split_stats<0, DT, W>(a, b, ws, N, sa, sb, P, CH);
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
+                long long sa, long long sb, int P, int CH) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    split_stats<OP, DT, W>(a, b, ws, N, sa, sb, P, CH);
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
+                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    split_apply<OP, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
+                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    split_apply<OP, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
 
 // Softmax over the middle dim of a contiguous (outer, N, inner) tensor. blockDim = (lanes, rows): thread (tx, ty)
@@ -455,7 +573,7 @@ fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
         float s[W], inv[W], sh[W], ld[W];
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            const fwd_out q(sh_a[tx * W + j], sh_b[tx * W + j]);
+            const fwd_out<OP> q(sh_a[tx * W + j], sh_b[tx * W + j]);
             s[j] = q.s;
             inv[j] = q.inv;
             sh[j] = q.sh;
@@ -640,7 +758,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     float f[W], sh[W], ld[W], s[W], inv[W];
 #pragma unroll
     for (int j = 0; j < W; j++) {
-        const fwd_out q(fin_m[tx * W + j], fin_d[tx * W + j]);
+        const fwd_out<OP> q(fin_m[tx * W + j], fin_d[tx * W + j]);
         s[j] = q.s;
         inv[j] = q.inv;
         sh[j] = q.sh;
@@ -681,21 +799,6 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 //           dx = dy - exp(y) * sum(dy), 0 if all y = -inf   (log_softmax; y = log-probabilities)
 // The rows stay in registers as raw storage (y and dy), unpacked when used (no exponential to save).
 // ================================================================================================
-
-// Per-element contribution to the row's reduction pair.
-template <int OP> __device__ __forceinline__ void bwd_acc(float y, float dy, float& a, float& b) {
-    if constexpr (OP == 2) {
-        a = fmaf(y, dy, a);
-    } else {
-        a += dy;
-        b = y != OS_NEG_INF ? 1.0f : b;  // NaN counts as alive (the row's output is NaN, as the reference)
-    }
-}
-
-template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, float a, float b) {
-    if constexpr (OP == 2) return y * (dy - a);
-    else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
-}
 
 template <int OP, int DT, int W, int SLOTS, int RPT>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
@@ -747,7 +850,7 @@ bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         acc[q] = a0 + a1;
         alive[q] = b0;
     }
-    os_rows_reduce<op_red<OP>::RED, RPT, SLOTS>(acc, alive, TPR);
+    os_rows_reduce<op_traits<OP, DT, W>::RED, RPT, SLOTS>(acc, alive, TPR);
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
@@ -845,8 +948,8 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
         }
     }
     float acc = a0 + a1, alive = b0;
-    os_block_reduce<op_red<OP>::RED>(acc, alive, red_a, red_b);
-    if constexpr (C > 1) os_cluster_reduce<op_red<OP>::RED, C>(acc, alive, part);
+    os_block_reduce<op_traits<OP, DT, W>::RED>(acc, alive, red_a, red_b);
+    if constexpr (C > 1) os_cluster_reduce<op_traits<OP, DT, W>::RED, C>(acc, alive, part);
 
     elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
 #pragma unroll
@@ -875,100 +978,6 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
         }
     }
     if constexpr (C > 1) os_cluster_wait();
-}
-
-template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SPLIT_THREADS)
-bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
-                long long sa, long long sb, int P, int CH) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = SPLIT_UNROLL;
-    __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
-    const long long row = blockIdx.x / P;
-    const int p = blockIdx.x % P;
-    const int nv = N / W;
-    const int end = min(p * CH + CH, nv);
-    const elem* py = static_cast<const elem*>(a) + row * sa;
-    const elem* pd = static_cast<const elem*>(b) + row * sb;
-    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-#pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        raw ry[U], rd[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = base + u * SPLIT_THREADS;
-            if (i < end) {
-                ry[u] = io::load(py, i);
-                rd[u] = io::load(pd, i);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (base + u * SPLIT_THREADS < end) {
-                float y[W], dy[W];
-                io::unpack(ry[u], y);
-                io::unpack(rd[u], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
-                    else bwd_acc<OP>(y[j], dy[j], a0, b0);
-                }
-            }
-        }
-    }
-    float acc = a0 + a1, alive = b0;
-    os_block_reduce<op_red<OP>::RED>(acc, alive, red_a, red_b);
-    if (threadIdx.x == 0) {
-        ws[2 * (long long)blockIdx.x] = acc;
-        ws[2 * (long long)blockIdx.x + 1] = alive;
-    }
-}
-
-template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SPLIT_THREADS)
-bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
-                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = SPLIT_UNROLL;
-    const long long row = blockIdx.x / P;
-    const int p = blockIdx.x % P;
-    const int nv = N / W;
-    const int end = min(p * CH + CH, nv);
-    float acc, alive;
-    os_fold_partials<op_red<OP>::RED>(ws + 2 * row * P, P, acc, alive);
-    const elem* py = static_cast<const elem*>(a) + row * sa;
-    const elem* pd = static_cast<const elem*>(b) + row * sb;
-    elem* dst = static_cast<elem*>(out) + row * so;
-#pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        raw ry[U], rd[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = base + u * SPLIT_THREADS;
-            if (i < end) {
-                ry[u] = io::load_last(py, i);
-                rd[u] = io::load_last(pd, i);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = base + u * SPLIT_THREADS;
-            if (i < end) {
-                float y[W], dy[W], dx[W];
-                io::unpack(ry[u], y);
-                io::unpack(rd[u], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], acc, alive);
-                io::store_stream(dst, i, dx);
-            }
-        }
-    }
 }
 
 template <int OP, int DT, int W>
