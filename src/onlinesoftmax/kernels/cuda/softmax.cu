@@ -67,6 +67,7 @@ enum {
 //  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf.
 template <int OP> struct fwd_out {
     float s, inv, sh, ld;
+    fwd_out() = default;
     __device__ __forceinline__ fwd_out(float m, float d) {
         s = os_safe_shift(m);
         inv = d == 0.0f ? 0.0f : os_rcp(d);  // os_safe_inv; d is 0, NaN or in [1, N]: no slow path needed
@@ -75,7 +76,10 @@ template <int OP> struct fwd_out {
         ld = empty ? 0.0f : logf(d);
     }
     // y recomputed from x
-    __device__ __forceinline__ float of_x(float x) const { return OP == 0 ? os_exp_diff(x, s) * inv : (x - sh) - ld; }
+    __device__ __forceinline__ float of_x(float x) const { return y_of_x(x, s, inv, sh, ld); }
+    static __device__ __forceinline__ float y_of_x(float x, float s, float inv, float sh, float ld) {
+        return OP == 0 ? os_exp_diff(x, s) * inv : (x - sh) - ld;
+    }
 };
 
 // Backward: an element's contribution to the row's pair (a, b), and its dx from the row's pair.
@@ -115,16 +119,17 @@ template <int OP, int DT, int W> struct op_traits {
         return s;
     }
 
-    // N accesses of every input as loaded, one array per input: r[k][u] is access u of input k.
+    // N accesses of every input as loaded, one array per input: r[k][u] is access u of input k. load(u, s, e) loads
+    // access u from element e of the inputs (ld.global.nc), load_last with ld.global.cs (their last read).
     template <int N> struct regs {
         raw r[IN][N];
-        __device__ __forceinline__ void load(int u, const src& s, long long i) {
+        __device__ __forceinline__ void load(int u, const src& s, long long e) {
 #pragma unroll
-            for (int k = 0; k < IN; k++) r[k][u] = io::load(s.p[k], i);
+            for (int k = 0; k < IN; k++) r[k][u] = io::load(s.p[k] + e, 0);
         }
-        __device__ __forceinline__ void load_last(int u, const src& s, long long i) {
+        __device__ __forceinline__ void load_last(int u, const src& s, long long e) {
 #pragma unroll
-            for (int k = 0; k < IN; k++) r[k][u] = io::load_last(s.p[k], i);
+            for (int k = 0; k < IN; k++) r[k][u] = io::load_last(s.p[k] + e, 0);
         }
     };
 
@@ -368,7 +373,7 @@ __device__ __forceinline__ void split_stats(const void* __restrict__ a, const vo
         typename op::template regs<U> r;
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (base + u * SPLIT_THREADS < end) r.load(u, src, base + u * SPLIT_THREADS);
+            if (base + u * SPLIT_THREADS < end) r.load(u, src, (long long)(base + u * SPLIT_THREADS) * W);
         if constexpr (op::FWD) {  // the max of the trip's U accesses first: one rescale per trip
             float v[U * W];
 #pragma unroll
@@ -434,7 +439,7 @@ __device__ __forceinline__ void split_apply(const void* __restrict__ a, const vo
         typename op::template regs<U> r;
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (base + u * SPLIT_THREADS < end) r.load_last(u, src, base + u * SPLIT_THREADS);
+            if (base + u * SPLIT_THREADS < end) r.load_last(u, src, (long long)(base + u * SPLIT_THREADS) * W);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int i = base + u * SPLIT_THREADS;
@@ -488,121 +493,190 @@ bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const fl
     split_apply<OP, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
 
-// Softmax over the middle dim of a contiguous (outer, N, inner) tensor. blockDim = (lanes, rows): thread (tx, ty)
-// owns columns [col, col + W) of a strip of lanes * W columns and rows ty, ty + rows, ... of N. Persistent: the
-// CTA walks work items (o, strip) with a grid stride; both passes over a strip run back to back, so the second
-// read of the strip hits L2 when the plan keeps grid * N * strip bytes inside the cache.
+// ---- strided: a non-last dim whose columns do not fit on chip -----------------------------------------------------
+// The middle dim of a contiguous (outer, N, inner) tensor. blockDim = (lanes, rows): thread (tx, ty) owns columns
+// [col, col + W) of a strip of lanes * W columns and rows ty, ty + rows, ... of N. Persistent: the CTA walks work
+// items (o, strip) with a grid stride; both passes over a strip run back to back, so the second read of the strip
+// hits L2 when the plan keeps grid * N * strip bytes inside the cache. Per column the threads of a column fold their
+// rows, a tree over the CTA's rows in shared memory merges them, and the second pass writes the outputs.
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(STRIDED_THREADS, 2)
-fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
-            long long inner, long long strips, long long items) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = W > 4 ? STRIDED_UNROLL / 2 : STRIDED_UNROLL;  // bounded registers: <= 64 for 2 CTAs/SM
-    __shared__ float sh_a[STRIDED_THREADS * W], sh_b[STRIDED_THREADS * W];
+__device__ __forceinline__ void strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
+                                        int N, long long inner, long long strips, long long items) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    // accesses in flight per thread and trip, bounded by the registers (<= 64 for 2 CTAs/SM): half as many for the
+    // 16-bit forward's 8-element accesses and for the backward's two inputs
+    constexpr int U = (op::FWD ? W > 4 : W > 1) ? STRIDED_UNROLL / 2 : STRIDED_UNROLL;
+    // per column: forward (m, d); backward the sum, and log_softmax's "alive" flags as one bit mask per thread
+    __shared__ float sh_a[STRIDED_THREADS * W];
+    __shared__ typename os_cond<op::FWD, float, unsigned>::type sh_b[op::FWD ? STRIDED_THREADS * W : STRIDED_THREADS];
     const int lanes = blockDim.x, rows = blockDim.y;
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int slot = (ty * lanes + tx) * W;
+    const int me = ty * lanes + tx, slot = me * W;  // the thread's index and its columns' in the tree
 #pragma unroll 1
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
         const long long o = item / strips;
         const long long col = ((item - o * strips) * lanes + tx) * W;
         const bool active = col < inner;
         const long long base = o * (long long)N * inner + col;
-        const elem* src = static_cast<const elem*>(a) + base;
-        float m[W], d[W];
+        const typename op::src src = op::at(a, b, base, base);
+        // the thread's pair per column: forward (m, d) in (pa, pb); backward the sum in pa, and for log_softmax the
+        // alive flags of the W columns as bits of `live`
+        float pa[W], pb[W];
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            m[j] = OS_NEG_INF;
-            d[j] = 0.0f;
+            if constexpr (op::FWD) pa[j] = OS_NEG_INF;
+            else pa[j] = 0.0f;
+            pb[j] = 0.0f;
         }
+        unsigned live = 0;
 #pragma unroll 1
         for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw r[U];
+            typename op::template regs<U> r;
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
-                if (active && n < N) r[u] = *reinterpret_cast<const raw*>(src + (long long)n * inner);
+                if (active && n < N) r.load(u, src, (long long)n * inner);
             }
-            float x[U][W];
+            if constexpr (op::FWD) {  // per column the max of the trip's U rows first: one rescale per trip
+                float x[U][W];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (active && n0 + u * rows < N) {
-                    io::unpack(r[u], x[u]);
-                } else {
+                for (int u = 0; u < U; u++) {
+                    if (active && n0 + u * rows < N) {
+                        op::io::unpack(r.r[0][u], x[u]);
+                    } else {
 #pragma unroll
-                    for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
+                        for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    float mx = x[0][j];
+#pragma unroll
+                    for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
+                    const float mn = fmaxf(pa[j], mx);
+                    const float s = os_safe_shift(mn);
+                    float e = 0.0f;
+#pragma unroll
+                    for (int u = 0; u < U; u++) e += os_exp_diff(x[u][j], s);
+                    pb[j] = pb[j] * os_exp_diff(pa[j], s) + e;
+                    pa[j] = mn;
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (active && n0 + u * rows < N) {
+                        float y[W], dy[W];
+                        op::io::unpack(r.r[0][u], y);
+                        op::io::unpack(r.r[1][u], dy);
+#pragma unroll
+                        for (int j = 0; j < W; j++) {
+                            if constexpr (OP == 2) {
+                                pa[j] = fmaf(y[j], dy[j], pa[j]);
+                            } else {
+                                pa[j] += dy[j];
+                                live |= (y[j] != OS_NEG_INF ? 1u : 0u) << j;  // NaN counts as alive
+                            }
+                        }
+                    }
                 }
             }
-#pragma unroll
-            for (int j = 0; j < W; j++) {
-                float mx = x[0][j];
-#pragma unroll
-                for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
-                const float mn = fmaxf(m[j], mx);
-                const float s = os_safe_shift(mn);
-                float e = 0.0f;
-#pragma unroll
-                for (int u = 0; u < U; u++) e += os_exp_diff(x[u][j], s);
-                d[j] = d[j] * os_exp_diff(m[j], s) + e;
-                m[j] = mn;
-            }
         }
-        // tree over the rows of the CTA, in shared memory
+        // a tree over the rows of the CTA, in shared memory
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            sh_a[slot + j] = m[j];
-            sh_b[slot + j] = d[j];
+            sh_a[slot + j] = pa[j];
+            if constexpr (op::FWD) sh_b[slot + j] = pb[j];
         }
+        if constexpr (OP == 3) sh_b[me] = live;
         __syncthreads();
 #pragma unroll 1
         for (int h = rows >> 1; h > 0; h >>= 1) {
             if (ty < h) {
-                const int other = slot + h * lanes * W;
+                // the thread h rows of threads down; the forward and the backward address its columns in the two
+                // forms they had as separate kernels (either one in both changes the SASS of the other)
+                const int other = me + h * lanes;
+                const int other_slot = slot + h * lanes * W;
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    os_combine<OS_RED_MD>(m[j], d[j], sh_a[other + j], sh_b[other + j]);
-                    sh_a[slot + j] = m[j];
-                    sh_b[slot + j] = d[j];
+                    if constexpr (op::FWD) {
+                        os_combine<OS_RED_MD>(pa[j], pb[j], sh_a[other_slot + j], sh_b[other_slot + j]);
+                    } else {
+                        pa[j] += sh_a[other * W + j];
+                    }
+                    sh_a[slot + j] = pa[j];
+                    if constexpr (op::FWD) sh_b[slot + j] = pb[j];
+                }
+                if constexpr (OP == 3) {
+                    live |= sh_b[other];
+                    sh_b[me] = live;
                 }
             }
             __syncthreads();
         }
+        // the columns' results (row 0 of the tree): forward the output parameters (fwd_out's fields, apart: an array
+        // of fwd_out changes the SASS), backward the sums and the flags
         float s[W], inv[W], sh[W], ld[W];
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            const fwd_out<OP> q(sh_a[tx * W + j], sh_b[tx * W + j]);
-            s[j] = q.s;
-            inv[j] = q.inv;
-            sh[j] = q.sh;
-            ld[j] = q.ld;
+            if constexpr (op::FWD) {
+                const fwd_out<OP> q(sh_a[tx * W + j], sh_b[tx * W + j]);
+                s[j] = q.s;
+                inv[j] = q.inv;
+                sh[j] = q.sh;
+                ld[j] = q.ld;
+            } else {
+                pa[j] = sh_a[tx * W + j];
+            }
         }
+        if constexpr (OP == 3) live = sh_b[tx];
         elem* dst = static_cast<elem*>(out) + base;
 #pragma unroll 1
         for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw r[U];
+            typename op::template regs<U> r;
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
-                if (active && n < N) r[u] = os_ldcs(reinterpret_cast<const raw*>(src + (long long)n * inner));
+                if (active && n < N) r.load_last(u, src, (long long)n * inner);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
                 if (active && n < N) {
                     float x[W], y[W];
-                    io::unpack(r[u], x);
+                    op::io::unpack(r.r[0][u], x);  // x, or y for the backward
+                    if constexpr (op::FWD) {
 #pragma unroll
-                    for (int j = 0; j < W; j++)
-                        y[j] = OP == 0 ? os_exp_diff(x[j], s[j]) * inv[j] : (x[j] - sh[j]) - ld[j];
-                    os_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(y));
+                        for (int j = 0; j < W; j++) y[j] = fwd_out<OP>::y_of_x(x[j], s[j], inv[j], sh[j], ld[j]);
+                    } else {
+                        float dy[W];
+                        op::io::unpack(r.r[1][u], dy);
+#pragma unroll
+                        for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], pa[j], (float)((live >> j) & 1u));
+                    }
+                    op::io::store_stream(dst + (long long)n * inner, 0, y);
                 }
             }
         }
         __syncthreads();  // the next item rewrites sh_a / sh_b
     }
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(STRIDED_THREADS, 2)
+fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+            long long inner, long long strips, long long items) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    strided<OP, DT, W>(a, b, out, N, inner, strips, items);
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(STRIDED_THREADS, 2)
+bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+            long long inner, long long strips, long long items) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    strided<OP, DT, W>(a, b, out, N, inner, strips, items);
 }
 
 // Softmax over a non-last dim with the columns on chip: 1 read + 1 write. A cluster of C CTAs (C == 1: one CTA)
@@ -978,113 +1052,4 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
         }
     }
     if constexpr (C > 1) os_cluster_wait();
-}
-
-template <int OP, int DT, int W>
-__global__ void __launch_bounds__(STRIDED_THREADS, 2)
-bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
-            long long inner, long long strips, long long items) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = W > 1 ? STRIDED_UNROLL / 2 : STRIDED_UNROLL;  // y and dy: bounded registers
-    // per column: the sum in sh_a; log_softmax's "alive" flags travel as one bit mask per thread (sh_live)
-    __shared__ float sh_a[STRIDED_THREADS * W];
-    __shared__ unsigned sh_live[STRIDED_THREADS];
-    const int lanes = blockDim.x, rows = blockDim.y;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int me = ty * lanes + tx;
-#pragma unroll 1
-    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-        const long long o = item / strips;
-        const long long col = ((item - o * strips) * lanes + tx) * W;
-        const bool active = col < inner;
-        const long long base = o * (long long)N * inner + col;
-        const elem* py = static_cast<const elem*>(a) + base;
-        const elem* pd = static_cast<const elem*>(b) + base;
-        float acc[W];
-        unsigned live = 0;
-#pragma unroll
-        for (int j = 0; j < W; j++) acc[j] = 0.0f;
-#pragma unroll 1
-        for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw ry[U], rd[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) {
-                    ry[u] = *reinterpret_cast<const raw*>(py + (long long)n * inner);
-                    rd[u] = *reinterpret_cast<const raw*>(pd + (long long)n * inner);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (active && n0 + u * rows < N) {
-                    float y[W], dy[W];
-                    io::unpack(ry[u], y);
-                    io::unpack(rd[u], dy);
-#pragma unroll
-                    for (int j = 0; j < W; j++) {
-                        if constexpr (OP == 2) {
-                            acc[j] = fmaf(y[j], dy[j], acc[j]);
-                        } else {
-                            acc[j] += dy[j];
-                            live |= (y[j] != OS_NEG_INF ? 1u : 0u) << j;  // NaN counts as alive
-                        }
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < W; j++) sh_a[me * W + j] = acc[j];
-        if constexpr (OP == 3) sh_live[me] = live;
-        __syncthreads();
-#pragma unroll 1
-        for (int h = rows >> 1; h > 0; h >>= 1) {
-            if (ty < h) {
-                const int other = me + h * lanes;
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    acc[j] += sh_a[other * W + j];
-                    sh_a[me * W + j] = acc[j];
-                }
-                if constexpr (OP == 3) {
-                    live |= sh_live[other];
-                    sh_live[me] = live;
-                }
-            }
-            __syncthreads();
-        }
-#pragma unroll
-        for (int j = 0; j < W; j++) acc[j] = sh_a[tx * W + j];
-        if constexpr (OP == 3) live = sh_live[tx];
-        elem* dst = static_cast<elem*>(out) + base;
-#pragma unroll 1
-        for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw ry[U], rd[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) {
-                    ry[u] = os_ldcs(reinterpret_cast<const raw*>(py + (long long)n * inner));
-                    rd[u] = os_ldcs(reinterpret_cast<const raw*>(pd + (long long)n * inner));
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) {
-                    float y[W], dy[W], dx[W];
-                    io::unpack(ry[u], y);
-                    io::unpack(rd[u], dy);
-#pragma unroll
-                    for (int j = 0; j < W; j++)
-                        dx[j] = bwd_out<OP>(y[j], dy[j], acc[j], (float)((live >> j) & 1u));
-                    os_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(dx));
-                }
-            }
-        }
-        __syncthreads();  // the next item rewrites sh_a / sh_live
-    }
 }
