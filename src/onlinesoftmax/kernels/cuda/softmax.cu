@@ -97,42 +97,17 @@ template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, fl
     else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
 }
 
-// What an op reads and writes per access of W elements, whatever the regime.
+// What differs between the ops in every regime. The bodies below read input a (x or y) into ra[] and, backward
+// only, b (dy) into rb[]; they declare rb with one element forward.
 template <int OP, int DT, int W> struct op_traits {
     static_assert(OP >= 0 && OP <= 3, "op: 0 softmax, 1 log_softmax, 2 and 3 their backward");
     typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
     enum {
-        FWD = OP < 2,
-        RED = FWD ? OS_RED_MD : OP == 2 ? OS_RED_SUM : OS_RED_SUM_ANY,  // (m, d); sum(dy * y); sum(dy), any y alive
-        IN = FWD ? 1 : 2                                                // inputs: x; or y and dy
+        FWD = OP < 2,  // inputs: x from a (forward); or y from a and dy from b
+        RED = FWD ? OS_RED_MD : OP == 2 ? OS_RED_SUM : OS_RED_SUM_ANY  // (m, d); sum(dy * y); sum(dy), any y alive
     };
-    // the inputs' pointers at a row (a: x or y; b: dy, unused forward)
-    struct src {
-        const elem* p[IN];
-    };
-    static __device__ __forceinline__ src at(const void* a, const void* b, long long oa, long long ob) {
-        src s;
-        s.p[0] = static_cast<const elem*>(a) + oa;
-        if constexpr (!FWD) s.p[1] = static_cast<const elem*>(b) + ob;
-        return s;
-    }
-
-    // N accesses of every input as loaded, one array per input: r[k][u] is access u of input k. load(u, s, e) loads
-    // access u from element e of the inputs (ld.global.nc), load_last with ld.global.cs (their last read).
-    template <int N> struct regs {
-        raw r[IN][N];
-        __device__ __forceinline__ void load(int u, const src& s, long long e) {
-#pragma unroll
-            for (int k = 0; k < IN; k++) r[k][u] = io::load(s.p[k] + e, 0);
-        }
-        __device__ __forceinline__ void load_last(int u, const src& s, long long e) {
-#pragma unroll
-            for (int k = 0; k < IN; k++) r[k][u] = io::load_last(s.p[k] + e, 0);
-        }
-    };
-
     // The parameters of the outputs, from the row's reduced pair: forward, fwd_out; the backward needs none (its
     // dx takes the pair as it is).
     struct no_params {
@@ -141,18 +116,18 @@ template <int OP, int DT, int W> struct op_traits {
     typedef typename os_cond<FWD, fwd_out<OP>, no_params>::type out_params;
 };
 
-// ================================================================================================
-// Forward
-// ================================================================================================
-
+// ---- warp: small N, several rows per warp ------------------------------------------------------------------------
+// 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1), SLOTS accesses per lane and row, RPT rows
+// per lane group, all loads issued first; 256 threads. The forward reduces the row max, then the sum of
+// exp(x - max): two butterflies without exponentials cost fewer instructions than one of (m, d) pairs, whose every
+// merge takes an exponential, and short rows are as much instruction- as memory-bound.
 template <int OP, int DT, int W, int SLOTS, int RPT>
-__global__ void __launch_bounds__(WARP_THREADS, 4)
-fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
-         long long sa, long long sb, long long so, int lg) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
+__device__ __forceinline__ void warp_rows(const void* __restrict__ a, const void* __restrict__ b,
+                                          void* __restrict__ out, long long M, int N, long long sa, long long sb,
+                                          long long so, int lg) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
     constexpr int E = SLOTS * W;
     // lanes per row (<= 32) and row groups per CTA; the plan gives a lane several slots only for rows of more
     // than 32 accesses, so TPR is the compile-time 32 then (immediate load offsets)
@@ -162,71 +137,125 @@ fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
     const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
 
-    raw r[RPT][SLOTS];
+    // the accesses of inputs a and b (x; or y and dy) as loaded: slot k of row q at q * SLOTS + k
+    raw ra[RPT * SLOTS], rb[op::FWD ? 1 : RPT * SLOTS];
     bool ok[RPT];
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
         ok[q] = row < M;
-        const elem* src = static_cast<const elem*>(a) + row * sa + lane * W;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++)
-            if (ok[q] && k * TPR < lim) r[q][k] = io::load(src, k * TPR);
-    }
-    // Two butterflies (the row max, then the sum of exp(x - max)) cost fewer instructions than one of (m, d)
-    // pairs, whose every merge takes an exponential: short rows are as much instruction- as memory-bound.
-    float v[RPT][E];
-    float m[RPT], d[RPT];
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
+        const elem* in_a = static_cast<const elem*>(a) + row * sa + lane * W;
+        const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             if (ok[q] && k * TPR < lim) {
-                io::unpack(r[q][k], &v[q][k * W]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < W; j++) v[q][k * W + j] = OS_NEG_INF;
+                ra[q * SLOTS + k] = op::io::load(in_a, k * TPR);
+                if constexpr (!op::FWD) rb[q * SLOTS + k] = op::io::load(in_b, k * TPR);
             }
         }
-        m[q] = os_max_of<E>(v[q]);
     }
-    os_rows_reduce<OS_RED_MAX, RPT, SLOTS>(m, d, TPR);
+    // the rows' pairs: forward (max, sum of exp(x - max)), v the row's x unpacked; backward the sums and the flags
+    float v[RPT][op::FWD ? E : 1];
+    float pa[RPT], pb[RPT];
+    if constexpr (op::FWD) {
 #pragma unroll
-    for (int q = 0; q < RPT; q++) {
-        const float s = os_safe_shift(m[q]);
-        if constexpr (OP == 0) {
+        for (int q = 0; q < RPT; q++) {
 #pragma unroll
-            for (int j = 0; j < E; j++) v[q][j] = os_exp_diff(v[q][j], s);
-            d[q] = os_sum_of<E>(v[q]);
-        } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
-            float e[E];
+            for (int k = 0; k < SLOTS; k++) {
+                if (ok[q] && k * TPR < lim) {
+                    op::io::unpack(ra[q * SLOTS + k], &v[q][k * W]);
+                } else {
 #pragma unroll
-            for (int j = 0; j < E; j++) {
-                v[q][j] -= s;
-                e[j] = os_ex2(v[q][j] * OS_LOG2E);
+                    for (int j = 0; j < W; j++) v[q][k * W + j] = OS_NEG_INF;
+                }
             }
-            d[q] = os_sum_of<E>(e);
+            pa[q] = os_max_of<E>(v[q]);
         }
+        os_rows_reduce<OS_RED_MAX, RPT, SLOTS>(pa, pb, TPR);
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+            const float s = os_safe_shift(pa[q]);
+            if constexpr (OP == 0) {
+#pragma unroll
+                for (int j = 0; j < E; j++) v[q][j] = os_exp_diff(v[q][j], s);
+                pb[q] = os_sum_of<E>(v[q]);
+            } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
+                float e[E];
+#pragma unroll
+                for (int j = 0; j < E; j++) {
+                    v[q][j] -= s;
+                    e[j] = os_ex2(v[q][j] * OS_LOG2E);
+                }
+                pb[q] = os_sum_of<E>(e);
+            }
+        }
+        os_rows_reduce<OS_RED_SUM, RPT, SLOTS>(pb, pa, TPR);
+    } else {
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+            float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                if (ok[q] && k * TPR < lim) {
+                    float y[W], dy[W];
+                    op::io::unpack(ra[q * SLOTS + k], y);
+                    op::io::unpack(rb[q * SLOTS + k], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+                        else bwd_acc<OP>(y[j], dy[j], a0, b0);
+                    }
+                }
+            }
+            pa[q] = a0 + a1;
+            pb[q] = b0;
+        }
+        os_rows_reduce<op::RED, RPT, SLOTS>(pa, pb, TPR);
     }
-    os_rows_reduce<OS_RED_SUM, RPT, SLOTS>(d, m, TPR);
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
-        const fwd_out<OP> o(m[q], d[q]);
+        const typename op::out_params o(pa[q], pb[q]);
         elem* dst = static_cast<elem*>(out) + row * so + lane * W;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
-            float y[W];
+            if constexpr (op::FWD) {
+                float y[W];
 #pragma unroll
-            for (int j = 0; j < W; j++) {
-                const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
-                y[j] = OP == 0 ? x * o.inv : x - o.ld;
+                for (int j = 0; j < W; j++) {
+                    const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
+                    y[j] = OP == 0 ? x * o.inv : x - o.ld;
+                }
+                if (ok[q] && k * TPR < lim) op::io::store(dst, k * TPR, y);
+            } else if (ok[q] && k * TPR < lim) {
+                float y[W], dy[W], dx[W];
+                op::io::unpack(ra[q * SLOTS + k], y);
+                op::io::unpack(rb[q * SLOTS + k], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa[q], pb[q]);
+                op::io::store(dst, k * TPR, dx);
             }
-            if (ok[q] && k * TPR < lim) io::store(dst, k * TPR, y);
         }
     }
 }
 
+template <int OP, int DT, int W, int SLOTS, int RPT>
+__global__ void __launch_bounds__(WARP_THREADS, 4)
+fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+         long long sa, long long sb, long long so, int lg) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    warp_rows<OP, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+}
+
+template <int OP, int DT, int W, int SLOTS, int RPT>
+__global__ void __launch_bounds__(WARP_THREADS, 4)
+bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+         long long sa, long long sb, long long so, int lg) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    warp_rows<OP, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+}
+
+// ---- row: one row per CTA or per cluster -------------------------------------------------------------------------
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
 __global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
@@ -359,27 +388,35 @@ template <int OP, int DT, int W>
 __device__ __forceinline__ void split_stats(const void* __restrict__ a, const void* __restrict__ b,
                                             float* __restrict__ ws, int N, long long sa, long long sb, int P, int CH) {
     typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
     constexpr int U = SPLIT_UNROLL;
     __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
     const int end = min(p * CH + CH, nv);
-    const typename op::src src = op::at(a, b, row * sa, row * sb);
+    const elem* in_a = static_cast<const elem*>(a) + row * sa;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb;
     // the thread's pair: backward, sums of even and odd elements (two dependency chains) and the flag; forward (m, d)
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, m = OS_NEG_INF, d = 0.0f;
 #pragma unroll 1
     for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        typename op::template regs<U> r;
+        raw ra[U], rb[op::FWD ? 1 : U];
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (base + u * SPLIT_THREADS < end) r.load(u, src, (long long)(base + u * SPLIT_THREADS) * W);
+        for (int u = 0; u < U; u++) {
+            const int i = base + u * SPLIT_THREADS;
+            if (i < end) {
+                ra[u] = op::io::load(in_a, i);
+                if constexpr (!op::FWD) rb[u] = op::io::load(in_b, i);
+            }
+        }
         if constexpr (op::FWD) {  // the max of the trip's U accesses first: one rescale per trip
             float v[U * W];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (base + u * SPLIT_THREADS < end) {
-                    op::io::unpack(r.r[0][u], &v[u * W]);
+                    op::io::unpack(ra[u], &v[u * W]);
                 } else {
 #pragma unroll
                     for (int j = 0; j < W; j++) v[u * W + j] = OS_NEG_INF;
@@ -396,8 +433,8 @@ __device__ __forceinline__ void split_stats(const void* __restrict__ a, const vo
             for (int u = 0; u < U; u++) {
                 if (base + u * SPLIT_THREADS < end) {
                     float y[W], dy[W];
-                    op::io::unpack(r.r[0][u], y);
-                    op::io::unpack(r.r[1][u], dy);
+                    op::io::unpack(ra[u], y);
+                    op::io::unpack(rb[u], dy);
 #pragma unroll
                     for (int j = 0; j < W; j++) {
                         if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
@@ -424,36 +461,43 @@ __device__ __forceinline__ void split_apply(const void* __restrict__ a, const vo
                                             long long sb, long long so, int P, int CH) {
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
+    typedef typename op::raw raw;
     constexpr int U = SPLIT_UNROLL;
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
     const int end = min(p * CH + CH, nv);
-    float ra, rb;
-    os_fold_partials<op::RED>(ws + 2 * row * P, P, ra, rb);
-    const typename op::out_params o(ra, rb);
-    const typename op::src src = op::at(a, b, row * sa, row * sb);
+    float pa, pb;
+    os_fold_partials<op::RED>(ws + 2 * row * P, P, pa, pb);
+    const typename op::out_params o(pa, pb);
+    const elem* in_a = static_cast<const elem*>(a) + row * sa;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb;
     elem* dst = static_cast<elem*>(out) + row * so;
 #pragma unroll 1
     for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        typename op::template regs<U> r;
+        raw ra[U], rb[op::FWD ? 1 : U];
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (base + u * SPLIT_THREADS < end) r.load_last(u, src, (long long)(base + u * SPLIT_THREADS) * W);
+        for (int u = 0; u < U; u++) {
+            const int i = base + u * SPLIT_THREADS;
+            if (i < end) {
+                ra[u] = op::io::load_last(in_a, i);
+                if constexpr (!op::FWD) rb[u] = op::io::load_last(in_b, i);
+            }
+        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int i = base + u * SPLIT_THREADS;
             if (i < end) {
                 float x[W], y[W];
-                op::io::unpack(r.r[0][u], x);  // x, or y for the backward
+                op::io::unpack(ra[u], x);  // x, or y for the backward
                 if constexpr (op::FWD) {
 #pragma unroll
                     for (int j = 0; j < W; j++) y[j] = o.of_x(x[j]);
                 } else {
                     float dy[W];
-                    op::io::unpack(r.r[1][u], dy);
+                    op::io::unpack(rb[u], dy);
 #pragma unroll
-                    for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], ra, rb);
+                    for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], pa, pb);
                 }
                 op::io::store_stream(dst, i, y);
             }
@@ -520,7 +564,8 @@ __device__ __forceinline__ void strided(const void* __restrict__ a, const void* 
         const long long col = ((item - o * strips) * lanes + tx) * W;
         const bool active = col < inner;
         const long long base = o * (long long)N * inner + col;
-        const typename op::src src = op::at(a, b, base, base);
+        const elem* in_a = static_cast<const elem*>(a) + base;
+        const elem* in_b = static_cast<const elem*>(b) + base;
         // the thread's pair per column: forward (m, d) in (pa, pb); backward the sum in pa, and for log_softmax the
         // alive flags of the W columns as bits of `live`
         float pa[W], pb[W];
@@ -533,18 +578,21 @@ __device__ __forceinline__ void strided(const void* __restrict__ a, const void* 
         unsigned live = 0;
 #pragma unroll 1
         for (int n0 = ty; n0 < N; n0 += rows * U) {
-            typename op::template regs<U> r;
+            raw ra[U], rb[op::FWD ? 1 : U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
-                if (active && n < N) r.load(u, src, (long long)n * inner);
+                if (active && n < N) {
+                    ra[u] = op::io::load(in_a + (long long)n * inner, 0);
+                    if constexpr (!op::FWD) rb[u] = op::io::load(in_b + (long long)n * inner, 0);
+                }
             }
             if constexpr (op::FWD) {  // per column the max of the trip's U rows first: one rescale per trip
                 float x[U][W];
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (active && n0 + u * rows < N) {
-                        op::io::unpack(r.r[0][u], x[u]);
+                        op::io::unpack(ra[u], x[u]);
                     } else {
 #pragma unroll
                         for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
@@ -568,8 +616,8 @@ __device__ __forceinline__ void strided(const void* __restrict__ a, const void* 
                 for (int u = 0; u < U; u++) {
                     if (active && n0 + u * rows < N) {
                         float y[W], dy[W];
-                        op::io::unpack(r.r[0][u], y);
-                        op::io::unpack(r.r[1][u], dy);
+                        op::io::unpack(ra[u], y);
+                        op::io::unpack(rb[u], dy);
 #pragma unroll
                         for (int j = 0; j < W; j++) {
                             if constexpr (OP == 2) {
@@ -634,24 +682,27 @@ __device__ __forceinline__ void strided(const void* __restrict__ a, const void* 
         elem* dst = static_cast<elem*>(out) + base;
 #pragma unroll 1
         for (int n0 = ty; n0 < N; n0 += rows * U) {
-            typename op::template regs<U> r;
+            raw ra[U], rb[op::FWD ? 1 : U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
-                if (active && n < N) r.load_last(u, src, (long long)n * inner);
+                if (active && n < N) {
+                    ra[u] = op::io::load_last(in_a + (long long)n * inner, 0);
+                    if constexpr (!op::FWD) rb[u] = op::io::load_last(in_b + (long long)n * inner, 0);
+                }
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
                 if (active && n < N) {
                     float x[W], y[W];
-                    op::io::unpack(r.r[0][u], x);  // x, or y for the backward
+                    op::io::unpack(ra[u], x);  // x, or y for the backward
                     if constexpr (op::FWD) {
 #pragma unroll
                         for (int j = 0; j < W; j++) y[j] = fwd_out<OP>::y_of_x(x[j], s[j], inv[j], sh[j], ld[j]);
                     } else {
                         float dy[W];
-                        op::io::unpack(r.r[1][u], dy);
+                        op::io::unpack(rb[u], dy);
 #pragma unroll
                         for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], pa[j], (float)((live >> j) & 1u));
                     }
@@ -873,75 +924,6 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 //           dx = dy - exp(y) * sum(dy), 0 if all y = -inf   (log_softmax; y = log-probabilities)
 // The rows stay in registers as raw storage (y and dy), unpacked when used (no exponential to save).
 // ================================================================================================
-
-template <int OP, int DT, int W, int SLOTS, int RPT>
-__global__ void __launch_bounds__(WARP_THREADS, 4)
-bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
-         long long sa, long long sb, long long so, int lg) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    const int lgt = SLOTS > 1 ? 5 : lg;  // log2 lanes per row
-    const int TPR = 1 << lgt, GROUPS = WARP_THREADS >> lgt;
-    const int lane = threadIdx.x & (TPR - 1);
-    const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
-    const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
-
-    raw ry[RPT][SLOTS], rd[RPT][SLOTS];
-    bool ok[RPT];
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
-        const long long row = row0 + (long long)q * GROUPS;
-        ok[q] = row < M;
-        const elem* py = static_cast<const elem*>(a) + row * sa + lane * W;
-        const elem* pd = static_cast<const elem*>(b) + row * sb + lane * W;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) {
-                ry[q][k] = io::load(py, k * TPR);
-                rd[q][k] = io::load(pd, k * TPR);
-            }
-        }
-    }
-    float acc[RPT], alive[RPT];
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
-        float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) {
-                float y[W], dy[W];
-                io::unpack(ry[q][k], y);
-                io::unpack(rd[q][k], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
-                    else bwd_acc<OP>(y[j], dy[j], a0, b0);
-                }
-            }
-        }
-        acc[q] = a0 + a1;
-        alive[q] = b0;
-    }
-    os_rows_reduce<op_traits<OP, DT, W>::RED, RPT, SLOTS>(acc, alive, TPR);
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
-        const long long row = row0 + (long long)q * GROUPS;
-        elem* dst = static_cast<elem*>(out) + row * so + lane * W;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) {
-                float y[W], dy[W], dx[W];
-                io::unpack(ry[q][k], y);
-                io::unpack(rd[q][k], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], acc[q], alive[q]);
-                io::store(dst, k * TPR, dx);
-            }
-        }
-    }
-}
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
