@@ -255,22 +255,23 @@ bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     warp_rows<OP, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
 }
 
-// ---- row: one row per CTA or per cluster -------------------------------------------------------------------------
+// ---- row: one row per CTA or per cluster ---------------------------------------------------------------------
+// One row per CTA (C == 1) or per cluster of C CTAs (the partial pairs through DSMEM); THREADS <= 512 threads hold
+// SLOTS accesses each in registers and SSLOTS more in dynamic shared memory (cp.async).
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
-__global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
-fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
-        long long sa, long long sb, long long so) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
+__device__ __forceinline__ void row_rows(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
+                                         int N, long long sa, long long sb, long long so) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
-    constexpr int E = SLOTS * W;
     static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
+    constexpr int E = SLOTS * W;
     constexpr int CH = THREADS * (SLOTS + SSLOTS);  // accesses per CTA
+    constexpr int IN = op::FWD ? 1 : 2;             // inputs per access: x; or y and dy
     __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
-    extern __shared__ uint4 smem_slots[];  // SSLOTS * THREADS vectors
+    extern __shared__ uint4 smem_slots[];  // [SSLOTS][IN][THREADS] vectors: x; or y then dy
     long long row;
     int rank;
     if constexpr (C > 1) {
@@ -283,101 +284,179 @@ fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
     const int t = threadIdx.x;
     const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
     const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
-    const elem* src = static_cast<const elem*>(a) + row * sa + (long long)first * W;
+    const elem* in_a = static_cast<const elem*>(a) + row * sa + (long long)first * W;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W;
 
-    raw r[SLOTS];
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) r[k] = io::load(src, k * THREADS);
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll
-        for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim)
-                os_cp_async16(&smem_slots[j * THREADS + t], src + (SLOTS + j) * THREADS * W);
-        }
-        os_cp_async_commit();
-    }
-    float v[E];
+    raw ra[SLOTS], rb[op::FWD ? 1 : SLOTS];
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
         if (k * THREADS < lim) {
-            io::unpack(r[k], &v[k * W]);
+            ra[k] = op::io::load(in_a, k * THREADS);
+            if constexpr (!op::FWD) rb[k] = op::io::load(in_b, k * THREADS);
+        }
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll
+        for (int j = 0; j < SSLOTS; j++) {
+            const int i = (SLOTS + j) * THREADS;
+            if (i < lim) {
+                os_cp_async16(&smem_slots[(IN * j) * THREADS + t], in_a + i * W);
+                if constexpr (!op::FWD) os_cp_async16(&smem_slots[(IN * j + 1) * THREADS + t], in_b + i * W);
+            }
+        }
+        os_cp_async_commit();
+    }
+    // the thread's pair (pa, pb): forward (mt, d), mt the max of its share, v its x (softmax: then e); backward
+    // the sums of even and odd elements (a0, a1: two dependency chains) and the flag b0. (a0, a1, b0 declared
+    // first: declared in the backward branch, they swap registers in the softmax backward kernels.)
+    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+    float v[op::FWD ? E : 1], mt, pa, pb;
+    if constexpr (op::FWD) {
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            if (k * THREADS < lim) {
+                op::io::unpack(ra[k], &v[k * W]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
+            }
+        }
+        mt = os_max_of<E>(v);
+        if constexpr (SSLOTS > 0) {
+            os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+#pragma unroll 1
+            for (int j = 0; j < SSLOTS; j++) {
+                if ((SLOTS + j) * THREADS < lim) {
+                    float f[W];
+                    op::io::unpack(smem_slots[j * THREADS + t], f);
+                    mt = fmaxf(mt, os_max_of<W>(f));
+                }
+            }
+        }
+        const float st = os_safe_shift(mt);
+        float d;
+        if constexpr (OP == 0) {
+#pragma unroll
+            for (int j = 0; j < E; j++) v[j] = os_exp_diff(v[j], st);
+            d = os_sum_of<E>(v);
         } else {
+            float e[E];
 #pragma unroll
-            for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
+            for (int j = 0; j < E; j++) e[j] = os_exp_diff(v[j], st);
+            d = os_sum_of<E>(e);
         }
-    }
-    float mt = os_max_of<E>(v);
-    if constexpr (SSLOTS > 0) {
-        os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+        if constexpr (SSLOTS > 0) {
 #pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim) {
-                float f[W];
-                io::unpack(smem_slots[j * THREADS + t], f);
-                mt = fmaxf(mt, os_max_of<W>(f));
+            for (int j = 0; j < SSLOTS; j++) {
+                if ((SLOTS + j) * THREADS < lim) {
+                    float f[W];
+                    op::io::unpack(smem_slots[j * THREADS + t], f);
+#pragma unroll
+                    for (int u = 0; u < W; u++) f[u] = os_exp_diff(f[u], st);
+                    d += os_sum_of<W>(f);
+                    // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
+                    if constexpr (OP == 0 && DT == 0) smem_slots[j * THREADS + t] = os_io<0, 4>::pack(f);
+                }
             }
         }
-    }
-    const float st = os_safe_shift(mt);
-    float d;
-    if constexpr (OP == 0) {
-#pragma unroll
-        for (int j = 0; j < E; j++) v[j] = os_exp_diff(v[j], st);
-        d = os_sum_of<E>(v);
+        pa = mt;
+        pb = d;
     } else {
-        float e[E];
 #pragma unroll
-        for (int j = 0; j < E; j++) e[j] = os_exp_diff(v[j], st);
-        d = os_sum_of<E>(e);
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim) {
-                float f[W];
-                io::unpack(smem_slots[j * THREADS + t], f);
+        for (int k = 0; k < SLOTS; k++) {
+            if (k * THREADS < lim) {
+                float y[W], dy[W];
+                op::io::unpack(ra[k], y);
+                op::io::unpack(rb[k], dy);
 #pragma unroll
-                for (int u = 0; u < W; u++) f[u] = os_exp_diff(f[u], st);
-                d += os_sum_of<W>(f);
-                // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                if constexpr (OP == 0 && DT == 0) smem_slots[j * THREADS + t] = os_io<0, 4>::pack(f);
+                for (int j = 0; j < W; j++) {
+                    if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+                    else bwd_acc<OP>(y[j], dy[j], a0, b0);
+                }
             }
         }
+        if constexpr (SSLOTS > 0) {
+            os_cp_async_wait_all();
+#pragma unroll 1
+            for (int j = 0; j < SSLOTS; j++) {
+                if ((SLOTS + j) * THREADS < lim) {
+                    float y[W], dy[W];
+                    op::io::unpack(smem_slots[(2 * j) * THREADS + t], y);
+                    op::io::unpack(smem_slots[(2 * j + 1) * THREADS + t], dy);
+#pragma unroll
+                    for (int u = 0; u < W; u++) {
+                        if (u & 1) bwd_acc<OP>(y[u], dy[u], a1, b0);
+                        else bwd_acc<OP>(y[u], dy[u], a0, b0);
+                    }
+                }
+            }
+        }
+        pa = a0 + a1;
+        pb = b0;
     }
-    float m = mt;
-    os_block_reduce<op_traits<OP, DT, W>::RED>(m, d, red_a, red_b);
-    if constexpr (C > 1) os_cluster_reduce<op_traits<OP, DT, W>::RED, C>(m, d, part);
+    os_block_reduce<op::RED>(pa, pb, red_a, red_b);
+    if constexpr (C > 1) os_cluster_reduce<op::RED, C>(pa, pb, part);
 
-    const fwd_out<OP> o(m, d);
-    const float f = os_exp_diff(mt, o.s) * o.inv;
+    const typename op::out_params o(pa, pb);
+    float f;  // softmax: y = e * f, e = exp(x - mt) in v
+    if constexpr (op::FWD) f = os_exp_diff(mt, o.s) * o.inv;
     elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
-        float y[W];
+        if constexpr (op::FWD) {
+            float y[W];
 #pragma unroll
-        for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
-        if (k * THREADS < lim) io::store(dst, k * THREADS, y);
+            for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+            if (k * THREADS < lim) op::io::store(dst, k * THREADS, y);
+        } else if (k * THREADS < lim) {
+            float y[W], dy[W], dx[W];
+            op::io::unpack(ra[k], y);
+            op::io::unpack(rb[k], dy);
+#pragma unroll
+            for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa, pb);
+            op::io::store(dst, k * THREADS, dx);
+        }
     }
     if constexpr (SSLOTS > 0) {
 #pragma unroll 1
         for (int j = 0; j < SSLOTS; j++) {
             const int i = (SLOTS + j) * THREADS;
             if (i < lim) {
-                float x[W], y[W];
-                io::unpack(smem_slots[j * THREADS + t], x);
+                float x[W], y[W];  // x, or y for the backward
+                op::io::unpack(smem_slots[(IN * j) * THREADS + t], x);
+                if constexpr (op::FWD) {
 #pragma unroll
-                for (int u = 0; u < W; u++) {
-                    if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
-                    else if constexpr (OP == 0) y[u] = os_exp_diff(x[u], o.s) * o.inv;
-                    else y[u] = (x[u] - o.sh) - o.ld;
+                    for (int u = 0; u < W; u++) {
+                        if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
+                        else y[u] = o.of_x(x[u]);
+                    }
+                } else {
+                    float dy[W];
+                    op::io::unpack(smem_slots[(IN * j + 1) * THREADS + t], dy);
+#pragma unroll
+                    for (int u = 0; u < W; u++) y[u] = bwd_out<OP>(x[u], dy[u], pa, pb);
                 }
-                io::store(dst, i, y);
+                op::io::store(dst, i, y);
             }
         }
     }
     if constexpr (C > 1) os_cluster_wait();
+}
+
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+__global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
+fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+        long long sa, long long sb, long long so) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    row_rows<OP, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+}
+
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+        long long sa, long long sb, long long so) {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    row_rows<OP, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
 }
 
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------
@@ -913,123 +992,6 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
                     else y[j] = (x[j] - sh[j]) - ld[j];
                 }
                 io::store(dst + (long long)n * inner, 0, y);
-            }
-        }
-    }
-    if constexpr (C > 1) os_cluster_wait();
-}
-
-// ================================================================================================
-// Backward: dx = y * (dy - sum(dy * y))            (softmax; y = probabilities)
-//           dx = dy - exp(y) * sum(dy), 0 if all y = -inf   (log_softmax; y = log-probabilities)
-// The rows stay in registers as raw storage (y and dy), unpacked when used (no exponential to save).
-// ================================================================================================
-
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
-__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
-bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
-        long long sa, long long sb, long long so) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
-    static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
-    static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
-    constexpr int CH = THREADS * (SLOTS + SSLOTS);
-    __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
-    extern __shared__ uint4 smem_slots[];  // [SSLOTS][2][THREADS] vectors: y then dy
-    long long row;
-    int rank;
-    if constexpr (C > 1) {
-        row = os_cluster_id();
-        rank = (int)os_cluster_rank();
-    } else {
-        row = blockIdx.x;
-        rank = 0;
-    }
-    const int t = threadIdx.x;
-    const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
-    const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
-    const elem* py = static_cast<const elem*>(a) + row * sa + (long long)first * W;
-    const elem* pd = static_cast<const elem*>(b) + row * sb + (long long)first * W;
-
-    raw ry[SLOTS], rd[SLOTS];
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) {
-            ry[k] = io::load(py, k * THREADS);
-            rd[k] = io::load(pd, k * THREADS);
-        }
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll
-        for (int j = 0; j < SSLOTS; j++) {
-            const int i = (SLOTS + j) * THREADS;
-            if (i < lim) {
-                os_cp_async16(&smem_slots[(2 * j) * THREADS + t], py + i * W);
-                os_cp_async16(&smem_slots[(2 * j + 1) * THREADS + t], pd + i * W);
-            }
-        }
-        os_cp_async_commit();
-    }
-    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) {
-            float y[W], dy[W];
-            io::unpack(ry[k], y);
-            io::unpack(rd[k], dy);
-#pragma unroll
-            for (int j = 0; j < W; j++) {
-                if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
-                else bwd_acc<OP>(y[j], dy[j], a0, b0);
-            }
-        }
-    }
-    if constexpr (SSLOTS > 0) {
-        os_cp_async_wait_all();
-#pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim) {
-                float y[W], dy[W];
-                io::unpack(smem_slots[(2 * j) * THREADS + t], y);
-                io::unpack(smem_slots[(2 * j + 1) * THREADS + t], dy);
-#pragma unroll
-                for (int u = 0; u < W; u++) {
-                    if (u & 1) bwd_acc<OP>(y[u], dy[u], a1, b0);
-                    else bwd_acc<OP>(y[u], dy[u], a0, b0);
-                }
-            }
-        }
-    }
-    float acc = a0 + a1, alive = b0;
-    os_block_reduce<op_traits<OP, DT, W>::RED>(acc, alive, red_a, red_b);
-    if constexpr (C > 1) os_cluster_reduce<op_traits<OP, DT, W>::RED, C>(acc, alive, part);
-
-    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) {
-            float y[W], dy[W], dx[W];
-            io::unpack(ry[k], y);
-            io::unpack(rd[k], dy);
-#pragma unroll
-            for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], acc, alive);
-            io::store(dst, k * THREADS, dx);
-        }
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            const int i = (SLOTS + j) * THREADS;
-            if (i < lim) {
-                float y[W], dy[W], dx[W];
-                io::unpack(smem_slots[(2 * j) * THREADS + t], y);
-                io::unpack(smem_slots[(2 * j + 1) * THREADS + t], dy);
-#pragma unroll
-                for (int u = 0; u < W; u++) dx[u] = bwd_out<OP>(y[u], dy[u], acc, alive);
-                io::store(dst, i, dx);
             }
         }
     }
