@@ -97,6 +97,16 @@ template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, fl
     else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
 }
 
+// The op of a forward entry (fwd_*) or a backward one (bwd_*): another op code does not compile.
+template <int OP> struct fwd_op {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    enum { value = OP };
+};
+template <int OP> struct bwd_op {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    enum { value = OP };
+};
+
 // What differs between the ops in every regime. The bodies below read input a (x or y) into ra[] and, backward
 // only, b (dy) into rb[]; they declare rb with one element forward.
 template <int OP, int DT, int W> struct op_traits {
@@ -114,6 +124,39 @@ template <int OP, int DT, int W> struct op_traits {
         __device__ __forceinline__ no_params(float, float) {}
     };
     typedef typename os_cond<FWD, fwd_out<OP>, no_params>::type out_params;
+
+    // Access i of the inputs at element pointers pa, pb: a (x or y) into ra and, backward, b (dy) into rb. LAST: the
+    // data's last read, with ld.global.cs (evict-first).
+    // Backward: one access (y in ry, dy in rd) into the thread's sums, even and odd elements in two dependency
+    // chains (a0, a1), and its dx from the row's pair (a, b).
+    static __device__ __forceinline__ void bwd_fold(const raw& ry, const raw& rd, float& a0, float& a1, float& b0) {
+        float y[W], dy[W];
+        io::unpack(ry, y);
+        io::unpack(rd, dy);
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+            else bwd_acc<OP>(y[j], dy[j], a0, b0);
+        }
+    }
+    static __device__ __forceinline__ void bwd_dx(const raw& ry, const raw& rd, float a, float b, float* dx) {
+        float y[W], dy[W];
+        io::unpack(ry, y);
+        io::unpack(rd, dy);
+#pragma unroll
+        for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], a, b);
+    }
+
+    template <bool LAST = false>
+    static __device__ __forceinline__ void load(raw& ra, raw& rb, const elem* pa, const elem* pb, long long i) {
+        if constexpr (LAST) {
+            ra = io::load_last(pa, i);
+            if constexpr (!FWD) rb = io::load_last(pb, i);
+        } else {
+            ra = io::load(pa, i);
+            if constexpr (!FWD) rb = io::load(pb, i);
+        }
+    }
 };
 
 // ---- warp: small N, several rows per warp ------------------------------------------------------------------------
@@ -138,7 +181,7 @@ __device__ __forceinline__ void warp_rows(const void* __restrict__ a, const void
     const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
 
     // the accesses of inputs a and b (x; or y and dy) as loaded: slot k of row q at q * SLOTS + k
-    raw ra[RPT * SLOTS], rb[op::FWD ? 1 : RPT * SLOTS];
+    raw ra[RPT * SLOTS], rb[RPT * SLOTS];
     bool ok[RPT];
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
@@ -148,10 +191,7 @@ __device__ __forceinline__ void warp_rows(const void* __restrict__ a, const void
         const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) {
-                ra[q * SLOTS + k] = op::io::load(in_a, k * TPR);
-                if constexpr (!op::FWD) rb[q * SLOTS + k] = op::io::load(in_b, k * TPR);
-            }
+            if (ok[q] && k * TPR < lim) op::load(ra[q * SLOTS + k], rb[q * SLOTS + k], in_a, in_b, k * TPR);
         }
     }
     // the rows' pairs: forward (max, sum of exp(x - max)), v the row's x unpacked; backward the sums and the flags
@@ -196,16 +236,7 @@ __device__ __forceinline__ void warp_rows(const void* __restrict__ a, const void
             float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
 #pragma unroll
             for (int k = 0; k < SLOTS; k++) {
-                if (ok[q] && k * TPR < lim) {
-                    float y[W], dy[W];
-                    op::io::unpack(ra[q * SLOTS + k], y);
-                    op::io::unpack(rb[q * SLOTS + k], dy);
-#pragma unroll
-                    for (int j = 0; j < W; j++) {
-                        if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
-                        else bwd_acc<OP>(y[j], dy[j], a0, b0);
-                    }
-                }
+                if (ok[q] && k * TPR < lim) op::bwd_fold(ra[q * SLOTS + k], rb[q * SLOTS + k], a0, a1, b0);
             }
             pa[q] = a0 + a1;
             pb[q] = b0;
@@ -227,7 +258,7 @@ __device__ __forceinline__ void warp_rows(const void* __restrict__ a, const void
                     y[j] = OP == 0 ? x * o.inv : x - o.ld;
                 }
                 if (ok[q] && k * TPR < lim) op::io::store(dst, k * TPR, y);
-            } else if (ok[q] && k * TPR < lim) {
+            } else if (ok[q] && k * TPR < lim) {  // inline: op::bwd_dx here changes the scalar log backward
                 float y[W], dy[W], dx[W];
                 op::io::unpack(ra[q * SLOTS + k], y);
                 op::io::unpack(rb[q * SLOTS + k], dy);
@@ -243,16 +274,14 @@ template <int OP, int DT, int W, int SLOTS, int RPT>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
 fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    warp_rows<OP, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+    warp_rows<fwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
 }
 
 template <int OP, int DT, int W, int SLOTS, int RPT>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
 bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    warp_rows<OP, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+    warp_rows<bwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
 }
 
 // ---- row: one row per CTA or per cluster ---------------------------------------------------------------------
@@ -287,13 +316,10 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
     const elem* in_a = static_cast<const elem*>(a) + row * sa + (long long)first * W;
     const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W;
 
-    raw ra[SLOTS], rb[op::FWD ? 1 : SLOTS];
+    raw ra[SLOTS], rb[SLOTS];
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) {
-            ra[k] = op::io::load(in_a, k * THREADS);
-            if constexpr (!op::FWD) rb[k] = op::io::load(in_b, k * THREADS);
-        }
+        if (k * THREADS < lim) op::load(ra[k], rb[k], in_a, in_b, k * THREADS);
     }
     if constexpr (SSLOTS > 0) {
 #pragma unroll
@@ -365,14 +391,7 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             if (k * THREADS < lim) {
-                float y[W], dy[W];
-                op::io::unpack(ra[k], y);
-                op::io::unpack(rb[k], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
-                    else bwd_acc<OP>(y[j], dy[j], a0, b0);
-                }
+                op::bwd_fold(ra[k], rb[k], a0, a1, b0);
             }
         }
         if constexpr (SSLOTS > 0) {
@@ -380,14 +399,7 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
 #pragma unroll 1
             for (int j = 0; j < SSLOTS; j++) {
                 if ((SLOTS + j) * THREADS < lim) {
-                    float y[W], dy[W];
-                    op::io::unpack(smem_slots[(2 * j) * THREADS + t], y);
-                    op::io::unpack(smem_slots[(2 * j + 1) * THREADS + t], dy);
-#pragma unroll
-                    for (int u = 0; u < W; u++) {
-                        if (u & 1) bwd_acc<OP>(y[u], dy[u], a1, b0);
-                        else bwd_acc<OP>(y[u], dy[u], a0, b0);
-                    }
+                    op::bwd_fold(smem_slots[(2 * j) * THREADS + t], smem_slots[(2 * j + 1) * THREADS + t], a0, a1, b0);
                 }
             }
         }
@@ -409,11 +421,8 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
             for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
             if (k * THREADS < lim) op::io::store(dst, k * THREADS, y);
         } else if (k * THREADS < lim) {
-            float y[W], dy[W], dx[W];
-            op::io::unpack(ra[k], y);
-            op::io::unpack(rb[k], dy);
-#pragma unroll
-            for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa, pb);
+            float dx[W];
+            op::bwd_dx(ra[k], rb[k], pa, pb, dx);
             op::io::store(dst, k * THREADS, dx);
         }
     }
@@ -422,19 +431,17 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
         for (int j = 0; j < SSLOTS; j++) {
             const int i = (SLOTS + j) * THREADS;
             if (i < lim) {
-                float x[W], y[W];  // x, or y for the backward
-                op::io::unpack(smem_slots[(IN * j) * THREADS + t], x);
+                float y[W];
                 if constexpr (op::FWD) {
+                    float x[W];
+                    op::io::unpack(smem_slots[j * THREADS + t], x);
 #pragma unroll
                     for (int u = 0; u < W; u++) {
                         if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
                         else y[u] = o.of_x(x[u]);
                     }
                 } else {
-                    float dy[W];
-                    op::io::unpack(smem_slots[(IN * j + 1) * THREADS + t], dy);
-#pragma unroll
-                    for (int u = 0; u < W; u++) y[u] = bwd_out<OP>(x[u], dy[u], pa, pb);
+                    op::bwd_dx(smem_slots[(2 * j) * THREADS + t], smem_slots[(2 * j + 1) * THREADS + t], pa, pb, y);
                 }
                 op::io::store(dst, i, y);
             }
@@ -447,16 +454,26 @@ template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
 __global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    row_rows<OP, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+    row_rows<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
 }
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    row_rows<OP, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+    row_rows<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+}
+
+// One trip of the split loop: accesses base + u * SPLIT_THREADS of the row that are below end.
+template <bool LAST, class op, int U>
+__device__ __forceinline__ void split_trip(typename op::raw (&ra)[U], typename op::raw (&rb)[U],
+                                           const typename op::elem* in_a, const typename op::elem* in_b, int base,
+                                           int end) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int i = base + u * SPLIT_THREADS;
+        if (i < end) op::template load<LAST>(ra[u], rb[u], in_a, in_b, i);
+    }
 }
 
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------
@@ -481,15 +498,8 @@ __device__ __forceinline__ void split_stats(const void* __restrict__ a, const vo
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, m = OS_NEG_INF, d = 0.0f;
 #pragma unroll 1
     for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        raw ra[U], rb[op::FWD ? 1 : U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = base + u * SPLIT_THREADS;
-            if (i < end) {
-                ra[u] = op::io::load(in_a, i);
-                if constexpr (!op::FWD) rb[u] = op::io::load(in_b, i);
-            }
-        }
+        raw ra[U], rb[U];
+        split_trip<false, op>(ra, rb, in_a, in_b, base, end);
         if constexpr (op::FWD) {  // the max of the trip's U accesses first: one rescale per trip
             float v[U * W];
 #pragma unroll
@@ -510,7 +520,7 @@ __device__ __forceinline__ void split_stats(const void* __restrict__ a, const vo
         } else {
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (base + u * SPLIT_THREADS < end) {
+                if (base + u * SPLIT_THREADS < end) {  // inline: op::bwd_fold here changes the scalar log backward
                     float y[W], dy[W];
                     op::io::unpack(ra[u], y);
                     op::io::unpack(rb[u], dy);
@@ -554,15 +564,8 @@ __device__ __forceinline__ void split_apply(const void* __restrict__ a, const vo
     elem* dst = static_cast<elem*>(out) + row * so;
 #pragma unroll 1
     for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        raw ra[U], rb[op::FWD ? 1 : U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = base + u * SPLIT_THREADS;
-            if (i < end) {
-                ra[u] = op::io::load_last(in_a, i);
-                if constexpr (!op::FWD) rb[u] = op::io::load_last(in_b, i);
-            }
-        }
+        raw ra[U], rb[U];
+        split_trip<true, op>(ra, rb, in_a, in_b, base, end);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int i = base + u * SPLIT_THREADS;
@@ -572,7 +575,7 @@ __device__ __forceinline__ void split_apply(const void* __restrict__ a, const vo
                 if constexpr (op::FWD) {
 #pragma unroll
                     for (int j = 0; j < W; j++) y[j] = o.of_x(x[j]);
-                } else {
+                } else {  // inline: op::bwd_dx here changes the SASS of the scalar log_softmax backward
                     float dy[W];
                     op::io::unpack(rb[u], dy);
 #pragma unroll
@@ -596,24 +599,33 @@ template <int OP, int DT, int W>
 __global__ void __launch_bounds__(SPLIT_THREADS)
 bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
                 long long sa, long long sb, int P, int CH) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    split_stats<OP, DT, W>(a, b, ws, N, sa, sb, P, CH);
+    split_stats<bwd_op<OP>::value, DT, W>(a, b, ws, N, sa, sb, P, CH);
 }
 
 template <int OP, int DT, int W>
 __global__ void __launch_bounds__(SPLIT_THREADS)
 fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
                 void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    split_apply<OP, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+    split_apply<fwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
 
 template <int OP, int DT, int W>
 __global__ void __launch_bounds__(SPLIT_THREADS)
 bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
                 void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    split_apply<OP, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+    split_apply<bwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+}
+
+// One trip of a strided pass: rows n0 + u * rows (< N) of the thread's columns, inner elements apart.
+template <bool LAST, class op, int U>
+__device__ __forceinline__ void strided_trip(typename op::raw (&ra)[U], typename op::raw (&rb)[U],
+                                             const typename op::elem* in_a, const typename op::elem* in_b, bool active,
+                                             int n0, int rows, int N, long long inner) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int n = n0 + u * rows;
+        if (active && n < N) op::template load<LAST>(ra[u], rb[u], in_a + n * inner, in_b + n * inner, 0);
+    }
 }
 
 // ---- strided: a non-last dim whose columns do not fit on chip -----------------------------------------------------
@@ -657,15 +669,8 @@ __device__ __forceinline__ void strided(const void* __restrict__ a, const void* 
         unsigned live = 0;
 #pragma unroll 1
         for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw ra[U], rb[op::FWD ? 1 : U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) {
-                    ra[u] = op::io::load(in_a + (long long)n * inner, 0);
-                    if constexpr (!op::FWD) rb[u] = op::io::load(in_b + (long long)n * inner, 0);
-                }
-            }
+            raw ra[U], rb[U];
+            strided_trip<false, op>(ra, rb, in_a, in_b, active, n0, rows, N, inner);
             if constexpr (op::FWD) {  // per column the max of the trip's U rows first: one rescale per trip
                 float x[U][W];
 #pragma unroll
@@ -761,15 +766,8 @@ __device__ __forceinline__ void strided(const void* __restrict__ a, const void* 
         elem* dst = static_cast<elem*>(out) + base;
 #pragma unroll 1
         for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw ra[U], rb[op::FWD ? 1 : U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) {
-                    ra[u] = op::io::load_last(in_a + (long long)n * inner, 0);
-                    if constexpr (!op::FWD) rb[u] = op::io::load_last(in_b + (long long)n * inner, 0);
-                }
-            }
+            raw ra[U], rb[U];
+            strided_trip<true, op>(ra, rb, in_a, in_b, active, n0, rows, N, inner);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
@@ -797,16 +795,14 @@ template <int OP, int DT, int W>
 __global__ void __launch_bounds__(STRIDED_THREADS, 2)
 fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    strided<OP, DT, W>(a, b, out, N, inner, strips, items);
+    strided<fwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
 }
 
 template <int OP, int DT, int W>
 __global__ void __launch_bounds__(STRIDED_THREADS, 2)
 bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    strided<OP, DT, W>(a, b, out, N, inner, strips, items);
+    strided<bwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
 }
 
 // Softmax over a non-last dim with the columns on chip: 1 read + 1 write. A cluster of C CTAs (C == 1: one CTA)
