@@ -282,6 +282,17 @@ __device__ __forceinline__ void os_cluster_publish() {
 __device__ __forceinline__ void os_cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+// The work item of this CTA's cluster of C CTAs (its cluster id) and the CTA's rank in it; without clusters
+// (C == 1) the block index and rank 0.
+template <int C> __device__ __forceinline__ void os_cluster_item(long long& item, int& rank) {
+    if constexpr (C > 1) {
+        item = os_cluster_id();
+        rank = (int)os_cluster_rank();
+    } else {
+        item = blockIdx.x;
+        rank = 0;
+    }
+}
 // A float in CTA `rank`'s shared memory at the address of the local variable p.
 __device__ __forceinline__ float os_ld_dsmem(const float* p, unsigned rank) {
     const unsigned local = (unsigned)__cvta_generic_to_shared(p);

@@ -1,4 +1,6 @@
 // softmax.cu -- production softmax / log_softmax, forward and backward: fp32 / fp16 / bf16 storage, fp32 math.
+// The device library (storage I/O, exponentials, merges, warp / block / cluster reductions, cluster PTX) is
+// production.cuh.
 //
 // Template parameters shared by every kernel:
 //   OP  0 softmax, 1 log_softmax, 2 softmax backward, 3 log_softmax backward
@@ -6,6 +8,10 @@
 //   W   elements per access: 16 / sizeof(elem) (one 16-byte uint4) or 1 (the scalar path for unaligned pointers,
 //       row strides or N that are not a multiple of the vector)
 //
+// Each regime is one __device__ body (warp_body, row_body, split_stats_body, split_apply_body, strided_body) with the
+// op as a compile-time policy (op_traits: the inputs, the reduction, the outputs; 'if constexpr' where the fold
+// differs), under two thin __global__ entries, fwd_<regime> for OP 0 and 1 and bwd_<regime> for OP 2 and 3, whose
+// names and template parameters are what variants/production.py instantiates:
 // fwd_warp<OP,DT,W,SLOTS,RPT>            small N: 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1),
 //                                        SLOTS accesses per lane and row, RPT rows per lane group, all loads issued
 //                                        first; 256 threads
@@ -14,13 +20,18 @@
 //                                        SSLOTS more in dynamic shared memory (cp.async)
 // fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
 // fwd_split_apply<OP,DT,W>               phase 2: merge the row's P partials, re-read the chunk (L2), write
-// fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       non-last dim of a contiguous (outer, N, inner) tensor, the columns on chip: a
-//                                        cluster of C CTAs owns a strip of columns, each CTA a band of rows in
-//                                        registers (+ smem); per-column (m, d) by a tree, then through DSMEM
+// fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       (forward only) non-last dim of a contiguous (outer, N, inner) tensor, the
+//                                        columns on chip: a cluster of C CTAs owns a strip of columns, each CTA a band
+//                                        of rows in registers (+ smem); per-column (m, d) by a tree, then through DSMEM
 // fwd_strided<OP,DT,W>                   the same when the columns do not fit on chip: a persistent CTA owns a strip
 //                                        of columns: (m, d) down N, tree merge, second pass (re-read in L2)
 // bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided: the same shapes for OP 2 and 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
+//
+// SASS: every instantiation production.py can pick compiles to the same sm_90 instructions as the separate forward
+// and backward kernels of be1e6c1 (benchmarks/sass_diff.py). NVVM's register numbering follows the order of
+// declarations, helper calls and address arithmetic closely: where a comment below says a form is kept for the
+// SASS, the other forms tried changed it.
 //
 // Forward arithmetic: each thread takes the max mt of its share, keeps e = exp(x - mt) (softmax; log_softmax keeps
 // x) and d_t = sum e; the (m, d) states merge (one exponential per merge, common.cuh's -inf guard); the outputs are
@@ -41,7 +52,7 @@
 //   split_stats:   (a, b, float* ws, long long M, int N, long long sa, long long sb, int P, int CH)
 //   split_apply:   (a, b, const float* ws, out, long long M, int N, long long sa, long long sb, long long so, int P,
 //                   int CH)
-//   strided:       (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
+//   cols, strided: (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
 #include "production.cuh"
 
 // Launch geometry; variants/production.py plans with the same numbers under the same names. (An enum: namespace-scope
@@ -55,7 +66,7 @@ enum {
     STRIDED_UNROLL = 4
 };
 
-// ---- the op as a compile-time policy ------------------------------------------------------------------------
+// ---- the op as a compile-time policy --------------------------------------------------------------------------------
 // Forward: y = softmax or log_softmax of x; the row reduces (m, d).
 // Backward: dx = y * (dy - sum(dy * y))                    (softmax; y = probabilities)
 //           dx = dy - exp(y) * sum(dy), 0 if all y = -inf   (log_softmax; y = log-probabilities)
@@ -67,7 +78,6 @@ enum {
 //  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf.
 template <int OP> struct fwd_out {
     float s, inv, sh, ld;
-    fwd_out() = default;
     __device__ __forceinline__ fwd_out(float m, float d) {
         s = os_safe_shift(m);
         inv = d == 0.0f ? 0.0f : os_rcp(d);  // os_safe_inv; d is 0, NaN or in [1, N]: no slow path needed
@@ -107,8 +117,8 @@ template <int OP> struct bwd_op {
     enum { value = OP };
 };
 
-// What differs between the ops in every regime. The bodies below read input a (x or y) into ra[] and, backward
-// only, b (dy) into rb[]; they declare rb with one element forward.
+// What differs between the ops in every regime, per access of W elements. The regime bodies read input a (x, or y)
+// into ra[] and, backward only, input b (dy) into rb[].
 template <int OP, int DT, int W> struct op_traits {
     static_assert(OP >= 0 && OP <= 3, "op: 0 softmax, 1 log_softmax, 2 and 3 their backward");
     typedef os_io<DT, W> io;
@@ -125,8 +135,19 @@ template <int OP, int DT, int W> struct op_traits {
     };
     typedef typename os_cond<FWD, fwd_out<OP>, no_params>::type out_params;
 
-    // Access i of the inputs at element pointers pa, pb: a (x or y) into ra and, backward, b (dy) into rb. LAST: the
-    // data's last read, with ld.global.cs (evict-first).
+    // Access i of the inputs at element pointers pa, pb: a into ra and, backward, b into rb. LAST: the data's last
+    // read, with ld.global.cs (evict-first).
+    template <bool LAST = false>
+    static __device__ __forceinline__ void load(raw& ra, raw& rb, const elem* pa, const elem* pb, long long i) {
+        if constexpr (LAST) {
+            ra = io::load_last(pa, i);
+            if constexpr (!FWD) rb = io::load_last(pb, i);
+        } else {
+            ra = io::load(pa, i);
+            if constexpr (!FWD) rb = io::load(pb, i);
+        }
+    }
+
     // Backward: one access (y in ry, dy in rd) into the thread's sums, even and odd elements in two dependency
     // chains (a0, a1), and its dx from the row's pair (a, b).
     static __device__ __forceinline__ void bwd_fold(const raw& ry, const raw& rd, float& a0, float& a1, float& b0) {
@@ -146,26 +167,15 @@ template <int OP, int DT, int W> struct op_traits {
 #pragma unroll
         for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], a, b);
     }
-
-    template <bool LAST = false>
-    static __device__ __forceinline__ void load(raw& ra, raw& rb, const elem* pa, const elem* pb, long long i) {
-        if constexpr (LAST) {
-            ra = io::load_last(pa, i);
-            if constexpr (!FWD) rb = io::load_last(pb, i);
-        } else {
-            ra = io::load(pa, i);
-            if constexpr (!FWD) rb = io::load(pb, i);
-        }
-    }
 };
 
-// ---- warp: small N, several rows per warp ------------------------------------------------------------------------
+// ---- warp: small N, several rows per warp ---------------------------------------------------------------------------
 // 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1), SLOTS accesses per lane and row, RPT rows
 // per lane group, all loads issued first; 256 threads. The forward reduces the row max, then the sum of
 // exp(x - max): two butterflies without exponentials cost fewer instructions than one of (m, d) pairs, whose every
 // merge takes an exponential, and short rows are as much instruction- as memory-bound.
 template <int OP, int DT, int W, int SLOTS, int RPT>
-__device__ __forceinline__ void warp_rows(const void* __restrict__ a, const void* __restrict__ b,
+__device__ __forceinline__ void warp_body(const void* __restrict__ a, const void* __restrict__ b,
                                           void* __restrict__ out, long long M, int N, long long sa, long long sb,
                                           long long so, int lg) {
     typedef op_traits<OP, DT, W> op;
@@ -258,7 +268,7 @@ __device__ __forceinline__ void warp_rows(const void* __restrict__ a, const void
                     y[j] = OP == 0 ? x * o.inv : x - o.ld;
                 }
                 if (ok[q] && k * TPR < lim) op::io::store(dst, k * TPR, y);
-            } else if (ok[q] && k * TPR < lim) {  // inline: op::bwd_dx here changes the scalar log backward
+            } else if (ok[q] && k * TPR < lim) {  // inline: op::bwd_dx would change the scalar log_softmax SASS
                 float y[W], dy[W], dx[W];
                 op::io::unpack(ra[q * SLOTS + k], y);
                 op::io::unpack(rb[q * SLOTS + k], dy);
@@ -274,21 +284,21 @@ template <int OP, int DT, int W, int SLOTS, int RPT>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
 fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
-    warp_rows<fwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+    warp_body<fwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
 }
 
 template <int OP, int DT, int W, int SLOTS, int RPT>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
 bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
-    warp_rows<bwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+    warp_body<bwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
 }
 
-// ---- row: one row per CTA or per cluster ---------------------------------------------------------------------
+// ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
 // One row per CTA (C == 1) or per cluster of C CTAs (the partial pairs through DSMEM); THREADS <= 512 threads hold
 // SLOTS accesses each in registers and SSLOTS more in dynamic shared memory (cp.async).
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
-__device__ __forceinline__ void row_rows(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
+__device__ __forceinline__ void row_body(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
                                          int N, long long sa, long long sb, long long so) {
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
@@ -303,13 +313,7 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
     extern __shared__ uint4 smem_slots[];  // [SSLOTS][IN][THREADS] vectors: x; or y then dy
     long long row;
     int rank;
-    if constexpr (C > 1) {
-        row = os_cluster_id();
-        rank = (int)os_cluster_rank();
-    } else {
-        row = blockIdx.x;
-        rank = 0;
-    }
+    os_cluster_item<C>(row, rank);
     const int t = threadIdx.x;
     const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
     const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
@@ -326,7 +330,7 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
         for (int j = 0; j < SSLOTS; j++) {
             const int i = (SLOTS + j) * THREADS;
             if (i < lim) {
-                os_cp_async16(&smem_slots[(IN * j) * THREADS + t], in_a + i * W);
+                os_cp_async16(&smem_slots[IN * j * THREADS + t], in_a + i * W);
                 if constexpr (!op::FWD) os_cp_async16(&smem_slots[(IN * j + 1) * THREADS + t], in_b + i * W);
             }
         }
@@ -354,7 +358,7 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
             for (int j = 0; j < SSLOTS; j++) {
                 if ((SLOTS + j) * THREADS < lim) {
                     float f[W];
-                    op::io::unpack(smem_slots[j * THREADS + t], f);
+                    op::io::unpack(smem_slots[IN * j * THREADS + t], f);
                     mt = fmaxf(mt, os_max_of<W>(f));
                 }
             }
@@ -376,12 +380,12 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
             for (int j = 0; j < SSLOTS; j++) {
                 if ((SLOTS + j) * THREADS < lim) {
                     float f[W];
-                    op::io::unpack(smem_slots[j * THREADS + t], f);
+                    op::io::unpack(smem_slots[IN * j * THREADS + t], f);
 #pragma unroll
                     for (int u = 0; u < W; u++) f[u] = os_exp_diff(f[u], st);
                     d += os_sum_of<W>(f);
                     // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                    if constexpr (OP == 0 && DT == 0) smem_slots[j * THREADS + t] = os_io<0, 4>::pack(f);
+                    if constexpr (OP == 0 && DT == 0) smem_slots[IN * j * THREADS + t] = os_io<0, 4>::pack(f);
                 }
             }
         }
@@ -399,7 +403,7 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
 #pragma unroll 1
             for (int j = 0; j < SSLOTS; j++) {
                 if ((SLOTS + j) * THREADS < lim) {
-                    op::bwd_fold(smem_slots[(2 * j) * THREADS + t], smem_slots[(2 * j + 1) * THREADS + t], a0, a1, b0);
+                    op::bwd_fold(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], a0, a1, b0);
                 }
             }
         }
@@ -434,14 +438,14 @@ __device__ __forceinline__ void row_rows(const void* __restrict__ a, const void*
                 float y[W];
                 if constexpr (op::FWD) {
                     float x[W];
-                    op::io::unpack(smem_slots[j * THREADS + t], x);
+                    op::io::unpack(smem_slots[IN * j * THREADS + t], x);
 #pragma unroll
                     for (int u = 0; u < W; u++) {
                         if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
                         else y[u] = o.of_x(x[u]);
                     }
                 } else {
-                    op::bwd_dx(smem_slots[(2 * j) * THREADS + t], smem_slots[(2 * j + 1) * THREADS + t], pa, pb, y);
+                    op::bwd_dx(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], pa, pb, y);
                 }
                 op::io::store(dst, i, y);
             }
@@ -454,15 +458,19 @@ template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
 __global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
-    row_rows<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+    row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
 }
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
-    row_rows<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+    row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
 }
+
+// ---- split: few rows, huge N ----------------------------------------------------------------------------------------
+// Phase 1: the pair of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)]. Phase 2: merge the
+// row's P pairs, re-read the chunk (an L2 hit for the sizes the plan sends here) and write its outputs.
 
 // One trip of the split loop: accesses base + u * SPLIT_THREADS of the row that are below end.
 template <bool LAST, class op, int U>
@@ -476,13 +484,10 @@ __device__ __forceinline__ void split_trip(typename op::raw (&ra)[U], typename o
     }
 }
 
-// ---- split: few rows, huge N ----------------------------------------------------------------------------------
-// Phase 1: the pair of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)]. Phase 2: merge the
-// row's P pairs, re-read the chunk (an L2 hit for the sizes the plan sends here) and write its outputs.
-
 template <int OP, int DT, int W>
-__device__ __forceinline__ void split_stats(const void* __restrict__ a, const void* __restrict__ b,
-                                            float* __restrict__ ws, int N, long long sa, long long sb, int P, int CH) {
+__device__ __forceinline__ void split_stats_body(const void* __restrict__ a, const void* __restrict__ b,
+                                                 float* __restrict__ ws, int N, long long sa, long long sb, int P,
+                                                 int CH) {
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
@@ -520,7 +525,7 @@ __device__ __forceinline__ void split_stats(const void* __restrict__ a, const vo
         } else {
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (base + u * SPLIT_THREADS < end) {  // inline: op::bwd_fold here changes the scalar log backward
+                if (base + u * SPLIT_THREADS < end) {  // inline: op::bwd_fold would change the scalar log_softmax SASS
                     float y[W], dy[W];
                     op::io::unpack(ra[u], y);
                     op::io::unpack(rb[u], dy);
@@ -545,9 +550,9 @@ __device__ __forceinline__ void split_stats(const void* __restrict__ a, const vo
 }
 
 template <int OP, int DT, int W>
-__device__ __forceinline__ void split_apply(const void* __restrict__ a, const void* __restrict__ b,
-                                            const float* __restrict__ ws, void* __restrict__ out, int N, long long sa,
-                                            long long sb, long long so, int P, int CH) {
+__device__ __forceinline__ void split_apply_body(const void* __restrict__ a, const void* __restrict__ b,
+                                                 const float* __restrict__ ws, void* __restrict__ out, int N,
+                                                 long long sa, long long sb, long long so, int P, int CH) {
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
@@ -575,7 +580,7 @@ __device__ __forceinline__ void split_apply(const void* __restrict__ a, const vo
                 if constexpr (op::FWD) {
 #pragma unroll
                     for (int j = 0; j < W; j++) y[j] = o.of_x(x[j]);
-                } else {  // inline: op::bwd_dx here changes the SASS of the scalar log_softmax backward
+                } else {  // inline: op::bwd_dx would change the scalar log_softmax SASS
                     float dy[W];
                     op::io::unpack(rb[u], dy);
 #pragma unroll
@@ -592,29 +597,220 @@ template <int DT, int W>
 __global__ void __launch_bounds__(SPLIT_THREADS)
 fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
                 long long sa, long long sb, int P, int CH) {
-    split_stats<0, DT, W>(a, b, ws, N, sa, sb, P, CH);
+    split_stats_body<0, DT, W>(a, b, ws, N, sa, sb, P, CH);
 }
 
 template <int OP, int DT, int W>
 __global__ void __launch_bounds__(SPLIT_THREADS)
 bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
                 long long sa, long long sb, int P, int CH) {
-    split_stats<bwd_op<OP>::value, DT, W>(a, b, ws, N, sa, sb, P, CH);
+    split_stats_body<bwd_op<OP>::value, DT, W>(a, b, ws, N, sa, sb, P, CH);
 }
 
 template <int OP, int DT, int W>
 __global__ void __launch_bounds__(SPLIT_THREADS)
 fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
                 void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    split_apply<fwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+    split_apply_body<fwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
 
 template <int OP, int DT, int W>
 __global__ void __launch_bounds__(SPLIT_THREADS)
 bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
                 void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    split_apply<bwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+    split_apply_body<bwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
+
+// ---- columns: a non-last dim with the columns on chip (forward only) ------------------------------------------------
+// 1 read + 1 write. A cluster of C CTAs (C == 1: one CTA) owns item = (o, strip): the LANES * W columns
+// [strip * LANES * W, ...) of outer index o, all N rows of them. CTA `rank` holds the band of rows
+// [rank * B, rank * B + B), B = ceil(N / C) rounded up to ROWS; thread (tx, ty) of the (LANES, ROWS) block holds W
+// columns of rows rank * B + ty + k * ROWS: SLOTS in registers, SSLOTS in dynamic shared memory. Per column: (m, d) of
+// the thread, a tree over ROWS in shared memory, the C partials through DSMEM; then the outputs from chip. A warp
+// reads ROWS-adjacent rows in pieces of LANES * 16 bytes.
+template <int OP, int DT, int W, int SLOTS, int SSLOTS, int C>
+__global__ void __launch_bounds__(ROW_MAX_THREADS, 2)
+fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+         long long inner, long long strips, long long items) {
+    static_assert(OP == 0 || OP == 1, "forward op");
+    typedef os_io<DT, W> io;
+    typedef typename io::elem elem;
+    typedef typename io::raw raw;
+    static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
+    static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
+    __shared__ float red_m[ROW_MAX_THREADS * W], red_d[ROW_MAX_THREADS * W];
+    __shared__ float fin_m[32 * W], fin_d[32 * W];  // LANES <= 32
+    extern __shared__ uint4 smem_slots[];  // SSLOTS * 512 vectors
+    const int lanes = blockDim.x, rows = blockDim.y;
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * lanes + tx;
+    long long item;
+    int rank;
+    os_cluster_item<C>(item, rank);
+    const long long o = item / strips;
+    const long long col = ((item - o * strips) * lanes + tx) * W;
+    // the CTA's band: ceil(N / C) rows rounded up to the thread rows (the plan makes SLOTS + SSLOTS cover it)
+    const int band = ((N + C - 1) / C + rows - 1) / rows * rows;
+    const int n_first = rank * band + ty;  // slot k holds row n_first + k * rows
+    const int n_end = min(N, rank * band + band);
+    const bool active = col < inner;
+    const elem* src = static_cast<const elem*>(a) + o * (long long)N * inner + col;
+
+    raw r[SLOTS];
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (active && n_first + k * rows < n_end) r[k] = io::load(src + (long long)(n_first + k * rows) * inner, 0);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll
+        for (int j = 0; j < SSLOTS; j++) {
+            const int n = n_first + (SLOTS + j) * rows;
+            if (active && n < n_end) os_cp_async16(&smem_slots[j * ROW_MAX_THREADS + t], src + (long long)n * inner);
+        }
+        os_cp_async_commit();
+    }
+    float v[SLOTS][W], mt[W], d[W];
+#pragma unroll
+    for (int j = 0; j < W; j++) mt[j] = OS_NEG_INF;
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (active && n_first + k * rows < n_end) {
+            io::unpack(r[k], v[k]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; j++) v[k][j] = OS_NEG_INF;
+        }
+#pragma unroll
+        for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], v[k][j]);
+    }
+    if constexpr (SSLOTS > 0) {
+        os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+#pragma unroll 1
+        for (int i = 0; i < SSLOTS; i++) {
+            if (active && n_first + (SLOTS + i) * rows < n_end) {
+                float f[W];
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], f);
+#pragma unroll
+                for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], f[j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        const float st = os_safe_shift(mt[j]);
+        d[j] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            const float e = os_exp_diff(v[k][j], st);
+            d[j] += e;
+            if constexpr (OP == 0) v[k][j] = e;
+        }
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+        for (int i = 0; i < SSLOTS; i++) {
+            if (active && n_first + (SLOTS + i) * rows < n_end) {
+                float f[W];
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], f);
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    f[j] = os_exp_diff(f[j], os_safe_shift(mt[j]));
+                    d[j] += f[j];
+                }
+                // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
+                if constexpr (OP == 0 && DT == 0) smem_slots[i * ROW_MAX_THREADS + t] = os_io<0, 4>::pack(f);
+            }
+        }
+    }
+    // the CTA's (m, d) per column: a tree over the rows of threads
+    float m[W], dd[W];
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        m[j] = mt[j];
+        dd[j] = d[j];
+        red_m[t * W + j] = m[j];
+        red_d[t * W + j] = dd[j];
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int h = rows >> 1; h > 0; h >>= 1) {
+        if (ty < h) {
+            const int other = (t + h * lanes) * W;
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                os_combine<OS_RED_MD>(m[j], dd[j], red_m[other + j], red_d[other + j]);
+                red_m[t * W + j] = m[j];
+                red_d[t * W + j] = dd[j];
+            }
+        }
+        __syncthreads();
+    }
+    // the cluster's (m, d) per column: thread c < LANES * W folds column c's C partials (row 0 of each CTA's tree)
+    const int ncols = lanes * W;
+    if constexpr (C > 1) {
+        os_cluster_publish();
+        os_cluster_wait();
+        if (t < ncols) {
+            float pm = OS_NEG_INF, pd = 0.0f;
+#pragma unroll
+            for (int q = 0; q < C; q++)
+                os_combine<OS_RED_MD>(pm, pd, os_ld_dsmem(&red_m[t], q), os_ld_dsmem(&red_d[t], q));
+            fin_m[t] = pm;
+            fin_d[t] = pd;
+        }
+        os_cluster_arrive();  // waited on before exit: no CTA leaves while another may read its red_m / red_d
+        __syncthreads();
+    } else {
+        if (t < ncols) {
+            fin_m[t] = red_m[t];
+            fin_d[t] = red_d[t];
+        }
+        __syncthreads();
+    }
+    float f[W], sh[W], ld[W], s[W], inv[W];
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        const fwd_out<OP> q(fin_m[tx * W + j], fin_d[tx * W + j]);
+        s[j] = q.s;
+        inv[j] = q.inv;
+        sh[j] = q.sh;
+        ld[j] = q.ld;
+        f[j] = os_exp_diff(mt[j], q.s) * q.inv;
+    }
+    elem* dst = static_cast<elem*>(out) + o * (long long)N * inner + col;
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        const int n = n_first + k * rows;
+        float y[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k][j] * f[j] : (v[k][j] - sh[j]) - ld[j];
+        if (active && n < n_end) io::store(dst + (long long)n * inner, 0, y);
+    }
+    if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+        for (int i = 0; i < SSLOTS; i++) {
+            const int n = n_first + (SLOTS + i) * rows;
+            if (active && n < n_end) {
+                float x[W], y[W];
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], x);
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    if constexpr (OP == 0 && DT == 0) y[j] = x[j] * f[j];  // x holds e here
+                    else if constexpr (OP == 0) y[j] = os_exp_diff(x[j], s[j]) * inv[j];
+                    else y[j] = (x[j] - sh[j]) - ld[j];
+                }
+                io::store(dst + (long long)n * inner, 0, y);
+            }
+        }
+    }
+    if constexpr (C > 1) os_cluster_wait();
+}
+
+// ---- strided: a non-last dim whose columns do not fit on chip -------------------------------------------------------
+// The middle dim of a contiguous (outer, N, inner) tensor. blockDim = (lanes, rows): thread (tx, ty) owns columns
+// [col, col + W) of a strip of lanes * W columns and rows ty, ty + rows, ... of N. Persistent: the CTA walks work
+// items (o, strip) with a grid stride; both passes over a strip run back to back, so the second read of the strip
+// hits L2 when the plan keeps grid * N * strip bytes inside the cache. Per column the threads of a column fold their
+// rows, a tree over the CTA's rows in shared memory merges them, and the second pass writes the outputs.
 
 // One trip of a strided pass: rows n0 + u * rows (< N) of the thread's columns, inner elements apart.
 template <bool LAST, class op, int U>
@@ -628,15 +824,10 @@ __device__ __forceinline__ void strided_trip(typename op::raw (&ra)[U], typename
     }
 }
 
-// ---- strided: a non-last dim whose columns do not fit on chip -----------------------------------------------------
-// The middle dim of a contiguous (outer, N, inner) tensor. blockDim = (lanes, rows): thread (tx, ty) owns columns
-// [col, col + W) of a strip of lanes * W columns and rows ty, ty + rows, ... of N. Persistent: the CTA walks work
-// items (o, strip) with a grid stride; both passes over a strip run back to back, so the second read of the strip
-// hits L2 when the plan keeps grid * N * strip bytes inside the cache. Per column the threads of a column fold their
-// rows, a tree over the CTA's rows in shared memory merges them, and the second pass writes the outputs.
 template <int OP, int DT, int W>
-__device__ __forceinline__ void strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
-                                        int N, long long inner, long long strips, long long items) {
+__device__ __forceinline__ void strided_body(const void* __restrict__ a, const void* __restrict__ b,
+                                             void* __restrict__ out, int N, long long inner, long long strips,
+                                             long long items) {
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
@@ -795,201 +986,12 @@ template <int OP, int DT, int W>
 __global__ void __launch_bounds__(STRIDED_THREADS, 2)
 fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
-    strided<fwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
+    strided_body<fwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
 }
 
 template <int OP, int DT, int W>
 __global__ void __launch_bounds__(STRIDED_THREADS, 2)
 bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
-    strided<bwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
-}
-
-// Softmax over a non-last dim with the columns on chip: 1 read + 1 write. A cluster of C CTAs (C == 1: one CTA)
-// owns item = (o, strip): the LANES * W columns [strip * LANES * W, ...) of outer index o, all N rows of them. CTA
-// `rank` holds the band of rows [rank * B, rank * B + B), B = ceil(N / C) rounded up to ROWS; thread (tx, ty) of
-// the (LANES, ROWS) block holds W columns of rows rank * B + ty + k * ROWS: SLOTS in registers, SSLOTS in dynamic
-// shared memory. Per column: (m, d) of the thread, a tree over ROWS in shared memory, the C partials through DSMEM; then
-// the outputs from chip. A warp reads ROWS-adjacent rows in pieces of LANES * 16 bytes.
-template <int OP, int DT, int W, int SLOTS, int SSLOTS, int C>
-__global__ void __launch_bounds__(ROW_MAX_THREADS, 2)
-fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
-         long long inner, long long strips, long long items) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    typedef os_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
-    static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
-    __shared__ float red_m[ROW_MAX_THREADS * W], red_d[ROW_MAX_THREADS * W];
-    __shared__ float fin_m[32 * W], fin_d[32 * W];  // LANES <= 32
-    extern __shared__ uint4 smem_slots[];  // SSLOTS * 512 vectors
-    const int lanes = blockDim.x, rows = blockDim.y;
-    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * lanes + tx;
-    long long item;
-    int rank;
-    if constexpr (C > 1) {
-        item = os_cluster_id();
-        rank = (int)os_cluster_rank();
-    } else {
-        item = blockIdx.x;
-        rank = 0;
-    }
-    const long long o = item / strips;
-    const long long col = ((item - o * strips) * lanes + tx) * W;
-    // the CTA's band: ceil(N / C) rows rounded up to the thread rows (the plan makes SLOTS + SSLOTS cover it)
-    const int band = ((N + C - 1) / C + rows - 1) / rows * rows;
-    const int n_first = rank * band + ty;  // slot k holds row n_first + k * rows
-    const int n_end = min(N, rank * band + band);
-    const bool active = col < inner;
-    const elem* src = static_cast<const elem*>(a) + o * (long long)N * inner + col;
-
-    raw r[SLOTS];
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (active && n_first + k * rows < n_end) r[k] = io::load(src + (long long)(n_first + k * rows) * inner, 0);
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll
-        for (int j = 0; j < SSLOTS; j++) {
-            const int n = n_first + (SLOTS + j) * rows;
-            if (active && n < n_end) os_cp_async16(&smem_slots[j * ROW_MAX_THREADS + t], src + (long long)n * inner);
-        }
-        os_cp_async_commit();
-    }
-    float v[SLOTS][W], mt[W], d[W];
-#pragma unroll
-    for (int j = 0; j < W; j++) mt[j] = OS_NEG_INF;
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (active && n_first + k * rows < n_end) {
-            io::unpack(r[k], v[k]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < W; j++) v[k][j] = OS_NEG_INF;
-        }
-#pragma unroll
-        for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], v[k][j]);
-    }
-    if constexpr (SSLOTS > 0) {
-        os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
-#pragma unroll 1
-        for (int i = 0; i < SSLOTS; i++) {
-            if (active && n_first + (SLOTS + i) * rows < n_end) {
-                float f[W];
-                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], f);
-#pragma unroll
-                for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], f[j]);
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < W; j++) {
-        const float st = os_safe_shift(mt[j]);
-        d[j] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            const float e = os_exp_diff(v[k][j], st);
-            d[j] += e;
-            if constexpr (OP == 0) v[k][j] = e;
-        }
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll 1
-        for (int i = 0; i < SSLOTS; i++) {
-            if (active && n_first + (SLOTS + i) * rows < n_end) {
-                float f[W];
-                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], f);
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    f[j] = os_exp_diff(f[j], os_safe_shift(mt[j]));
-                    d[j] += f[j];
-                }
-                // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                if constexpr (OP == 0 && DT == 0) smem_slots[i * ROW_MAX_THREADS + t] = os_io<0, 4>::pack(f);
-            }
-        }
-    }
-    // the CTA's (m, d) per column: a tree over the rows of threads
-    float m[W], dd[W];
-#pragma unroll
-    for (int j = 0; j < W; j++) {
-        m[j] = mt[j];
-        dd[j] = d[j];
-        red_m[t * W + j] = m[j];
-        red_d[t * W + j] = dd[j];
-    }
-    __syncthreads();
-#pragma unroll 1
-    for (int h = rows >> 1; h > 0; h >>= 1) {
-        if (ty < h) {
-            const int other = (t + h * lanes) * W;
-#pragma unroll
-            for (int j = 0; j < W; j++) {
-                os_combine<OS_RED_MD>(m[j], dd[j], red_m[other + j], red_d[other + j]);
-                red_m[t * W + j] = m[j];
-                red_d[t * W + j] = dd[j];
-            }
-        }
-        __syncthreads();
-    }
-    // the cluster's (m, d) per column: thread c < LANES * W folds column c's C partials (row 0 of each CTA's tree)
-    const int ncols = lanes * W;
-    if constexpr (C > 1) {
-        os_cluster_publish();
-        os_cluster_wait();
-        if (t < ncols) {
-            float pm = OS_NEG_INF, pd = 0.0f;
-#pragma unroll
-            for (int q = 0; q < C; q++)
-                os_combine<OS_RED_MD>(pm, pd, os_ld_dsmem(&red_m[t], q), os_ld_dsmem(&red_d[t], q));
-            fin_m[t] = pm;
-            fin_d[t] = pd;
-        }
-        os_cluster_arrive();  // waited on before exit: no CTA leaves while another may read its red_m / red_d
-        __syncthreads();
-    } else {
-        if (t < ncols) {
-            fin_m[t] = red_m[t];
-            fin_d[t] = red_d[t];
-        }
-        __syncthreads();
-    }
-    float f[W], sh[W], ld[W], s[W], inv[W];
-#pragma unroll
-    for (int j = 0; j < W; j++) {
-        const fwd_out<OP> q(fin_m[tx * W + j], fin_d[tx * W + j]);
-        s[j] = q.s;
-        inv[j] = q.inv;
-        sh[j] = q.sh;
-        ld[j] = q.ld;
-        f[j] = os_exp_diff(mt[j], q.s) * q.inv;
-    }
-    elem* dst = static_cast<elem*>(out) + o * (long long)N * inner + col;
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        const int n = n_first + k * rows;
-        float y[W];
-#pragma unroll
-        for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k][j] * f[j] : (v[k][j] - sh[j]) - ld[j];
-        if (active && n < n_end) io::store(dst + (long long)n * inner, 0, y);
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll 1
-        for (int i = 0; i < SSLOTS; i++) {
-            const int n = n_first + (SLOTS + i) * rows;
-            if (active && n < n_end) {
-                float x[W], y[W];
-                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], x);
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    if constexpr (OP == 0 && DT == 0) y[j] = x[j] * f[j];  // x holds e here
-                    else if constexpr (OP == 0) y[j] = os_exp_diff(x[j], s[j]) * inv[j];
-                    else y[j] = (x[j] - sh[j]) - ld[j];
-                }
-                io::store(dst + (long long)n * inner, 0, y);
-            }
-        }
-    }
-    if constexpr (C > 1) os_cluster_wait();
+    strided_body<bwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
 }
