@@ -14,12 +14,15 @@ with cuobjdump. Per kernel the comparison covers:
     exit offsets...; the symbol index of EIATTR_PARAM_CBANK, which depends on the batch, is dropped) and the sizes
     of its .text and .nv.constant0 sections (not .nv.shared's: it includes 1 KB of reserved shared memory or not,
     depending on the other kernels of the batch; the report's smem is the kernel's own);
-  - the ptxas report (registers, static shared memory, stack, spill stores and loads, barriers, cmem).
+  - the ptxas report (registers, static shared memory, stack, spill stores and loads, barriers, cmem);
+and, for each tree as a whole, the module's data objects (a namespace-scope constexpr variable, for one, becomes
+a .global variable of every module NVRTC builds).
 Line tables are not compared: moving code between files changes them and nothing else.
 
 Results are cached per (expanded source, options, arch, NVRTC version, kernel) under the runtime's cache folder
-(sass_diff/), so a second run over an unchanged tree only reads JSON. Exit status: 0 when every kernel is
-identical and the head has no spills and no stack, 1 otherwise.
+(sass_diff/), so a second run over an unchanged tree only reads JSON: a kernel's SASS does not depend on the other
+kernels of its NVRTC batch (what does is left out above). Exit status: 0 when every kernel is identical, the
+module data are the same and the head has no spills and no stack; 1 otherwise.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from onlinesoftmax.runtime import nvrtc
 from onlinesoftmax.variants import production
 
 KERNEL_DIR = "src/onlinesoftmax/kernels/cuda"
-SCHEMA = 2
+SCHEMA = 3
 RESOURCES = ("registers", "smem", "stack", "spill_stores", "spill_loads", "barriers", "cmem")
 
 
@@ -148,8 +151,26 @@ def split_elf(text: str) -> dict[str, str]:
     return {k: "\n".join(sorted(rows.get(k, [])) + [info.get(k, "")]) + "\n" for k in rows.keys() | info.keys()}
 
 
+_SECTION = re.compile(r"^\s*([0-9a-f]+)\s+[0-9a-f]+\s+[0-9a-f]+\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+(\.\S+)\s*$",
+                      re.M)
+_SYMBOL = re.compile(r"^\s*0x[0-9a-f]+\s+\S+\s+\S+\s+(0x[0-9a-f]+|0)\s+\S+\s+(0x[0-9a-f]+|0)\s+(\S+)\s*$", re.M)
+
+
+def module_data(text: str) -> list[str]:
+    """The module's data objects (symbols of type OBJECT in .nv.global* or .nv.constant<bank> sections): variables
+    every module carries, such as a namespace-scope constexpr variable NVRTC emits. Not per kernel, so compared
+    for the module as a whole."""
+    sections = {int(i, 16): name for i, name in _SECTION.findall(text)}
+    out = []
+    for info, shndx, name in _SYMBOL.findall(text):
+        section = sections.get(int(shndx, 16), "")
+        if int(info, 16) & 0xF == 1 and (section.startswith(".nv.global") or re.match(r"\.nv\.constant\d+$", section)):
+            out.append(f"{name} in {section}")
+    return sorted(out)
+
+
 def compile_batch(root: str, package: str, names: list, arch: str, tool: str) -> dict[str, dict]:
-    """Compile one batch (in a worker process too) and return per name {sass, elf, report}."""
+    """Compile one batch (in a worker process too) and return per name {sass, elf, report, module}."""
     if root not in sys.path:
         sys.path.insert(0, root)
     mod = nvrtc.compile_source(production.FILE, names, arch=arch, package=package, use_disk=False)
@@ -158,12 +179,13 @@ def compile_batch(root: str, package: str, names: list, arch: str, tool: str) ->
         f.write(mod.cubin)
         f.flush()
         sass = split_sass(subprocess.run([tool, "-sass", f.name], check=True, capture_output=True, text=True).stdout)
-        elf = split_elf(subprocess.run([tool, "-elf", f.name], check=True, capture_output=True, text=True).stdout)
+        elf_text = subprocess.run([tool, "-elf", f.name], check=True, capture_output=True, text=True).stdout
+    elf, data = split_elf(elf_text), module_data(elf_text)
     out = {}
     for name in names:
         mangled = mod.symbol_mapping[name]
         report = {k: mod.report[name].get(k) for k in RESOURCES}
-        out[name] = {"sass": sass[mangled], "elf": elf.get(mangled, ""), "report": report}
+        out[name] = {"sass": sass[mangled], "elf": elf.get(mangled, ""), "report": report, "module": data}
     return out
 
 
@@ -264,11 +286,15 @@ def main(argv=None) -> int:
                 print("\n".join("    " + line for line in short_diff(x[p], y[p], f"{name} {p}", args.diff_lines)))
     for name in unhealthy:
         print(f"STACK/SPILL {name} (head): {b[name]['report']}")
+    data_a = sorted({d for n in names for d in a[n]["module"]})
+    data_b = sorted({d for n in names for d in b[n]["module"]})
+    if data_a != data_b:
+        print(f"MODULE DATA differs: base {data_a}; head {data_b}")
     regs = [b[n]["report"]["registers"] for n in names]
     print(f"{len(names) - len(different)} identical of {len(names)} ({args.arch}; base {args.base}, head "
           f"{args.head or 'working tree'}); head: {len(unhealthy)} with stack or spills, registers "
           f"{min(regs)}..{max(regs)}")
-    return 1 if different or unhealthy else 0
+    return 1 if different or unhealthy or data_a != data_b else 0
 
 
 if __name__ == "__main__":
