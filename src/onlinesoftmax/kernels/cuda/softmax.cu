@@ -1,4 +1,6 @@
 // softmax.cu -- production softmax / log_softmax, forward and backward: fp32 / fp16 / bf16 storage, fp32 math.
+// The device library (storage I/O, exponentials, merges, warp / block / cluster reductions, cluster PTX) is
+// production.cuh.
 //
 // Template parameters shared by every kernel:
 //   OP  0 softmax, 1 log_softmax, 2 softmax backward, 3 log_softmax backward
@@ -6,6 +8,10 @@
 //   W   elements per access: 16 / sizeof(elem) (one 16-byte uint4) or 1 (the scalar path for unaligned pointers,
 //       row strides or N that are not a multiple of the vector)
 //
+// Each regime is one __device__ body (warp_body, row_body, split_stats_body, split_apply_body, strided_body) with the
+// op as a compile-time policy (op_traits: the inputs, the reduction, the outputs; 'if constexpr' where the fold
+// differs), under two thin __global__ entries, fwd_<regime> for OP 0 and 1 and bwd_<regime> for OP 2 and 3, whose
+// names and template parameters are what variants/production.py instantiates:
 // fwd_warp<OP,DT,W,SLOTS,RPT>            small N: 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1),
 //                                        SLOTS accesses per lane and row, RPT rows per lane group, all loads issued
 //                                        first; 256 threads
@@ -14,13 +20,18 @@
 //                                        SSLOTS more in dynamic shared memory (cp.async)
 // fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
 // fwd_split_apply<OP,DT,W>               phase 2: merge the row's P partials, re-read the chunk (L2), write
-// fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       non-last dim of a contiguous (outer, N, inner) tensor, the columns on chip: a
-//                                        cluster of C CTAs owns a strip of columns, each CTA a band of rows in
-//                                        registers (+ smem); per-column (m, d) by a tree, then through DSMEM
+// fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       (forward only) non-last dim of a contiguous (outer, N, inner) tensor, the
+//                                        columns on chip: a cluster of C CTAs owns a strip of columns, each CTA a band
+//                                        of rows in registers (+ smem); per-column (m, d) by a tree, then through DSMEM
 // fwd_strided<OP,DT,W>                   the same when the columns do not fit on chip: a persistent CTA owns a strip
 //                                        of columns: (m, d) down N, tree merge, second pass (re-read in L2)
 // bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided: the same shapes for OP 2 and 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
+//
+// SASS: every instantiation production.py can pick compiles to the same sm_90 instructions as the separate forward
+// and backward kernels of be1e6c1 (benchmarks/sass_diff.py). NVVM's register numbering follows the order of
+// declarations, helper calls and address arithmetic closely: where a comment below says a form is kept for the
+// SASS, the other forms tried changed it.
 //
 // Forward arithmetic: each thread takes the max mt of its share, keeps e = exp(x - mt) (softmax; log_softmax keeps
 // x) and d_t = sum e; the (m, d) states merge (one exponential per merge, common.cuh's -inf guard); the outputs are
@@ -41,791 +52,600 @@
 //   split_stats:   (a, b, float* ws, long long M, int N, long long sa, long long sb, int P, int CH)
 //   split_apply:   (a, b, const float* ws, out, long long M, int N, long long sa, long long sb, long long so, int P,
 //                   int CH)
-//   strided:       (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
-#include "common.cuh"
+//   cols, strided: (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
+#include "production.cuh"
 
-#define SM_LOG2E 1.4426950408889634f
-#define SM_POS_INF __int_as_float(0x7f800000)
-#define SM_WARP_THREADS 256
-#define SM_ROW_MAX_THREADS 512
-#define SM_SPLIT_THREADS 256
-#define SM_SPLIT_UNROLL 4
-#define SM_STRIDED_THREADS 512
-#define SM_STRIDED_UNROLL 4
-
-// ---- types and conversions -------------------------------------------------------------------
-
-template <bool B, class T, class F> struct sm_cond { typedef T type; };
-template <class T, class F> struct sm_cond<false, T, F> { typedef F type; };
-template <int DT> struct sm_elem { typedef unsigned short type; };
-template <> struct sm_elem<0> { typedef float type; };
-
-template <int DT> __device__ __forceinline__ float sm_to_f(float v) { return v; }
-template <int DT> __device__ __forceinline__ float sm_to_f(unsigned short h) {
-    if constexpr (DT == 1) {
-        float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-        return f;
-    } else {
-        return __uint_as_float(((unsigned)h) << 16);
-    }
-}
-
-template <int DT> __device__ __forceinline__ typename sm_elem<DT>::type sm_from_f(float f) {
-    if constexpr (DT == 0) {
-        return f;
-    } else {
-        unsigned short h;
-        if constexpr (DT == 1) asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-        else asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-        return h;
-    }
-}
-
-// Two 16-bit values packed in a word (low half first in memory).
-template <int DT> __device__ __forceinline__ void sm_unpack2(unsigned w, float& lo, float& hi) {
-    if constexpr (DT == 1) {
-        asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
-            : "=f"(lo), "=f"(hi) : "r"(w));
-    } else {
-        lo = __uint_as_float(w << 16);
-        hi = __uint_as_float(w & 0xffff0000u);
-    }
-}
-
-template <int DT> __device__ __forceinline__ unsigned sm_pack2(float lo, float hi) {
-    unsigned w;
-    if constexpr (DT == 1) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
-    else asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
-    return w;
-}
-
-// Loads of data used for the last time (ld.global.cs) and stores of outputs (st.global.cs): evict-first in L2,
-// so the second passes of the split and strided regimes do not push the first pass's data out of L2 before it
-// is re-read.
-__device__ __forceinline__ uint4 sm_ldcs(const uint4* p) {
-    uint4 v;
-    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ float sm_ldcs(const float* p) {
-    float v;
-    asm("ld.global.cs.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ unsigned short sm_ldcs(const unsigned short* p) {
-    unsigned short v;
-    asm("ld.global.cs.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ void sm_stcs(uint4* p, uint4 v) {
-    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-}
-__device__ __forceinline__ void sm_stcs(float* p, float v) {
-    asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-}
-__device__ __forceinline__ void sm_stcs(unsigned short* p, unsigned short v) {
-    asm volatile("st.global.cs.u16 [%0], %1;" ::"l"(p), "h"(v) : "memory");
-}
-
-// One access of W elements: a uint4 (16 bytes) or one scalar element.
-template <int DT, int W> struct sm_io {
-    typedef typename sm_elem<DT>::type elem;
-    static_assert(W == 1 || W * sizeof(elem) == 16, "W is 1 or one 16-byte vector");
-    typedef typename sm_cond<W == 1, elem, uint4>::type raw;
-
-    // element i*W .. i*W+W-1 of the row at p (p aligned to 16 bytes when W > 1)
-    static __device__ __forceinline__ raw load(const elem* p, long long i) {
-        return *reinterpret_cast<const raw*>(p + i * W);
-    }
-    static __device__ __forceinline__ void unpack(const raw& r, float* f) {
-        if constexpr (W == 1) {
-            f[0] = sm_to_f<DT>(r);
-        } else if constexpr (DT == 0) {
-            f[0] = __uint_as_float(r.x);
-            f[1] = __uint_as_float(r.y);
-            f[2] = __uint_as_float(r.z);
-            f[3] = __uint_as_float(r.w);
-        } else {
-            sm_unpack2<DT>(r.x, f[0], f[1]);
-            sm_unpack2<DT>(r.y, f[2], f[3]);
-            sm_unpack2<DT>(r.z, f[4], f[5]);
-            sm_unpack2<DT>(r.w, f[6], f[7]);
-        }
-    }
-    static __device__ __forceinline__ raw pack(const float* f) {
-        raw r;
-        if constexpr (W == 1) {
-            r = sm_from_f<DT>(f[0]);
-        } else if constexpr (DT == 0) {
-            r = make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
-        } else {
-            r = make_uint4(sm_pack2<DT>(f[0], f[1]), sm_pack2<DT>(f[2], f[3]), sm_pack2<DT>(f[4], f[5]),
-                           sm_pack2<DT>(f[6], f[7]));
-        }
-        return r;
-    }
-    static __device__ __forceinline__ void store(elem* p, long long i, const float* f) {
-        *reinterpret_cast<raw*>(p + i * W) = pack(f);
-    }
-    static __device__ __forceinline__ raw load_last(const elem* p, long long i) {
-        return sm_ldcs(reinterpret_cast<const raw*>(p + i * W));
-    }
-    static __device__ __forceinline__ void store_stream(elem* p, long long i, const float* f) {
-        sm_stcs(reinterpret_cast<raw*>(p + i * W), pack(f));
-    }
+// Launch geometry; variants/production.py plans with the same numbers under the same names. (An enum: namespace-scope
+// constexpr variables would each become a global variable of every module.)
+enum {
+    WARP_THREADS = 256,     // threads per CTA of the warp kernels (several rows per warp)
+    ROW_MAX_THREADS = 512,  // the largest CTA of the row and columns kernels
+    SPLIT_THREADS = 256,
+    SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
+    STRIDED_THREADS = 512,
+    STRIDED_UNROLL = 4
 };
 
-// ---- exponentials and the reductions ---------------------------------------------------------
-
-__device__ __forceinline__ float sm_ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-// 1/d for d in [1, 2^31] or NaN (a row's normaliser): the approximate reciprocal is within 1 ulp.
-__device__ __forceinline__ float sm_rcp(float d) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-    return r;
-}
-
-// exp(x - s) = 2^((x - s) * log2 e): the difference first, so x and s near FLT_MAX cannot overflow;
-// exp(-inf) = 0 and exp(0) = 1 exactly.
-__device__ __forceinline__ float sm_exp_diff(float x, float s) { return sm_ex2((x - s) * SM_LOG2E); }
-
-// The pair every reduction carries: (m, d) for OP 0/1, (sum, unused) for OP 2, (sum, alive) for OP 3; SM_MAX is
-// not an op but a reduction of its own: (max, unused), for the warp kernels' two butterflies.
-#define SM_MAX 4
-template <int OP> __device__ __forceinline__ float sm_id_a() { return OP < 2 || OP == SM_MAX ? OS_NEG_INF : 0.0f; }
-
-// (a, b) <- (a, b) (+) (a2, b2). For (m, d) this is common.cuh's md_merge with one exponential instead of two:
-// the larger state keeps its d, the smaller one is scaled by exp(-|m1 - m2|). Guard: both -inf -> (-inf, 0).
-// +inf - +inf = NaN makes d NaN (as torch); a NaN d (a NaN in the row) stays NaN.
-template <int OP> __device__ __forceinline__ void sm_combine(float& a, float& b, float a2, float b2) {
-    if constexpr (OP < 2) {
-        const float mn = fmaxf(a, a2);
-        const float e = mn == OS_NEG_INF ? 0.0f : sm_ex2(-fabsf(a - a2) * SM_LOG2E);
-        b = a >= a2 ? fmaf(b2, e, b) : fmaf(b, e, b2);
-        a = mn;
-    } else if constexpr (OP == SM_MAX) {
-        a = fmaxf(a, a2);
-    } else {
-        a += a2;
-        if constexpr (OP == 3) b = fmaxf(b, b2);
-    }
-}
-
-// Butterfly over WIDTH lanes (aligned groups): every lane of a group ends with the group's state, bitwise equal.
-template <int OP, int WIDTH> __device__ __forceinline__ void sm_xor_reduce(float& a, float& b) {
-#pragma unroll
-    for (int off = WIDTH / 2; off > 0; off >>= 1) {
-        const float a2 = __shfl_xor_sync(OS_FULL_MASK, a, off);
-        float b2 = 0.0f;
-        if constexpr (OP != 2 && OP != SM_MAX) b2 = __shfl_xor_sync(OS_FULL_MASK, b, off);
-        sm_combine<OP>(a, b, a2, b2);
-    }
-}
-
-// Butterflies over a run-time width (a power of 2 <= 32: the warp kernels' lanes per row, the block's warp count)
-// for R independent states at once (the warp kernels' rows per lane group): their shuffles interleave.
-template <int OP, int R> __device__ __forceinline__ void sm_xor_reduce_rt(float* a, float* b, int width) {
-#pragma unroll 1
-    for (int off = width >> 1; off > 0; off >>= 1) {
-#pragma unroll
-        for (int q = 0; q < R; q++) {
-            const float a2 = __shfl_xor_sync(OS_FULL_MASK, a[q], off);
-            float b2 = 0.0f;
-            if constexpr (OP != 2 && OP != SM_MAX) b2 = __shfl_xor_sync(OS_FULL_MASK, b[q], off);
-            sm_combine<OP>(a[q], b[q], a2, b2);
-        }
-    }
-}
-
-// The warp kernels' reduction: the run-time width for one slot per lane, the unrolled 32-lane butterfly otherwise.
-template <int OP, int R, int SLOTS> __device__ __forceinline__ void sm_rows_reduce(float* a, float* b, int width) {
-    if constexpr (SLOTS > 1) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-#pragma unroll
-            for (int q = 0; q < R; q++) {
-                const float a2 = __shfl_xor_sync(OS_FULL_MASK, a[q], off);
-                float b2 = 0.0f;
-                if constexpr (OP != 2 && OP != SM_MAX) b2 = __shfl_xor_sync(OS_FULL_MASK, b[q], off);
-                sm_combine<OP>(a[q], b[q], a2, b2);
-            }
-        }
-    } else {
-        sm_xor_reduce_rt<OP, R>(a, b, width);
-    }
-}
-
-// Block reduction: warps by shuffles, the warp states through shared memory, then every warp folds them (lane l
-// reads state l % nw, so every lane ends with the block's state, bitwise equal). sa/sb hold nw floats, used once.
-// blockDim.x is a multiple of 32 with a power-of-2 warp count.
-template <int OP> __device__ __forceinline__ void sm_block_reduce(float& a, float& b, float* sa, float* sb) {
-    sm_xor_reduce<OP, 32>(a, b);
-    const int nw = blockDim.x >> 5;
-    if (nw > 1) {
-        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-        if (lane == 0) {
-            sa[wid] = a;
-            sb[wid] = b;
-        }
-        __syncthreads();
-        a = sa[lane & (nw - 1)];
-        b = sb[lane & (nw - 1)];
-        sm_xor_reduce_rt<OP, 1>(&a, &b, nw);
-    }
-}
-
-template <int n> __device__ __forceinline__ float sm_max_of(const float* v) {
-    float m0 = OS_NEG_INF, m1 = OS_NEG_INF;
-#pragma unroll
-    for (int i = 0; i < n; i += 2) {
-        m0 = fmaxf(m0, v[i]);
-        if (i + 1 < n) m1 = fmaxf(m1, v[i + 1]);
-    }
-    return fmaxf(m0, m1);
-}
-
-template <int n> __device__ __forceinline__ float sm_sum_of(const float* v) {
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int i = 0; i < n; i += 2) {
-        s0 += v[i];
-        if (i + 1 < n) s1 += v[i + 1];
-    }
-    return s0 + s1;
-}
+// ---- the op as a compile-time policy --------------------------------------------------------------------------------
+// Forward: y = softmax or log_softmax of x; the row reduces (m, d).
+// Backward: dx = y * (dy - sum(dy * y))                    (softmax; y = probabilities)
+//           dx = dy - exp(y) * sum(dy), 0 if all y = -inf   (log_softmax; y = log-probabilities)
+// The backward rows stay in registers as raw storage (y and dy), unpacked when used (no exponential to save).
 
 // Forward output parameters from a row's final (m, d).
 //  softmax:     y = e * f with e = exp(x - st) (thread shift st = shift of the thread's own max mt),
 //               f = exp(mt - s) / d; or y = exp(x - s) * inv when recomputed from x.
 //  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf.
-struct sm_fwd_out {
+template <int OP> struct fwd_out {
     float s, inv, sh, ld;
-    __device__ __forceinline__ sm_fwd_out(float m, float d) {
+    __device__ __forceinline__ fwd_out(float m, float d) {
         s = os_safe_shift(m);
-        inv = d == 0.0f ? 0.0f : sm_rcp(d);  // os_safe_inv; d is 0, NaN or in [1, N]: no slow path needed
+        inv = d == 0.0f ? 0.0f : os_rcp(d);  // os_safe_inv; d is 0, NaN or in [1, N]: no slow path needed
         const bool empty = d == 0.0f;
-        sh = empty ? SM_POS_INF : s;
+        sh = empty ? OS_POS_INF : s;
         ld = empty ? 0.0f : logf(d);
+    }
+    // y recomputed from x
+    __device__ __forceinline__ float of_x(float x) const { return y_of_x(x, s, inv, sh, ld); }
+    static __device__ __forceinline__ float y_of_x(float x, float s, float inv, float sh, float ld) {
+        return OP == 0 ? os_exp_diff(x, s) * inv : (x - sh) - ld;
     }
 };
 
-// ---- cluster / async-copy PTX (sm_90) --------------------------------------------------------
-
-__device__ __forceinline__ unsigned sm_cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ unsigned sm_cluster_id() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-    return r;
-}
-// The cluster barrier's arrive without release semantics: a release by every thread compiles to MEMBAR.ALL.GPU in
-// every warp. sm_cluster_publish() makes this CTA's shared-memory writes (the caller's, or all its threads' after a
-// __syncthreads) visible to the cluster with one fence by thread 0 before the arrive.
-__device__ __forceinline__ void sm_cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void sm_cluster_publish() {
-    if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;" ::: "memory");
-    sm_cluster_arrive();
-}
-__device__ __forceinline__ void sm_cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// A float in CTA `rank`'s shared memory at the address of the local variable p.
-__device__ __forceinline__ float sm_ld_dsmem(const float* p, unsigned rank) {
-    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
-__device__ __forceinline__ void sm_cp_async16(void* dst, const void* src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void sm_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void sm_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-
-// The cluster's state from each CTA's block state: thread 0 parks it in `part`, the cluster barrier publishes it,
-// every lane reads CTA (lane % C)'s and the warp folds them (every CTA ends with the same bits). Ends with the
-// arrive of the second barrier: the caller waits on it before exiting, so no CTA leaves while another may still
-// read its shared memory.
-template <int OP, int C> __device__ __forceinline__ void sm_cluster_reduce(float& a, float& b, float* part) {
-    if (threadIdx.x == 0) {
-        part[0] = a;
-        part[1] = b;
+// Backward: an element's contribution to the row's pair (a, b), and its dx from the row's pair.
+template <int OP> __device__ __forceinline__ void bwd_acc(float y, float dy, float& a, float& b) {
+    if constexpr (OP == 2) {
+        a = fmaf(y, dy, a);
+    } else {
+        a += dy;
+        b = y != OS_NEG_INF ? 1.0f : b;  // NaN counts as alive (the row's output is NaN, as the reference)
     }
-    sm_cluster_publish();
-    sm_cluster_wait();
-    const unsigned src = (threadIdx.x & 31) % C;
-    a = sm_ld_dsmem(&part[0], src);
-    b = sm_ld_dsmem(&part[1], src);
-    sm_xor_reduce<OP, C>(a, b);
-    sm_cluster_arrive();
 }
 
-// ================================================================================================
-// Forward
-// ================================================================================================
+template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, float a, float b) {
+    if constexpr (OP == 2) return y * (dy - a);
+    else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
+}
 
-template <int OP, int DT, int W, int SLOTS, int RPT>
-__global__ void __launch_bounds__(SM_WARP_THREADS, 4)
-fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
-         long long sa, long long sb, long long so, int lg) {
+// The op of a forward entry (fwd_*) or a backward one (bwd_*): another op code does not compile.
+template <int OP> struct fwd_op {
     static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
+    enum { value = OP };
+};
+template <int OP> struct bwd_op {
+    static_assert(OP == 2 || OP == 3, "backward op");
+    enum { value = OP };
+};
+
+// What differs between the ops in every regime, per access of W elements. The regime bodies read input a (x, or y)
+// into ra[] and, backward only, input b (dy) into rb[].
+template <int OP, int DT, int W> struct op_traits {
+    static_assert(OP >= 0 && OP <= 3, "op: 0 softmax, 1 log_softmax, 2 and 3 their backward");
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
+    enum {
+        FWD = OP < 2,  // inputs: x from a (forward); or y from a and dy from b
+        RED = FWD ? OS_RED_MD : OP == 2 ? OS_RED_SUM : OS_RED_SUM_ANY  // (m, d); sum(dy * y); sum(dy), any y alive
+    };
+    // The parameters of the outputs, from the row's reduced pair: forward, fwd_out; the backward needs none (its
+    // dx takes the pair as it is).
+    struct no_params {
+        __device__ __forceinline__ no_params(float, float) {}
+    };
+    typedef typename os_cond<FWD, fwd_out<OP>, no_params>::type out_params;
+
+    // Access i of the inputs at element pointers pa, pb: a into ra and, backward, b into rb. LAST: the data's last
+    // read, with ld.global.cs (evict-first).
+    template <bool LAST = false>
+    static __device__ __forceinline__ void load(raw& ra, raw& rb, const elem* pa, const elem* pb, long long i) {
+        if constexpr (LAST) {
+            ra = io::load_last(pa, i);
+            if constexpr (!FWD) rb = io::load_last(pb, i);
+        } else {
+            ra = io::load(pa, i);
+            if constexpr (!FWD) rb = io::load(pb, i);
+        }
+    }
+
+    // Backward: one access (y in ry, dy in rd) into the thread's sums, even and odd elements in two dependency
+    // chains (a0, a1), and its dx from the row's pair (a, b).
+    static __device__ __forceinline__ void bwd_fold(const raw& ry, const raw& rd, float& a0, float& a1, float& b0) {
+        float y[W], dy[W];
+        io::unpack(ry, y);
+        io::unpack(rd, dy);
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+            else bwd_acc<OP>(y[j], dy[j], a0, b0);
+        }
+    }
+    static __device__ __forceinline__ void bwd_dx(const raw& ry, const raw& rd, float a, float b, float* dx) {
+        float y[W], dy[W];
+        io::unpack(ry, y);
+        io::unpack(rd, dy);
+#pragma unroll
+        for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], a, b);
+    }
+};
+
+// ---- warp: small N, several rows per warp ---------------------------------------------------------------------------
+// 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1), SLOTS accesses per lane and row, RPT rows
+// per lane group, all loads issued first; 256 threads. The forward reduces the row max, then the sum of
+// exp(x - max): two butterflies without exponentials cost fewer instructions than one of (m, d) pairs, whose every
+// merge takes an exponential, and short rows are as much instruction- as memory-bound.
+template <int OP, int DT, int W, int SLOTS, int RPT>
+__device__ __forceinline__ void warp_body(const void* __restrict__ a, const void* __restrict__ b,
+                                          void* __restrict__ out, long long M, int N, long long sa, long long sb,
+                                          long long so, int lg) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
     constexpr int E = SLOTS * W;
     // lanes per row (<= 32) and row groups per CTA; the plan gives a lane several slots only for rows of more
     // than 32 accesses, so TPR is the compile-time 32 then (immediate load offsets)
     const int lgt = SLOTS > 1 ? 5 : lg;  // log2 lanes per row
-    const int TPR = 1 << lgt, GROUPS = SM_WARP_THREADS >> lgt;
+    const int TPR = 1 << lgt, GROUPS = WARP_THREADS >> lgt;
     const int lane = threadIdx.x & (TPR - 1);
     const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
     const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
 
-    raw r[RPT][SLOTS];
+    // the accesses of inputs a and b (x; or y and dy) as loaded: slot k of row q at q * SLOTS + k
+    raw ra[RPT * SLOTS], rb[RPT * SLOTS];
     bool ok[RPT];
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
         ok[q] = row < M;
-        const elem* src = static_cast<const elem*>(a) + row * sa + lane * W;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++)
-            if (ok[q] && k * TPR < lim) r[q][k] = io::load(src, k * TPR);
-    }
-    // Two butterflies (the row max, then the sum of exp(x - max)) cost fewer instructions than one of (m, d)
-    // pairs, whose every merge takes an exponential: short rows are as much instruction- as memory-bound.
-    float v[RPT][E];
-    float m[RPT], d[RPT];
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
+        const elem* in_a = static_cast<const elem*>(a) + row * sa + lane * W;
+        const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) {
-                io::unpack(r[q][k], &v[q][k * W]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < W; j++) v[q][k * W + j] = OS_NEG_INF;
-            }
-        }
-        m[q] = sm_max_of<E>(v[q]);
-    }
-    sm_rows_reduce<SM_MAX, RPT, SLOTS>(m, d, TPR);
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
-        const float s = os_safe_shift(m[q]);
-        if constexpr (OP == 0) {
-#pragma unroll
-            for (int j = 0; j < E; j++) v[q][j] = sm_exp_diff(v[q][j], s);
-            d[q] = sm_sum_of<E>(v[q]);
-        } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
-            float e[E];
-#pragma unroll
-            for (int j = 0; j < E; j++) {
-                v[q][j] -= s;
-                e[j] = sm_ex2(v[q][j] * SM_LOG2E);
-            }
-            d[q] = sm_sum_of<E>(e);
+            if (ok[q] && k * TPR < lim) op::load(ra[q * SLOTS + k], rb[q * SLOTS + k], in_a, in_b, k * TPR);
         }
     }
-    sm_rows_reduce<2, RPT, SLOTS>(d, m, TPR);
+    // the rows' pairs: forward (max, sum of exp(x - max)), v the row's x unpacked; backward the sums and the flags
+    float v[RPT][op::FWD ? E : 1];
+    float pa[RPT], pb[RPT];
+    if constexpr (op::FWD) {
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                if (ok[q] && k * TPR < lim) {
+                    op::io::unpack(ra[q * SLOTS + k], &v[q][k * W]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < W; j++) v[q][k * W + j] = OS_NEG_INF;
+                }
+            }
+            pa[q] = os_max_of<E>(v[q]);
+        }
+        os_rows_reduce<OS_RED_MAX, RPT, SLOTS>(pa, pb, TPR);
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+            const float s = os_safe_shift(pa[q]);
+            if constexpr (OP == 0) {
+#pragma unroll
+                for (int j = 0; j < E; j++) v[q][j] = os_exp_diff(v[q][j], s);
+                pb[q] = os_sum_of<E>(v[q]);
+            } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
+                float e[E];
+#pragma unroll
+                for (int j = 0; j < E; j++) {
+                    v[q][j] -= s;
+                    e[j] = os_ex2(v[q][j] * OS_LOG2E);
+                }
+                pb[q] = os_sum_of<E>(e);
+            }
+        }
+        os_rows_reduce<OS_RED_SUM, RPT, SLOTS>(pb, pa, TPR);
+    } else {
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+            float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                if (ok[q] && k * TPR < lim) op::bwd_fold(ra[q * SLOTS + k], rb[q * SLOTS + k], a0, a1, b0);
+            }
+            pa[q] = a0 + a1;
+            pb[q] = b0;
+        }
+        os_rows_reduce<op::RED, RPT, SLOTS>(pa, pb, TPR);
+    }
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
-        const sm_fwd_out o(m[q], d[q]);
+        const typename op::out_params o(pa[q], pb[q]);
         elem* dst = static_cast<elem*>(out) + row * so + lane * W;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
-            float y[W];
+            if constexpr (op::FWD) {
+                float y[W];
 #pragma unroll
-            for (int j = 0; j < W; j++) {
-                const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
-                y[j] = OP == 0 ? x * o.inv : x - o.ld;
+                for (int j = 0; j < W; j++) {
+                    const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
+                    y[j] = OP == 0 ? x * o.inv : x - o.ld;
+                }
+                if (ok[q] && k * TPR < lim) op::io::store(dst, k * TPR, y);
+            } else if (ok[q] && k * TPR < lim) {  // inline: op::bwd_dx would change the scalar log_softmax SASS
+                float y[W], dy[W], dx[W];
+                op::io::unpack(ra[q * SLOTS + k], y);
+                op::io::unpack(rb[q * SLOTS + k], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa[q], pb[q]);
+                op::io::store(dst, k * TPR, dx);
             }
-            if (ok[q] && k * TPR < lim) io::store(dst, k * TPR, y);
         }
     }
 }
 
+template <int OP, int DT, int W, int SLOTS, int RPT>
+__global__ void __launch_bounds__(WARP_THREADS, 4)
+fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+         long long sa, long long sb, long long so, int lg) {
+    warp_body<fwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+}
+
+template <int OP, int DT, int W, int SLOTS, int RPT>
+__global__ void __launch_bounds__(WARP_THREADS, 4)
+bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+         long long sa, long long sb, long long so, int lg) {
+    warp_body<bwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+}
+
+// ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
+// One row per CTA (C == 1) or per cluster of C CTAs (the partial pairs through DSMEM); THREADS <= 512 threads hold
+// SLOTS accesses each in registers and SSLOTS more in dynamic shared memory (cp.async).
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
-__global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
-fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
-        long long sa, long long sb, long long so) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
+__device__ __forceinline__ void row_body(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
+                                         int N, long long sa, long long sb, long long so) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
+    static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
     constexpr int E = SLOTS * W;
-    static_assert(THREADS % 32 == 0 && THREADS <= SM_ROW_MAX_THREADS, "threads: warps, <= 512");
     constexpr int CH = THREADS * (SLOTS + SSLOTS);  // accesses per CTA
+    constexpr int IN = op::FWD ? 1 : 2;             // inputs per access: x; or y and dy
     __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
-    extern __shared__ uint4 sm_dyn[];  // SSLOTS * THREADS vectors
+    extern __shared__ uint4 smem_slots[];  // [SSLOTS][IN][THREADS] vectors: x; or y then dy
     long long row;
     int rank;
-    if constexpr (C > 1) {
-        row = sm_cluster_id();
-        rank = (int)sm_cluster_rank();
-    } else {
-        row = blockIdx.x;
-        rank = 0;
-    }
+    os_cluster_item<C>(row, rank);
     const int t = threadIdx.x;
     const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
     const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
-    const elem* src = static_cast<const elem*>(a) + row * sa + (long long)first * W;
+    const elem* in_a = static_cast<const elem*>(a) + row * sa + (long long)first * W;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W;
 
-    raw r[SLOTS];
+    raw ra[SLOTS], rb[SLOTS];
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) r[k] = io::load(src, k * THREADS);
+        if (k * THREADS < lim) op::load(ra[k], rb[k], in_a, in_b, k * THREADS);
     }
     if constexpr (SSLOTS > 0) {
 #pragma unroll
         for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim) sm_cp_async16(&sm_dyn[j * THREADS + t], src + (SLOTS + j) * THREADS * W);
+            const int i = (SLOTS + j) * THREADS;
+            if (i < lim) {
+                os_cp_async16(&smem_slots[IN * j * THREADS + t], in_a + i * W);
+                if constexpr (!op::FWD) os_cp_async16(&smem_slots[(IN * j + 1) * THREADS + t], in_b + i * W);
+            }
         }
-        sm_cp_async_commit();
+        os_cp_async_commit();
     }
-    float v[E];
+    // the thread's pair (pa, pb): forward (mt, d), mt the max of its share, v its x (softmax: then e); backward
+    // the sums of even and odd elements (a0, a1: two dependency chains) and the flag b0. (a0, a1, b0 declared
+    // first: declared in the backward branch, they swap registers in the softmax backward kernels.)
+    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+    float v[op::FWD ? E : 1], mt, pa, pb;
+    if constexpr (op::FWD) {
 #pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) {
-            io::unpack(r[k], &v[k * W]);
+        for (int k = 0; k < SLOTS; k++) {
+            if (k * THREADS < lim) {
+                op::io::unpack(ra[k], &v[k * W]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
+            }
+        }
+        mt = os_max_of<E>(v);
+        if constexpr (SSLOTS > 0) {
+            os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+#pragma unroll 1
+            for (int j = 0; j < SSLOTS; j++) {
+                if ((SLOTS + j) * THREADS < lim) {
+                    float f[W];
+                    op::io::unpack(smem_slots[IN * j * THREADS + t], f);
+                    mt = fmaxf(mt, os_max_of<W>(f));
+                }
+            }
+        }
+        const float st = os_safe_shift(mt);
+        float d;
+        if constexpr (OP == 0) {
+#pragma unroll
+            for (int j = 0; j < E; j++) v[j] = os_exp_diff(v[j], st);
+            d = os_sum_of<E>(v);
         } else {
+            float e[E];
 #pragma unroll
-            for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
+            for (int j = 0; j < E; j++) e[j] = os_exp_diff(v[j], st);
+            d = os_sum_of<E>(e);
         }
-    }
-    float mt = sm_max_of<E>(v);
-    if constexpr (SSLOTS > 0) {
-        sm_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+        if constexpr (SSLOTS > 0) {
 #pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim) {
-                float f[W];
-                io::unpack(sm_dyn[j * THREADS + t], f);
-                mt = fmaxf(mt, sm_max_of<W>(f));
+            for (int j = 0; j < SSLOTS; j++) {
+                if ((SLOTS + j) * THREADS < lim) {
+                    float f[W];
+                    op::io::unpack(smem_slots[IN * j * THREADS + t], f);
+#pragma unroll
+                    for (int u = 0; u < W; u++) f[u] = os_exp_diff(f[u], st);
+                    d += os_sum_of<W>(f);
+                    // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
+                    if constexpr (OP == 0 && DT == 0) smem_slots[IN * j * THREADS + t] = os_io<0, 4>::pack(f);
+                }
             }
         }
-    }
-    const float st = os_safe_shift(mt);
-    float d;
-    if constexpr (OP == 0) {
-#pragma unroll
-        for (int j = 0; j < E; j++) v[j] = sm_exp_diff(v[j], st);
-        d = sm_sum_of<E>(v);
+        pa = mt;
+        pb = d;
     } else {
-        float e[E];
 #pragma unroll
-        for (int j = 0; j < E; j++) e[j] = sm_exp_diff(v[j], st);
-        d = sm_sum_of<E>(e);
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim) {
-                float f[W];
-                io::unpack(sm_dyn[j * THREADS + t], f);
-#pragma unroll
-                for (int u = 0; u < W; u++) f[u] = sm_exp_diff(f[u], st);
-                d += sm_sum_of<W>(f);
-                // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                if constexpr (OP == 0 && DT == 0) sm_dyn[j * THREADS + t] = sm_io<0, 4>::pack(f);
+        for (int k = 0; k < SLOTS; k++) {
+            if (k * THREADS < lim) {
+                op::bwd_fold(ra[k], rb[k], a0, a1, b0);
             }
         }
+        if constexpr (SSLOTS > 0) {
+            os_cp_async_wait_all();
+#pragma unroll 1
+            for (int j = 0; j < SSLOTS; j++) {
+                if ((SLOTS + j) * THREADS < lim) {
+                    op::bwd_fold(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], a0, a1, b0);
+                }
+            }
+        }
+        pa = a0 + a1;
+        pb = b0;
     }
-    float m = mt;
-    sm_block_reduce<OP>(m, d, red_a, red_b);
-    if constexpr (C > 1) sm_cluster_reduce<OP, C>(m, d, part);
+    os_block_reduce<op::RED>(pa, pb, red_a, red_b);
+    if constexpr (C > 1) os_cluster_reduce<op::RED, C>(pa, pb, part);
 
-    const sm_fwd_out o(m, d);
-    const float f = sm_exp_diff(mt, o.s) * o.inv;
+    const typename op::out_params o(pa, pb);
+    float f;  // softmax: y = e * f, e = exp(x - mt) in v
+    if constexpr (op::FWD) f = os_exp_diff(mt, o.s) * o.inv;
     elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
-        float y[W];
+        if constexpr (op::FWD) {
+            float y[W];
 #pragma unroll
-        for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
-        if (k * THREADS < lim) io::store(dst, k * THREADS, y);
+            for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+            if (k * THREADS < lim) op::io::store(dst, k * THREADS, y);
+        } else if (k * THREADS < lim) {
+            float dx[W];
+            op::bwd_dx(ra[k], rb[k], pa, pb, dx);
+            op::io::store(dst, k * THREADS, dx);
+        }
     }
     if constexpr (SSLOTS > 0) {
 #pragma unroll 1
         for (int j = 0; j < SSLOTS; j++) {
             const int i = (SLOTS + j) * THREADS;
             if (i < lim) {
-                float x[W], y[W];
-                io::unpack(sm_dyn[j * THREADS + t], x);
+                float y[W];
+                if constexpr (op::FWD) {
+                    float x[W];
+                    op::io::unpack(smem_slots[IN * j * THREADS + t], x);
 #pragma unroll
-                for (int u = 0; u < W; u++) {
-                    if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
-                    else if constexpr (OP == 0) y[u] = sm_exp_diff(x[u], o.s) * o.inv;
-                    else y[u] = (x[u] - o.sh) - o.ld;
+                    for (int u = 0; u < W; u++) {
+                        if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
+                        else y[u] = o.of_x(x[u]);
+                    }
+                } else {
+                    op::bwd_dx(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], pa, pb, y);
                 }
-                io::store(dst, i, y);
+                op::io::store(dst, i, y);
             }
         }
     }
-    if constexpr (C > 1) sm_cluster_wait();
+    if constexpr (C > 1) os_cluster_wait();
 }
 
-// Phase 1 of the split regime: the (m, d) of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)].
-template <int DT, int W>
-__global__ void __launch_bounds__(SM_SPLIT_THREADS)
-fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
-                long long sa, long long sb, int P, int CH) {
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = SM_SPLIT_UNROLL;
-    __shared__ float red_a[SM_SPLIT_THREADS / 32], red_b[SM_SPLIT_THREADS / 32];
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+__global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
+fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+        long long sa, long long sb, long long so) {
+    row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+}
+
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
+        long long sa, long long sb, long long so) {
+    row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+}
+
+// ---- split: few rows, huge N ----------------------------------------------------------------------------------------
+// Phase 1: the pair of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)]. Phase 2: merge the
+// row's P pairs, re-read the chunk (an L2 hit for the sizes the plan sends here) and write its outputs.
+
+// One trip of the split loop: accesses base + u * SPLIT_THREADS of the row that are below end.
+template <bool LAST, class op, int U>
+__device__ __forceinline__ void split_trip(typename op::raw (&ra)[U], typename op::raw (&rb)[U],
+                                           const typename op::elem* in_a, const typename op::elem* in_b, int base,
+                                           int end) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int i = base + u * SPLIT_THREADS;
+        if (i < end) op::template load<LAST>(ra[u], rb[u], in_a, in_b, i);
+    }
+}
+
+template <int OP, int DT, int W>
+__device__ __forceinline__ void split_stats_body(const void* __restrict__ a, const void* __restrict__ b,
+                                                 float* __restrict__ ws, int N, long long sa, long long sb, int P,
+                                                 int CH) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    constexpr int U = SPLIT_UNROLL;
+    __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
     const int end = min(p * CH + CH, nv);
-    const elem* src = static_cast<const elem*>(a) + row * sa;
-    float m = OS_NEG_INF, d = 0.0f;
+    const elem* in_a = static_cast<const elem*>(a) + row * sa;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb;
+    // the thread's pair: backward, sums of even and odd elements (two dependency chains) and the flag; forward (m, d)
+    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, m = OS_NEG_INF, d = 0.0f;
 #pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
-        raw r[U];
+    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
+        raw ra[U], rb[U];
+        split_trip<false, op>(ra, rb, in_a, in_b, base, end);
+        if constexpr (op::FWD) {  // the max of the trip's U accesses first: one rescale per trip
+            float v[U * W];
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            if (base + u * SM_SPLIT_THREADS < end) r[u] = io::load(src, base + u * SM_SPLIT_THREADS);
-        float v[U * W];
+            for (int u = 0; u < U; u++) {
+                if (base + u * SPLIT_THREADS < end) {
+                    op::io::unpack(ra[u], &v[u * W]);
+                } else {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (base + u * SM_SPLIT_THREADS < end) {
-                io::unpack(r[u], &v[u * W]);
-            } else {
+                    for (int j = 0; j < W; j++) v[u * W + j] = OS_NEG_INF;
+                }
+            }
+            const float mn = fmaxf(m, os_max_of<U * W>(v));
+            const float s = os_safe_shift(mn);
 #pragma unroll
-                for (int j = 0; j < W; j++) v[u * W + j] = OS_NEG_INF;
+            for (int j = 0; j < U * W; j++) v[j] = os_exp_diff(v[j], s);
+            d = d * os_exp_diff(m, s) + os_sum_of<U * W>(v);
+            m = mn;
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (base + u * SPLIT_THREADS < end) {  // inline: op::bwd_fold would change the scalar log_softmax SASS
+                    float y[W], dy[W];
+                    op::io::unpack(ra[u], y);
+                    op::io::unpack(rb[u], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
+                        else bwd_acc<OP>(y[j], dy[j], a0, b0);
+                    }
+                }
             }
         }
-        const float mn = fmaxf(m, sm_max_of<U * W>(v));
-        const float s = os_safe_shift(mn);
-#pragma unroll
-        for (int j = 0; j < U * W; j++) v[j] = sm_exp_diff(v[j], s);
-        d = d * sm_exp_diff(m, s) + sm_sum_of<U * W>(v);
-        m = mn;
     }
-    sm_block_reduce<0>(m, d, red_a, red_b);
+    if constexpr (!op::FWD) {
+        m = a0 + a1;
+        d = b0;
+    }
+    os_block_reduce<op::RED>(m, d, red_a, red_b);
     if (threadIdx.x == 0) {
         ws[2 * (long long)blockIdx.x] = m;
         ws[2 * (long long)blockIdx.x + 1] = d;
     }
 }
 
-// The row's P partial states, folded by every warp (lane-strided, then a butterfly): every thread of every CTA
-// of the row ends with the same bits.
-template <int OP> __device__ __forceinline__ void sm_fold_partials(const float* __restrict__ wr, int P, float& a,
-                                                                   float& b) {
-    a = sm_id_a<OP>();
-    b = 0.0f;
-    for (int j = threadIdx.x & 31; j < P; j += 32) sm_combine<OP>(a, b, wr[2 * j], wr[2 * j + 1]);
-    sm_xor_reduce<OP, 32>(a, b);
-}
-
-// Phase 2: merge the partials, re-read the chunk (an L2 hit for the sizes the plan sends here) and write it.
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_SPLIT_THREADS)
-fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
-                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = SM_SPLIT_UNROLL;
+__device__ __forceinline__ void split_apply_body(const void* __restrict__ a, const void* __restrict__ b,
+                                                 const float* __restrict__ ws, void* __restrict__ out, int N,
+                                                 long long sa, long long sb, long long so, int P, int CH) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    constexpr int U = SPLIT_UNROLL;
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const int nv = N / W;
     const int end = min(p * CH + CH, nv);
-    float m, d;
-    sm_fold_partials<0>(ws + 2 * row * P, P, m, d);
-    const sm_fwd_out o(m, d);
-    const elem* src = static_cast<const elem*>(a) + row * sa;
+    float pa, pb;
+    os_fold_partials<op::RED>(ws + 2 * row * P, P, pa, pb);
+    const typename op::out_params o(pa, pb);
+    const elem* in_a = static_cast<const elem*>(a) + row * sa;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb;
     elem* dst = static_cast<elem*>(out) + row * so;
 #pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
-        raw r[U];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (base + u * SM_SPLIT_THREADS < end) r[u] = io::load_last(src, base + u * SM_SPLIT_THREADS);
+    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
+        raw ra[U], rb[U];
+        split_trip<true, op>(ra, rb, in_a, in_b, base, end);
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int i = base + u * SM_SPLIT_THREADS;
+            const int i = base + u * SPLIT_THREADS;
             if (i < end) {
                 float x[W], y[W];
-                io::unpack(r[u], x);
+                op::io::unpack(ra[u], x);  // x, or y for the backward
+                if constexpr (op::FWD) {
 #pragma unroll
-                for (int j = 0; j < W; j++) y[j] = OP == 0 ? sm_exp_diff(x[j], o.s) * o.inv : (x[j] - o.sh) - o.ld;
-                io::store_stream(dst, i, y);
+                    for (int j = 0; j < W; j++) y[j] = o.of_x(x[j]);
+                } else {  // inline: op::bwd_dx would change the scalar log_softmax SASS
+                    float dy[W];
+                    op::io::unpack(rb[u], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], pa, pb);
+                }
+                op::io::store_stream(dst, i, y);
             }
         }
     }
 }
 
-// Softmax over the middle dim of a contiguous (outer, N, inner) tensor. blockDim = (lanes, rows): thread (tx, ty)
-// owns columns [col, col + W) of a strip of lanes * W columns and rows ty, ty + rows, ... of N. Persistent: the
-// CTA walks work items (o, strip) with a grid stride; both passes over a strip run back to back, so the second
-// read of the strip hits L2 when the plan keeps grid * N * strip bytes inside the cache.
+// The forward phase 1 is the same for softmax and log_softmax.
+template <int DT, int W>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
+                long long sa, long long sb, int P, int CH) {
+    split_stats_body<0, DT, W>(a, b, ws, N, sa, sb, P, CH);
+}
+
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_STRIDED_THREADS, 2)
-fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
-            long long inner, long long strips, long long items) {
-    static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = W > 4 ? SM_STRIDED_UNROLL / 2 : SM_STRIDED_UNROLL;  // bounded registers: <= 64 for 2 CTAs/SM
-    __shared__ float sh_a[SM_STRIDED_THREADS * W], sh_b[SM_STRIDED_THREADS * W];
-    const int lanes = blockDim.x, rows = blockDim.y;
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int slot = (ty * lanes + tx) * W;
-#pragma unroll 1
-    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-        const long long o = item / strips;
-        const long long col = ((item - o * strips) * lanes + tx) * W;
-        const bool active = col < inner;
-        const long long base = o * (long long)N * inner + col;
-        const elem* src = static_cast<const elem*>(a) + base;
-        float m[W], d[W];
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-            m[j] = OS_NEG_INF;
-            d[j] = 0.0f;
-        }
-#pragma unroll 1
-        for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw r[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) r[u] = *reinterpret_cast<const raw*>(src + (long long)n * inner);
-            }
-            float x[U][W];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (active && n0 + u * rows < N) {
-                    io::unpack(r[u], x[u]);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < W; j++) {
-                float mx = x[0][j];
-#pragma unroll
-                for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
-                const float mn = fmaxf(m[j], mx);
-                const float s = os_safe_shift(mn);
-                float e = 0.0f;
-#pragma unroll
-                for (int u = 0; u < U; u++) e += sm_exp_diff(x[u][j], s);
-                d[j] = d[j] * sm_exp_diff(m[j], s) + e;
-                m[j] = mn;
-            }
-        }
-        // tree over the rows of the CTA, in shared memory
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-            sh_a[slot + j] = m[j];
-            sh_b[slot + j] = d[j];
-        }
-        __syncthreads();
-#pragma unroll 1
-        for (int h = rows >> 1; h > 0; h >>= 1) {
-            if (ty < h) {
-                const int other = slot + h * lanes * W;
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    sm_combine<0>(m[j], d[j], sh_a[other + j], sh_b[other + j]);
-                    sh_a[slot + j] = m[j];
-                    sh_b[slot + j] = d[j];
-                }
-            }
-            __syncthreads();
-        }
-        float s[W], inv[W], sh[W], ld[W];
-#pragma unroll
-        for (int j = 0; j < W; j++) {
-            const sm_fwd_out q(sh_a[tx * W + j], sh_b[tx * W + j]);
-            s[j] = q.s;
-            inv[j] = q.inv;
-            sh[j] = q.sh;
-            ld[j] = q.ld;
-        }
-        elem* dst = static_cast<elem*>(out) + base;
-#pragma unroll 1
-        for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw r[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) r[u] = sm_ldcs(reinterpret_cast<const raw*>(src + (long long)n * inner));
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) {
-                    float x[W], y[W];
-                    io::unpack(r[u], x);
-#pragma unroll
-                    for (int j = 0; j < W; j++)
-                        y[j] = OP == 0 ? sm_exp_diff(x[j], s[j]) * inv[j] : (x[j] - sh[j]) - ld[j];
-                    sm_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(y));
-                }
-            }
-        }
-        __syncthreads();  // the next item rewrites sh_a / sh_b
-    }
+__global__ void __launch_bounds__(SPLIT_THREADS)
+bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
+                long long sa, long long sb, int P, int CH) {
+    split_stats_body<bwd_op<OP>::value, DT, W>(a, b, ws, N, sa, sb, P, CH);
 }
 
-// Softmax over a non-last dim with the columns on chip: 1 read + 1 write. A cluster of C CTAs (C == 1: one CTA)
-// owns item = (o, strip): the LANES * W columns [strip * LANES * W, ...) of outer index o, all N rows of them. CTA
-// `rank` holds the band of rows [rank * B, rank * B + B), B = ceil(N / C) rounded up to ROWS; thread (tx, ty) of
-// the (LANES, ROWS) block holds W columns of rows rank * B + ty + k * ROWS: SLOTS in registers, SSLOTS in dynamic
-// shared memory. Per column: (m, d) of the thread, a tree over ROWS in shared memory, the C partials through DSMEM; then
-// the outputs from chip. A warp reads ROWS-adjacent rows in pieces of LANES * 16 bytes.
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
+                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
+    split_apply_body<fwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
+                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
+    split_apply_body<bwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+}
+
+// ---- columns: a non-last dim with the columns on chip (forward only) ------------------------------------------------
+// 1 read + 1 write. A cluster of C CTAs (C == 1: one CTA) owns item = (o, strip): the LANES * W columns
+// [strip * LANES * W, ...) of outer index o, all N rows of them. CTA `rank` holds the band of rows
+// [rank * B, rank * B + B), B = ceil(N / C) rounded up to ROWS; thread (tx, ty) of the (LANES, ROWS) block holds W
+// columns of rows rank * B + ty + k * ROWS: SLOTS in registers, SSLOTS in dynamic shared memory. Per column: (m, d) of
+// the thread, a tree over ROWS in shared memory, the C partials through DSMEM; then the outputs from chip. A warp
+// reads ROWS-adjacent rows in pieces of LANES * 16 bytes.
 template <int OP, int DT, int W, int SLOTS, int SSLOTS, int C>
-__global__ void __launch_bounds__(SM_ROW_MAX_THREADS, 2)
+__global__ void __launch_bounds__(ROW_MAX_THREADS, 2)
 fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
          long long inner, long long strips, long long items) {
     static_assert(OP == 0 || OP == 1, "forward op");
-    typedef sm_io<DT, W> io;
+    typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
-    __shared__ float red_m[SM_ROW_MAX_THREADS * W], red_d[SM_ROW_MAX_THREADS * W];
+    __shared__ float red_m[ROW_MAX_THREADS * W], red_d[ROW_MAX_THREADS * W];
     __shared__ float fin_m[32 * W], fin_d[32 * W];  // LANES <= 32
-    extern __shared__ uint4 sm_dyn[];  // SSLOTS * 512 vectors
+    extern __shared__ uint4 smem_slots[];  // SSLOTS * 512 vectors
     const int lanes = blockDim.x, rows = blockDim.y;
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * lanes + tx;
     long long item;
     int rank;
-    if constexpr (C > 1) {
-        item = sm_cluster_id();
-        rank = (int)sm_cluster_rank();
-    } else {
-        item = blockIdx.x;
-        rank = 0;
-    }
+    os_cluster_item<C>(item, rank);
     const long long o = item / strips;
     const long long col = ((item - o * strips) * lanes + tx) * W;
     // the CTA's band: ceil(N / C) rows rounded up to the thread rows (the plan makes SLOTS + SSLOTS cover it)
@@ -844,9 +664,9 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 #pragma unroll
         for (int j = 0; j < SSLOTS; j++) {
             const int n = n_first + (SLOTS + j) * rows;
-            if (active && n < n_end) sm_cp_async16(&sm_dyn[j * SM_ROW_MAX_THREADS + t], src + (long long)n * inner);
+            if (active && n < n_end) os_cp_async16(&smem_slots[j * ROW_MAX_THREADS + t], src + (long long)n * inner);
         }
-        sm_cp_async_commit();
+        os_cp_async_commit();
     }
     float v[SLOTS][W], mt[W], d[W];
 #pragma unroll
@@ -863,12 +683,12 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], v[k][j]);
     }
     if constexpr (SSLOTS > 0) {
-        sm_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
+        os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
 #pragma unroll 1
         for (int i = 0; i < SSLOTS; i++) {
             if (active && n_first + (SLOTS + i) * rows < n_end) {
                 float f[W];
-                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], f);
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], f);
 #pragma unroll
                 for (int j = 0; j < W; j++) mt[j] = fmaxf(mt[j], f[j]);
             }
@@ -880,7 +700,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         d[j] = 0.0f;
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
-            const float e = sm_exp_diff(v[k][j], st);
+            const float e = os_exp_diff(v[k][j], st);
             d[j] += e;
             if constexpr (OP == 0) v[k][j] = e;
         }
@@ -890,14 +710,14 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         for (int i = 0; i < SSLOTS; i++) {
             if (active && n_first + (SLOTS + i) * rows < n_end) {
                 float f[W];
-                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], f);
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], f);
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    f[j] = sm_exp_diff(f[j], os_safe_shift(mt[j]));
+                    f[j] = os_exp_diff(f[j], os_safe_shift(mt[j]));
                     d[j] += f[j];
                 }
                 // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                if constexpr (OP == 0 && DT == 0) sm_dyn[i * SM_ROW_MAX_THREADS + t] = sm_io<0, 4>::pack(f);
+                if constexpr (OP == 0 && DT == 0) smem_slots[i * ROW_MAX_THREADS + t] = os_io<0, 4>::pack(f);
             }
         }
     }
@@ -917,7 +737,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
             const int other = (t + h * lanes) * W;
 #pragma unroll
             for (int j = 0; j < W; j++) {
-                sm_combine<0>(m[j], dd[j], red_m[other + j], red_d[other + j]);
+                os_combine<OS_RED_MD>(m[j], dd[j], red_m[other + j], red_d[other + j]);
                 red_m[t * W + j] = m[j];
                 red_d[t * W + j] = dd[j];
             }
@@ -927,16 +747,17 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     // the cluster's (m, d) per column: thread c < LANES * W folds column c's C partials (row 0 of each CTA's tree)
     const int ncols = lanes * W;
     if constexpr (C > 1) {
-        sm_cluster_publish();
-        sm_cluster_wait();
+        os_cluster_publish();
+        os_cluster_wait();
         if (t < ncols) {
             float pm = OS_NEG_INF, pd = 0.0f;
 #pragma unroll
-            for (int q = 0; q < C; q++) sm_combine<0>(pm, pd, sm_ld_dsmem(&red_m[t], q), sm_ld_dsmem(&red_d[t], q));
+            for (int q = 0; q < C; q++)
+                os_combine<OS_RED_MD>(pm, pd, os_ld_dsmem(&red_m[t], q), os_ld_dsmem(&red_d[t], q));
             fin_m[t] = pm;
             fin_d[t] = pd;
         }
-        sm_cluster_arrive();  // waited on before exit: no CTA leaves while another may read its red_m / red_d
+        os_cluster_arrive();  // waited on before exit: no CTA leaves while another may read its red_m / red_d
         __syncthreads();
     } else {
         if (t < ncols) {
@@ -948,12 +769,12 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     float f[W], sh[W], ld[W], s[W], inv[W];
 #pragma unroll
     for (int j = 0; j < W; j++) {
-        const sm_fwd_out q(fin_m[tx * W + j], fin_d[tx * W + j]);
+        const fwd_out<OP> q(fin_m[tx * W + j], fin_d[tx * W + j]);
         s[j] = q.s;
         inv[j] = q.inv;
         sh[j] = q.sh;
         ld[j] = q.ld;
-        f[j] = sm_exp_diff(mt[j], q.s) * q.inv;
+        f[j] = os_exp_diff(mt[j], q.s) * q.inv;
     }
     elem* dst = static_cast<elem*>(out) + o * (long long)N * inner + col;
 #pragma unroll
@@ -970,420 +791,207 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
             const int n = n_first + (SLOTS + i) * rows;
             if (active && n < n_end) {
                 float x[W], y[W];
-                io::unpack(sm_dyn[i * SM_ROW_MAX_THREADS + t], x);
+                io::unpack(smem_slots[i * ROW_MAX_THREADS + t], x);
 #pragma unroll
                 for (int j = 0; j < W; j++) {
                     if constexpr (OP == 0 && DT == 0) y[j] = x[j] * f[j];  // x holds e here
-                    else if constexpr (OP == 0) y[j] = sm_exp_diff(x[j], s[j]) * inv[j];
+                    else if constexpr (OP == 0) y[j] = os_exp_diff(x[j], s[j]) * inv[j];
                     else y[j] = (x[j] - sh[j]) - ld[j];
                 }
                 io::store(dst + (long long)n * inner, 0, y);
             }
         }
     }
-    if constexpr (C > 1) sm_cluster_wait();
+    if constexpr (C > 1) os_cluster_wait();
 }
 
-// ================================================================================================
-// Backward: dx = y * (dy - sum(dy * y))            (softmax; y = probabilities)
-//           dx = dy - exp(y) * sum(dy), 0 if all y = -inf   (log_softmax; y = log-probabilities)
-// The rows stay in registers as raw storage (y and dy), unpacked when used (no exponential to save).
-// ================================================================================================
+// ---- strided: a non-last dim whose columns do not fit on chip -------------------------------------------------------
+// The middle dim of a contiguous (outer, N, inner) tensor. blockDim = (lanes, rows): thread (tx, ty) owns columns
+// [col, col + W) of a strip of lanes * W columns and rows ty, ty + rows, ... of N. Persistent: the CTA walks work
+// items (o, strip) with a grid stride; both passes over a strip run back to back, so the second read of the strip
+// hits L2 when the plan keeps grid * N * strip bytes inside the cache. Per column the threads of a column fold their
+// rows, a tree over the CTA's rows in shared memory merges them, and the second pass writes the outputs.
 
-// Per-element contribution to the row's reduction pair.
-template <int OP> __device__ __forceinline__ void sm_bwd_acc(float y, float dy, float& a, float& b) {
-    if constexpr (OP == 2) {
-        a = fmaf(y, dy, a);
-    } else {
-        a += dy;
-        b = y != OS_NEG_INF ? 1.0f : b;  // NaN counts as alive (the row's output is NaN, as the reference)
-    }
-}
-
-template <int OP> __device__ __forceinline__ float sm_bwd_out(float y, float dy, float a, float b) {
-    if constexpr (OP == 2) return y * (dy - a);
-    else return b > 0.0f ? dy - sm_ex2(y * SM_LOG2E) * a : 0.0f;
-}
-
-template <int OP, int DT, int W, int SLOTS, int RPT>
-__global__ void __launch_bounds__(SM_WARP_THREADS, 4)
-bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
-         long long sa, long long sb, long long so, int lg) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    const int lgt = SLOTS > 1 ? 5 : lg;  // log2 lanes per row
-    const int TPR = 1 << lgt, GROUPS = SM_WARP_THREADS >> lgt;
-    const int lane = threadIdx.x & (TPR - 1);
-    const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
-    const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
-
-    raw ry[RPT][SLOTS], rd[RPT][SLOTS];
-    bool ok[RPT];
+// One trip of a strided pass: rows n0 + u * rows (< N) of the thread's columns, inner elements apart.
+template <bool LAST, class op, int U>
+__device__ __forceinline__ void strided_trip(typename op::raw (&ra)[U], typename op::raw (&rb)[U],
+                                             const typename op::elem* in_a, const typename op::elem* in_b, bool active,
+                                             int n0, int rows, int N, long long inner) {
 #pragma unroll
-    for (int q = 0; q < RPT; q++) {
-        const long long row = row0 + (long long)q * GROUPS;
-        ok[q] = row < M;
-        const elem* py = static_cast<const elem*>(a) + row * sa + lane * W;
-        const elem* pd = static_cast<const elem*>(b) + row * sb + lane * W;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) {
-                ry[q][k] = io::load(py, k * TPR);
-                rd[q][k] = io::load(pd, k * TPR);
-            }
-        }
-    }
-    float acc[RPT], alive[RPT];
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
-        float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) {
-                float y[W], dy[W];
-                io::unpack(ry[q][k], y);
-                io::unpack(rd[q][k], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
-                    else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
-                }
-            }
-        }
-        acc[q] = a0 + a1;
-        alive[q] = b0;
-    }
-    sm_rows_reduce<OP, RPT, SLOTS>(acc, alive, TPR);
-#pragma unroll
-    for (int q = 0; q < RPT; q++) {
-        const long long row = row0 + (long long)q * GROUPS;
-        elem* dst = static_cast<elem*>(out) + row * so + lane * W;
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) {
-                float y[W], dy[W], dx[W];
-                io::unpack(ry[q][k], y);
-                io::unpack(rd[q][k], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc[q], alive[q]);
-                io::store(dst, k * TPR, dx);
-            }
-        }
-    }
-}
-
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
-__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
-bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
-        long long sa, long long sb, long long so) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
-    static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
-    static_assert(THREADS % 32 == 0 && THREADS <= SM_ROW_MAX_THREADS, "threads: warps, <= 512");
-    constexpr int CH = THREADS * (SLOTS + SSLOTS);
-    __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
-    extern __shared__ uint4 sm_dyn[];  // [SSLOTS][2][THREADS] vectors: y then dy
-    long long row;
-    int rank;
-    if constexpr (C > 1) {
-        row = sm_cluster_id();
-        rank = (int)sm_cluster_rank();
-    } else {
-        row = blockIdx.x;
-        rank = 0;
-    }
-    const int t = threadIdx.x;
-    const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
-    const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
-    const elem* py = static_cast<const elem*>(a) + row * sa + (long long)first * W;
-    const elem* pd = static_cast<const elem*>(b) + row * sb + (long long)first * W;
-
-    raw ry[SLOTS], rd[SLOTS];
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) {
-            ry[k] = io::load(py, k * THREADS);
-            rd[k] = io::load(pd, k * THREADS);
-        }
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll
-        for (int j = 0; j < SSLOTS; j++) {
-            const int i = (SLOTS + j) * THREADS;
-            if (i < lim) {
-                sm_cp_async16(&sm_dyn[(2 * j) * THREADS + t], py + i * W);
-                sm_cp_async16(&sm_dyn[(2 * j + 1) * THREADS + t], pd + i * W);
-            }
-        }
-        sm_cp_async_commit();
-    }
-    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) {
-            float y[W], dy[W];
-            io::unpack(ry[k], y);
-            io::unpack(rd[k], dy);
-#pragma unroll
-            for (int j = 0; j < W; j++) {
-                if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
-                else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
-            }
-        }
-    }
-    if constexpr (SSLOTS > 0) {
-        sm_cp_async_wait_all();
-#pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            if ((SLOTS + j) * THREADS < lim) {
-                float y[W], dy[W];
-                io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
-                io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
-#pragma unroll
-                for (int u = 0; u < W; u++) {
-                    if (u & 1) sm_bwd_acc<OP>(y[u], dy[u], a1, b0);
-                    else sm_bwd_acc<OP>(y[u], dy[u], a0, b0);
-                }
-            }
-        }
-    }
-    float acc = a0 + a1, alive = b0;
-    sm_block_reduce<OP>(acc, alive, red_a, red_b);
-    if constexpr (C > 1) sm_cluster_reduce<OP, C>(acc, alive, part);
-
-    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) {
-            float y[W], dy[W], dx[W];
-            io::unpack(ry[k], y);
-            io::unpack(rd[k], dy);
-#pragma unroll
-            for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc, alive);
-            io::store(dst, k * THREADS, dx);
-        }
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            const int i = (SLOTS + j) * THREADS;
-            if (i < lim) {
-                float y[W], dy[W], dx[W];
-                io::unpack(sm_dyn[(2 * j) * THREADS + t], y);
-                io::unpack(sm_dyn[(2 * j + 1) * THREADS + t], dy);
-#pragma unroll
-                for (int u = 0; u < W; u++) dx[u] = sm_bwd_out<OP>(y[u], dy[u], acc, alive);
-                io::store(dst, i, dx);
-            }
-        }
-    }
-    if constexpr (C > 1) sm_cluster_wait();
-}
-
-template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_SPLIT_THREADS)
-bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
-                long long sa, long long sb, int P, int CH) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = SM_SPLIT_UNROLL;
-    __shared__ float red_a[SM_SPLIT_THREADS / 32], red_b[SM_SPLIT_THREADS / 32];
-    const long long row = blockIdx.x / P;
-    const int p = blockIdx.x % P;
-    const int nv = N / W;
-    const int end = min(p * CH + CH, nv);
-    const elem* py = static_cast<const elem*>(a) + row * sa;
-    const elem* pd = static_cast<const elem*>(b) + row * sb;
-    float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-#pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
-        raw ry[U], rd[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = base + u * SM_SPLIT_THREADS;
-            if (i < end) {
-                ry[u] = io::load(py, i);
-                rd[u] = io::load(pd, i);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (base + u * SM_SPLIT_THREADS < end) {
-                float y[W], dy[W];
-                io::unpack(ry[u], y);
-                io::unpack(rd[u], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    if (j & 1) sm_bwd_acc<OP>(y[j], dy[j], a1, b0);
-                    else sm_bwd_acc<OP>(y[j], dy[j], a0, b0);
-                }
-            }
-        }
-    }
-    float acc = a0 + a1, alive = b0;
-    sm_block_reduce<OP>(acc, alive, red_a, red_b);
-    if (threadIdx.x == 0) {
-        ws[2 * (long long)blockIdx.x] = acc;
-        ws[2 * (long long)blockIdx.x + 1] = alive;
+    for (int u = 0; u < U; u++) {
+        const int n = n0 + u * rows;
+        if (active && n < N) op::template load<LAST>(ra[u], rb[u], in_a + n * inner, in_b + n * inner, 0);
     }
 }
 
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_SPLIT_THREADS)
-bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
-                void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = SM_SPLIT_UNROLL;
-    const long long row = blockIdx.x / P;
-    const int p = blockIdx.x % P;
-    const int nv = N / W;
-    const int end = min(p * CH + CH, nv);
-    float acc, alive;
-    sm_fold_partials<OP>(ws + 2 * row * P, P, acc, alive);
-    const elem* py = static_cast<const elem*>(a) + row * sa;
-    const elem* pd = static_cast<const elem*>(b) + row * sb;
-    elem* dst = static_cast<elem*>(out) + row * so;
-#pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SM_SPLIT_THREADS * U) {
-        raw ry[U], rd[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = base + u * SM_SPLIT_THREADS;
-            if (i < end) {
-                ry[u] = io::load_last(py, i);
-                rd[u] = io::load_last(pd, i);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = base + u * SM_SPLIT_THREADS;
-            if (i < end) {
-                float y[W], dy[W], dx[W];
-                io::unpack(ry[u], y);
-                io::unpack(rd[u], dy);
-#pragma unroll
-                for (int j = 0; j < W; j++) dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc, alive);
-                io::store_stream(dst, i, dx);
-            }
-        }
-    }
-}
-
-template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SM_STRIDED_THREADS, 2)
-bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
-            long long inner, long long strips, long long items) {
-    static_assert(OP == 2 || OP == 3, "backward op");
-    typedef sm_io<DT, W> io;
-    typedef typename io::elem elem;
-    typedef typename io::raw raw;
-    constexpr int U = W > 1 ? SM_STRIDED_UNROLL / 2 : SM_STRIDED_UNROLL;  // y and dy: bounded registers
-    // per column: the sum in sh_a; log_softmax's "alive" flags travel as one bit mask per thread (sh_live)
-    __shared__ float sh_a[SM_STRIDED_THREADS * W];
-    __shared__ unsigned sh_live[SM_STRIDED_THREADS];
+__device__ __forceinline__ void strided_body(const void* __restrict__ a, const void* __restrict__ b,
+                                             void* __restrict__ out, int N, long long inner, long long strips,
+                                             long long items) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    // accesses in flight per thread and trip, bounded by the registers (<= 64 for 2 CTAs/SM): half as many for the
+    // 16-bit forward's 8-element accesses and for the backward's two inputs
+    constexpr int U = (op::FWD ? W > 4 : W > 1) ? STRIDED_UNROLL / 2 : STRIDED_UNROLL;
+    // per column: forward (m, d); backward the sum, and log_softmax's "alive" flags as one bit mask per thread
+    __shared__ float sh_a[STRIDED_THREADS * W];
+    __shared__ typename os_cond<op::FWD, float, unsigned>::type sh_b[op::FWD ? STRIDED_THREADS * W : STRIDED_THREADS];
     const int lanes = blockDim.x, rows = blockDim.y;
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int me = ty * lanes + tx;
+    const int me = ty * lanes + tx, slot = me * W;  // the thread's index and its columns' in the tree
 #pragma unroll 1
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
         const long long o = item / strips;
         const long long col = ((item - o * strips) * lanes + tx) * W;
         const bool active = col < inner;
         const long long base = o * (long long)N * inner + col;
-        const elem* py = static_cast<const elem*>(a) + base;
-        const elem* pd = static_cast<const elem*>(b) + base;
-        float acc[W];
-        unsigned live = 0;
+        const elem* in_a = static_cast<const elem*>(a) + base;
+        const elem* in_b = static_cast<const elem*>(b) + base;
+        // the thread's pair per column: forward (m, d) in (pa, pb); backward the sum in pa, and for log_softmax the
+        // alive flags of the W columns as bits of `live`
+        float pa[W], pb[W];
 #pragma unroll
-        for (int j = 0; j < W; j++) acc[j] = 0.0f;
+        for (int j = 0; j < W; j++) {
+            if constexpr (op::FWD) pa[j] = OS_NEG_INF;
+            else pa[j] = 0.0f;
+            pb[j] = 0.0f;
+        }
+        unsigned live = 0;
 #pragma unroll 1
         for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw ry[U], rd[U];
+            raw ra[U], rb[U];
+            strided_trip<false, op>(ra, rb, in_a, in_b, active, n0, rows, N, inner);
+            if constexpr (op::FWD) {  // per column the max of the trip's U rows first: one rescale per trip
+                float x[U][W];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) {
-                    ry[u] = *reinterpret_cast<const raw*>(py + (long long)n * inner);
-                    rd[u] = *reinterpret_cast<const raw*>(pd + (long long)n * inner);
+                for (int u = 0; u < U; u++) {
+                    if (active && n0 + u * rows < N) {
+                        op::io::unpack(ra[u], x[u]);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
+                    }
                 }
-            }
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (active && n0 + u * rows < N) {
-                    float y[W], dy[W];
-                    io::unpack(ry[u], y);
-                    io::unpack(rd[u], dy);
+                for (int j = 0; j < W; j++) {
+                    float mx = x[0][j];
 #pragma unroll
-                    for (int j = 0; j < W; j++) {
-                        if constexpr (OP == 2) {
-                            acc[j] = fmaf(y[j], dy[j], acc[j]);
-                        } else {
-                            acc[j] += dy[j];
-                            live |= (y[j] != OS_NEG_INF ? 1u : 0u) << j;  // NaN counts as alive
+                    for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
+                    const float mn = fmaxf(pa[j], mx);
+                    const float s = os_safe_shift(mn);
+                    float e = 0.0f;
+#pragma unroll
+                    for (int u = 0; u < U; u++) e += os_exp_diff(x[u][j], s);
+                    pb[j] = pb[j] * os_exp_diff(pa[j], s) + e;
+                    pa[j] = mn;
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (active && n0 + u * rows < N) {
+                        float y[W], dy[W];
+                        op::io::unpack(ra[u], y);
+                        op::io::unpack(rb[u], dy);
+#pragma unroll
+                        for (int j = 0; j < W; j++) {
+                            if constexpr (OP == 2) {
+                                pa[j] = fmaf(y[j], dy[j], pa[j]);
+                            } else {
+                                pa[j] += dy[j];
+                                live |= (y[j] != OS_NEG_INF ? 1u : 0u) << j;  // NaN counts as alive
+                            }
                         }
                     }
                 }
             }
         }
+        // a tree over the rows of the CTA, in shared memory
 #pragma unroll
-        for (int j = 0; j < W; j++) sh_a[me * W + j] = acc[j];
-        if constexpr (OP == 3) sh_live[me] = live;
+        for (int j = 0; j < W; j++) {
+            sh_a[slot + j] = pa[j];
+            if constexpr (op::FWD) sh_b[slot + j] = pb[j];
+        }
+        if constexpr (OP == 3) sh_b[me] = live;
         __syncthreads();
 #pragma unroll 1
         for (int h = rows >> 1; h > 0; h >>= 1) {
             if (ty < h) {
+                // the thread h rows of threads down; the forward and the backward address its columns in the two
+                // forms they had as separate kernels (either one in both changes the SASS of the other)
                 const int other = me + h * lanes;
+                const int other_slot = slot + h * lanes * W;
 #pragma unroll
                 for (int j = 0; j < W; j++) {
-                    acc[j] += sh_a[other * W + j];
-                    sh_a[me * W + j] = acc[j];
+                    if constexpr (op::FWD) {
+                        os_combine<OS_RED_MD>(pa[j], pb[j], sh_a[other_slot + j], sh_b[other_slot + j]);
+                    } else {
+                        pa[j] += sh_a[other * W + j];
+                    }
+                    sh_a[slot + j] = pa[j];
+                    if constexpr (op::FWD) sh_b[slot + j] = pb[j];
                 }
                 if constexpr (OP == 3) {
-                    live |= sh_live[other];
-                    sh_live[me] = live;
+                    live |= sh_b[other];
+                    sh_b[me] = live;
                 }
             }
             __syncthreads();
         }
+        // the columns' results (row 0 of the tree): forward the output parameters (fwd_out's fields, apart: an array
+        // of fwd_out changes the SASS), backward the sums and the flags
+        float s[W], inv[W], sh[W], ld[W];
 #pragma unroll
-        for (int j = 0; j < W; j++) acc[j] = sh_a[tx * W + j];
-        if constexpr (OP == 3) live = sh_live[tx];
+        for (int j = 0; j < W; j++) {
+            if constexpr (op::FWD) {
+                const fwd_out<OP> q(sh_a[tx * W + j], sh_b[tx * W + j]);
+                s[j] = q.s;
+                inv[j] = q.inv;
+                sh[j] = q.sh;
+                ld[j] = q.ld;
+            } else {
+                pa[j] = sh_a[tx * W + j];
+            }
+        }
+        if constexpr (OP == 3) live = sh_b[tx];
         elem* dst = static_cast<elem*>(out) + base;
 #pragma unroll 1
         for (int n0 = ty; n0 < N; n0 += rows * U) {
-            raw ry[U], rd[U];
+            raw ra[U], rb[U];
+            strided_trip<true, op>(ra, rb, in_a, in_b, active, n0, rows, N, inner);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int n = n0 + u * rows;
                 if (active && n < N) {
-                    ry[u] = sm_ldcs(reinterpret_cast<const raw*>(py + (long long)n * inner));
-                    rd[u] = sm_ldcs(reinterpret_cast<const raw*>(pd + (long long)n * inner));
-                }
-            }
+                    float x[W], y[W];
+                    op::io::unpack(ra[u], x);  // x, or y for the backward
+                    if constexpr (op::FWD) {
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int n = n0 + u * rows;
-                if (active && n < N) {
-                    float y[W], dy[W], dx[W];
-                    io::unpack(ry[u], y);
-                    io::unpack(rd[u], dy);
+                        for (int j = 0; j < W; j++) y[j] = fwd_out<OP>::y_of_x(x[j], s[j], inv[j], sh[j], ld[j]);
+                    } else {
+                        float dy[W];
+                        op::io::unpack(rb[u], dy);
 #pragma unroll
-                    for (int j = 0; j < W; j++)
-                        dx[j] = sm_bwd_out<OP>(y[j], dy[j], acc[j], (float)((live >> j) & 1u));
-                    sm_stcs(reinterpret_cast<raw*>(dst + (long long)n * inner), io::pack(dx));
+                        for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], pa[j], (float)((live >> j) & 1u));
+                    }
+                    op::io::store_stream(dst + (long long)n * inner, 0, y);
                 }
             }
         }
-        __syncthreads();  // the next item rewrites sh_a / sh_live
+        __syncthreads();  // the next item rewrites sh_a / sh_b
     }
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(STRIDED_THREADS, 2)
+fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+            long long inner, long long strips, long long items) {
+    strided_body<fwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
+}
+
+template <int OP, int DT, int W>
+__global__ void __launch_bounds__(STRIDED_THREADS, 2)
+bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+            long long inner, long long strips, long long items) {
+    strided_body<bwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
 }

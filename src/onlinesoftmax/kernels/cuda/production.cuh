@@ -1,0 +1,338 @@
+// production.cuh -- the device library of the production kernels (softmax.cu): storage types and their
+// conversions, cache-hinted loads and stores, exponentials, the (m, d) merge and the other pair reductions over
+// a warp, a block and a cluster, and the sm_90 cluster / async-copy PTX.
+//
+// Included textually by the Python runtime (runtime/nvrtc.py inlines local #include "x.cuh"), like common.cuh,
+// whose -inf, full mask and safe shift it uses. Its names carry common.cuh's prefix, os_ / OS_ (online softmax).
+#pragma once
+
+#include "common.cuh"
+
+#define OS_LOG2E 1.4426950408889634f
+#define OS_POS_INF __int_as_float(0x7f800000)
+
+// ---- types and conversions -------------------------------------------------------------------
+
+template <bool B, class T, class F> struct os_cond { typedef T type; };
+template <class T, class F> struct os_cond<false, T, F> { typedef F type; };
+template <int DT> struct os_elem { typedef unsigned short type; };
+template <> struct os_elem<0> { typedef float type; };
+
+template <int DT> __device__ __forceinline__ float os_to_f(float v) { return v; }
+template <int DT> __device__ __forceinline__ float os_to_f(unsigned short h) {
+    if constexpr (DT == 1) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+        return f;
+    } else {
+        return __uint_as_float(((unsigned)h) << 16);
+    }
+}
+
+template <int DT> __device__ __forceinline__ typename os_elem<DT>::type os_from_f(float f) {
+    if constexpr (DT == 0) {
+        return f;
+    } else {
+        unsigned short h;
+        if constexpr (DT == 1) asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        else asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+    }
+}
+
+// Two 16-bit values packed in a word (low half first in memory).
+template <int DT> __device__ __forceinline__ void os_unpack2(unsigned w, float& lo, float& hi) {
+    if constexpr (DT == 1) {
+        asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+            : "=f"(lo), "=f"(hi) : "r"(w));
+    } else {
+        lo = __uint_as_float(w << 16);
+        hi = __uint_as_float(w & 0xffff0000u);
+    }
+}
+
+template <int DT> __device__ __forceinline__ unsigned os_pack2(float lo, float hi) {
+    unsigned w;
+    if constexpr (DT == 1) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
+}
+
+// Loads of data used for the last time (ld.global.cs) and stores of outputs (st.global.cs): evict-first in L2,
+// so the second passes of the split and strided regimes do not push the first pass's data out of L2 before it
+// is re-read.
+__device__ __forceinline__ uint4 os_ldcs(const uint4* p) {
+    uint4 v;
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ float os_ldcs(const float* p) {
+    float v;
+    asm("ld.global.cs.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ unsigned short os_ldcs(const unsigned short* p) {
+    unsigned short v;
+    asm("ld.global.cs.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void os_stcs(uint4* p, uint4 v) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void os_stcs(float* p, float v) {
+    asm volatile("st.global.cs.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void os_stcs(unsigned short* p, unsigned short v) {
+    asm volatile("st.global.cs.u16 [%0], %1;" ::"l"(p), "h"(v) : "memory");
+}
+
+// One access of W elements: a uint4 (16 bytes) or one scalar element.
+template <int DT, int W> struct os_io {
+    typedef typename os_elem<DT>::type elem;
+    static_assert(W == 1 || W * sizeof(elem) == 16, "W is 1 or one 16-byte vector");
+    typedef typename os_cond<W == 1, elem, uint4>::type raw;
+
+    // element i*W .. i*W+W-1 of the row at p (p aligned to 16 bytes when W > 1)
+    static __device__ __forceinline__ raw load(const elem* p, long long i) {
+        return *reinterpret_cast<const raw*>(p + i * W);
+    }
+    static __device__ __forceinline__ void unpack(const raw& r, float* f) {
+        if constexpr (W == 1) {
+            f[0] = os_to_f<DT>(r);
+        } else if constexpr (DT == 0) {
+            f[0] = __uint_as_float(r.x);
+            f[1] = __uint_as_float(r.y);
+            f[2] = __uint_as_float(r.z);
+            f[3] = __uint_as_float(r.w);
+        } else {
+            os_unpack2<DT>(r.x, f[0], f[1]);
+            os_unpack2<DT>(r.y, f[2], f[3]);
+            os_unpack2<DT>(r.z, f[4], f[5]);
+            os_unpack2<DT>(r.w, f[6], f[7]);
+        }
+    }
+    static __device__ __forceinline__ raw pack(const float* f) {
+        raw r;
+        if constexpr (W == 1) {
+            r = os_from_f<DT>(f[0]);
+        } else if constexpr (DT == 0) {
+            r = make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+        } else {
+            r = make_uint4(os_pack2<DT>(f[0], f[1]), os_pack2<DT>(f[2], f[3]), os_pack2<DT>(f[4], f[5]),
+                           os_pack2<DT>(f[6], f[7]));
+        }
+        return r;
+    }
+    static __device__ __forceinline__ void store(elem* p, long long i, const float* f) {
+        *reinterpret_cast<raw*>(p + i * W) = pack(f);
+    }
+    static __device__ __forceinline__ raw load_last(const elem* p, long long i) {
+        return os_ldcs(reinterpret_cast<const raw*>(p + i * W));
+    }
+    static __device__ __forceinline__ void store_stream(elem* p, long long i, const float* f) {
+        os_stcs(reinterpret_cast<raw*>(p + i * W), pack(f));
+    }
+};
+
+// ---- exponentials and the reductions ---------------------------------------------------------
+
+__device__ __forceinline__ float os_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// 1/d for d in [1, 2^31] or NaN (a row's normaliser): the approximate reciprocal is within 1 ulp.
+__device__ __forceinline__ float os_rcp(float d) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return r;
+}
+
+// exp(x - s) = 2^((x - s) * log2 e): the difference first, so x and s near FLT_MAX cannot overflow;
+// exp(-inf) = 0 and exp(0) = 1 exactly.
+__device__ __forceinline__ float os_exp_diff(float x, float s) { return os_ex2((x - s) * OS_LOG2E); }
+
+// The pair (a, b) every reduction carries, by kind RED:
+//   OS_RED_MD       (m, d): online-softmax states, merged as below; identity (-inf, 0)
+//   OS_RED_SUM      (sum, unused): b is neither shuffled nor combined
+//   OS_RED_SUM_ANY  (sum, flag): a sums, b keeps the max (flags of 0 or 1: "any")
+//   OS_RED_MAX      (max, unused)
+enum { OS_RED_MD, OS_RED_SUM, OS_RED_SUM_ANY, OS_RED_MAX };
+template <int RED> __device__ __forceinline__ float os_id_a() {
+    return RED == OS_RED_MD || RED == OS_RED_MAX ? OS_NEG_INF : 0.0f;
+}
+
+// (a, b) <- (a, b) (+) (a2, b2). For (m, d) this is common.cuh's md_merge with one exponential instead of two:
+// the larger state keeps its d, the smaller one is scaled by exp(-|m1 - m2|). Guard: both -inf -> (-inf, 0).
+// +inf - +inf = NaN makes d NaN (as torch); a NaN d (a NaN in the row) stays NaN.
+template <int RED> __device__ __forceinline__ void os_combine(float& a, float& b, float a2, float b2) {
+    if constexpr (RED == OS_RED_MD) {
+        const float mn = fmaxf(a, a2);
+        const float e = mn == OS_NEG_INF ? 0.0f : os_ex2(-fabsf(a - a2) * OS_LOG2E);
+        b = a >= a2 ? fmaf(b2, e, b) : fmaf(b, e, b2);
+        a = mn;
+    } else if constexpr (RED == OS_RED_MAX) {
+        a = fmaxf(a, a2);
+    } else {
+        a += a2;
+        if constexpr (RED == OS_RED_SUM_ANY) b = fmaxf(b, b2);
+    }
+}
+
+// One butterfly step: the state of the lane at distance `off` merged into this lane's.
+template <int RED> __device__ __forceinline__ void os_xor_merge(float& a, float& b, int off) {
+    const float a2 = __shfl_xor_sync(OS_FULL_MASK, a, off);
+    float b2 = 0.0f;
+    if constexpr (RED == OS_RED_MD || RED == OS_RED_SUM_ANY) b2 = __shfl_xor_sync(OS_FULL_MASK, b, off);
+    os_combine<RED>(a, b, a2, b2);
+}
+
+// Butterfly over WIDTH lanes (aligned groups): every lane of a group ends with the group's state, bitwise equal.
+template <int RED, int WIDTH> __device__ __forceinline__ void os_xor_reduce(float& a, float& b) {
+#pragma unroll
+    for (int off = WIDTH / 2; off > 0; off >>= 1) os_xor_merge<RED>(a, b, off);
+}
+
+// Butterflies over a run-time width (a power of 2 <= 32: the warp kernels' lanes per row, the block's warp count)
+// for R independent states at once (the warp kernels' rows per lane group): their shuffles interleave.
+template <int RED, int R> __device__ __forceinline__ void os_xor_reduce_rt(float* a, float* b, int width) {
+#pragma unroll 1
+    for (int off = width >> 1; off > 0; off >>= 1) {
+#pragma unroll
+        for (int q = 0; q < R; q++) os_xor_merge<RED>(a[q], b[q], off);
+    }
+}
+
+// The warp kernels' reduction: the run-time width for one slot per lane, the unrolled 32-lane butterfly otherwise.
+template <int RED, int R, int SLOTS> __device__ __forceinline__ void os_rows_reduce(float* a, float* b, int width) {
+    if constexpr (SLOTS > 1) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+            for (int q = 0; q < R; q++) os_xor_merge<RED>(a[q], b[q], off);
+        }
+    } else {
+        os_xor_reduce_rt<RED, R>(a, b, width);
+    }
+}
+
+// Block reduction: warps by shuffles, the warp states through shared memory, then every warp folds them (lane l
+// reads state l % nw, so every lane ends with the block's state, bitwise equal). sa/sb hold nw floats, used once.
+// blockDim.x is a multiple of 32 with a power-of-2 warp count.
+template <int RED> __device__ __forceinline__ void os_block_reduce(float& a, float& b, float* sa, float* sb) {
+    os_xor_reduce<RED, 32>(a, b);
+    const int nw = blockDim.x >> 5;
+    if (nw > 1) {
+        const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+        if (lane == 0) {
+            sa[wid] = a;
+            sb[wid] = b;
+        }
+        __syncthreads();
+        a = sa[lane & (nw - 1)];
+        b = sb[lane & (nw - 1)];
+        os_xor_reduce_rt<RED, 1>(&a, &b, nw);
+    }
+}
+
+template <int n> __device__ __forceinline__ float os_max_of(const float* v) {
+    float m0 = OS_NEG_INF, m1 = OS_NEG_INF;
+#pragma unroll
+    for (int i = 0; i < n; i += 2) {
+        m0 = fmaxf(m0, v[i]);
+        if (i + 1 < n) m1 = fmaxf(m1, v[i + 1]);
+    }
+    return fmaxf(m0, m1);
+}
+
+template <int n> __device__ __forceinline__ float os_sum_of(const float* v) {
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < n; i += 2) {
+        s0 += v[i];
+        if (i + 1 < n) s1 += v[i + 1];
+    }
+    return s0 + s1;
+}
+
+// ---- cluster / async-copy PTX (sm_90) --------------------------------------------------------
+
+__device__ __forceinline__ unsigned os_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned os_cluster_id() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+// The cluster barrier's arrive without release semantics: a release by every thread compiles to MEMBAR.ALL.GPU in
+// every warp. os_cluster_publish() makes this CTA's shared-memory writes (the caller's, or all its threads' after a
+// __syncthreads) visible to the cluster with one fence by thread 0 before the arrive.
+__device__ __forceinline__ void os_cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void os_cluster_publish() {
+    if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    os_cluster_arrive();
+}
+__device__ __forceinline__ void os_cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The work item of this CTA's cluster of C CTAs (its cluster id) and the CTA's rank in it; without clusters
+// (C == 1) the block index and rank 0.
+template <int C> __device__ __forceinline__ void os_cluster_item(long long& item, int& rank) {
+    if constexpr (C > 1) {
+        item = os_cluster_id();
+        rank = (int)os_cluster_rank();
+    } else {
+        item = blockIdx.x;
+        rank = 0;
+    }
+}
+// A float in CTA `rank`'s shared memory at the address of the local variable p.
+__device__ __forceinline__ float os_ld_dsmem(const float* p, unsigned rank) {
+    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+__device__ __forceinline__ void os_cp_async16(void* dst, const void* src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void os_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void os_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// The cluster's state from each CTA's block state: thread 0 parks it in `part`, the cluster barrier publishes it,
+// every lane reads CTA (lane % C)'s and the warp folds them (every CTA ends with the same bits). Ends with the
+// arrive of the second barrier: the caller waits on it before exiting, so no CTA leaves while another may still
+// read its shared memory.
+template <int RED, int C> __device__ __forceinline__ void os_cluster_reduce(float& a, float& b, float* part) {
+    if (threadIdx.x == 0) {
+        part[0] = a;
+        part[1] = b;
+    }
+    os_cluster_publish();
+    os_cluster_wait();
+    const unsigned src = (threadIdx.x & 31) % C;
+    a = os_ld_dsmem(&part[0], src);
+    b = os_ld_dsmem(&part[1], src);
+    os_xor_reduce<RED, C>(a, b);
+    os_cluster_arrive();
+}
+
+// The row's P partial states, folded by every warp (lane-strided, then a butterfly): every thread of every CTA
+// of the row ends with the same bits.
+template <int RED> __device__ __forceinline__ void os_fold_partials(const float* __restrict__ wr, int P, float& a,
+                                                                    float& b) {
+    a = os_id_a<RED>();
+    b = 0.0f;
+    for (int j = threadIdx.x & 31; j < P; j += 32) os_combine<RED>(a, b, wr[2 * j], wr[2 * j + 1]);
+    os_xor_reduce<RED, 32>(a, b);
+}
