@@ -29,7 +29,7 @@ import onlinesoftmax as osm  # noqa: E402
 from onlinesoftmax.runtime import nvrtc  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
-from onlinesoftmax.engines.cuda import kernels as K  # noqa: E402
+from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 
 
 def host_us(fn, x) -> float:

@@ -24,7 +24,7 @@ from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype
 from onlinesoftmax.runtime import nvrtc
 from onlinesoftmax.engines.cuda import plan as P
 from onlinesoftmax.engines.cuda import run as E
-from onlinesoftmax.engines.cuda import kernels as K
+from onlinesoftmax.engines.cuda import compiled as K
 from onlinesoftmax.engines.cuda import variants as V
 
 KINDS = ("masked", "one_finite", "nan", "huge")  # rotated over the cases: adversarial rows in every regime

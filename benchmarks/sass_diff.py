@@ -4,7 +4,7 @@
 
 A tree is a git revision of this repository (its src/onlinesoftmax/kernels/cuda/*.cu, *.cuh) or a directory (a
 checkout, or the kernel folder itself); --head defaults to the working tree of the current checkout. The kernels
-are production.instantiations() of the importable package (every name expression the plans can pick), or those
+are instantiations() of the importable package (every name expression the plans can pick), or those
 matching --only. Each tree's sources are expanded exactly as the runtime expands them (nvrtc.expand_source, from a
 temporary package) and compiled with the runtime's options by NVRTC, --batch kernels per call; each cubin is read
 with cuobjdump. Per kernel the comparison covers:
@@ -41,10 +41,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from onlinesoftmax.runtime import nvrtc
-from onlinesoftmax.variants import production
+from onlinesoftmax.engines.cuda.plan import FILE, instantiations
+from onlinesoftmax.runtime import DEFAULT_ARCH, nvrtc
 
-KERNEL_DIR = "src/onlinesoftmax/kernels/cuda"
+PACKAGE_DIR = "src/onlinesoftmax"
 SCHEMA = 3
 RESOURCES = ("registers", "smem", "stack", "spill_stores", "spill_loads", "barriers", "cmem")
 
@@ -56,32 +56,36 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def tree_files(spec: str, repo: Path) -> dict[str, str]:
-    """{file name: text} of the kernel sources of a directory or a git revision."""
+def tree_files(spec: str, repo: Path) -> tuple[dict[str, str], str]:
+    """({path under src/onlinesoftmax: text} of every CUDA source of a directory (a checkout) or a git revision, the
+    folder holding the production FILE). Every .cu/.cuh of the package comes along, so includes across folders
+    resolve as in the package; the production folder is found by name, in any layout the history has had."""
     path = Path(spec)
     if path.is_dir():
-        folder = path / KERNEL_DIR if (path / KERNEL_DIR).is_dir() else path
-        files = {p.name: p.read_text(encoding="utf-8") for p in sorted(folder.iterdir())
+        top = path / PACKAGE_DIR
+        files = {p.relative_to(top).as_posix(): p.read_text(encoding="utf-8") for p in sorted(top.rglob("*"))
                  if p.suffix in (".cu", ".cuh")}
     else:
-        names = git(repo, "ls-tree", "--name-only", f"{spec}:{KERNEL_DIR}").split()
-        files = {n: git(repo, "show", f"{spec}:{KERNEL_DIR}/{n}") for n in names if n.endswith((".cu", ".cuh"))}
-    if production.FILE not in files:
-        raise SystemExit(f"{spec}: no {production.FILE} (looked in {KERNEL_DIR} or the folder itself)")
-    return files
+        names = git(repo, "ls-tree", "-r", "--name-only", spec, PACKAGE_DIR).split()
+        files = {n[len(PACKAGE_DIR) + 1:]: git(repo, "show", f"{spec}:{n}") for n in names
+                 if n.endswith((".cu", ".cuh"))}
+    homes = [f.rpartition("/")[0] for f in files if f.rpartition("/")[2] == FILE]
+    if len(homes) != 1:
+        raise SystemExit(f"{spec}: expected one {FILE} under {PACKAGE_DIR}, found {len(homes)}")
+    return files, homes[0]
 
 
-def as_package(files: dict[str, str], root: Path) -> str:
+def as_package(files: dict[str, str], home: str, root: Path) -> str:
     """Write the sources as a package under root (on sys.path) so nvrtc reads them as it reads the installed ones;
-    returns the package argument for nvrtc ("<pkg>/kernels/cuda")."""
+    returns the package argument for nvrtc ("<pkg>/<folder of FILE>")."""
     digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
     pkg = f"_sass_diff_{digest}"
-    folder = root / pkg / "kernels" / "cuda"
-    folder.mkdir(parents=True, exist_ok=True)
+    (root / pkg).mkdir(parents=True, exist_ok=True)
     (root / pkg / "__init__.py").write_text("")
     for name, text in files.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return f"{pkg}/kernels/cuda"
+        (root / pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / pkg / name).write_text(text, encoding="utf-8")
+    return f"{pkg}/{home}"
 
 
 # ---- compile and disassemble ---------------------------------------------------------------------------------------
@@ -173,7 +177,7 @@ def compile_batch(root: str, package: str, names: list, arch: str, tool: str) ->
     """Compile one batch (in a worker process too) and return per name {sass, elf, report, module}."""
     if root not in sys.path:
         sys.path.insert(0, root)
-    mod = nvrtc.compile_source(production.FILE, names, arch=arch, package=package, use_disk=False)
+    mod = nvrtc.compile_source(FILE, names, arch=arch, package=package, use_disk=False)
     nvrtc.clear_memory_cache()
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(mod.cubin)
@@ -195,10 +199,10 @@ class Tree:
     def __init__(self, spec: str, repo: Path, root: Path, arch: str):
         self.spec, self.arch = spec, arch
         self.root = str(root)
-        self.package = as_package(tree_files(spec, repo), root)
+        self.package = as_package(*tree_files(spec, repo), root)
         if self.root not in sys.path:
             sys.path.insert(0, self.root)
-        self.source = nvrtc.expand_source(production.FILE, self.package)
+        self.source = nvrtc.expand_source(FILE, self.package)
         self.cache = nvrtc.cache_dir() / "sass_diff"
 
     def key(self, name: str) -> str:
@@ -245,7 +249,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="git revision or directory")
     ap.add_argument("--head", default=None, help="git revision or directory (default: this checkout's working tree)")
-    ap.add_argument("--arch", default=production.INSPECT_ARCH)
+    ap.add_argument("--arch", default=DEFAULT_ARCH)
     ap.add_argument("--only", default=None, help="regular expression on the name expressions (re.search)")
     ap.add_argument("--batch", type=int, default=64, help="kernels per NVRTC call")
     ap.add_argument("--jobs", type=int, default=1, help="compiling processes")
@@ -256,7 +260,7 @@ def main(argv=None) -> int:
 
     repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel").strip())
     tool = args.cuobjdump or cuobjdump()
-    names = sorted(production.instantiations())
+    names = sorted(instantiations())
     if args.only:
         names = [n for n in names if re.search(args.only, n)]
     if not names:

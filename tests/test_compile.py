@@ -86,15 +86,15 @@ def test_disk_cache_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
     names = cv.FILES["reduction.cu"]
     nvrtc.clear_memory_cache()
-    first = nvrtc.compile_source("reduction.cu", names, arch=ARCH)
+    first = nvrtc.compile_source("reduction.cu", names, arch=ARCH, package=cv.SOURCES)
     assert first.from_cache == "compiled"
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == [f"{first.key}.cubin", f"{first.key}.json"], files
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 
-    assert nvrtc.compile_source("reduction.cu", names, arch=ARCH) is first  # in-process hit
+    assert nvrtc.compile_source("reduction.cu", names, arch=ARCH, package=cv.SOURCES) is first  # in-process hit
     nvrtc.clear_memory_cache()
-    second = nvrtc.compile_source("reduction.cu", names, arch=ARCH)
+    second = nvrtc.compile_source("reduction.cu", names, arch=ARCH, package=cv.SOURCES)
     assert second.from_cache == "disk"
     assert second.key == first.key
     assert second.report == first.report
@@ -104,31 +104,31 @@ def test_disk_cache_round_trip(tmp_path, monkeypatch):
     assert set(meta["symbol_mapping"]) == set(names)
 
     # a different arch or option set is a different entry
-    other = nvrtc.compile_source("reduction.cu", names, arch="sm_80")
+    other = nvrtc.compile_source("reduction.cu", names, arch="sm_80", package=cv.SOURCES)
     assert other.key != first.key and other.from_cache == "compiled"
 
 
 def test_torn_cache_entry_is_recompiled(tmp_path, monkeypatch):
     monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
     nvrtc.clear_memory_cache()
-    first = nvrtc.compile_source("reduction.cu", ["reduce_k0"], arch=ARCH)
+    first = nvrtc.compile_source("reduction.cu", ["reduce_k0"], arch=ARCH, package=cv.SOURCES)
     (tmp_path / f"{first.key}.cubin").write_bytes(b"garbage")
     nvrtc.clear_memory_cache()
-    again = nvrtc.compile_source("reduction.cu", ["reduce_k0"], arch=ARCH)
+    again = nvrtc.compile_source("reduction.cu", ["reduce_k0"], arch=ARCH, package=cv.SOURCES)
     assert again.from_cache == "compiled" and again.cubin == first.cubin
 
 
 def test_compile_is_deterministic(tmp_path, monkeypatch):
     monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
     nvrtc.clear_memory_cache()
-    a = nvrtc.compile_source("safe_softmax.cu", ["safe_k3"], arch=ARCH, use_disk=False)
+    a = nvrtc.compile_source("safe_softmax.cu", ["safe_k3"], arch=ARCH, use_disk=False, package=cv.SOURCES)
     nvrtc.clear_memory_cache()
-    b = nvrtc.compile_source("safe_softmax.cu", ["safe_k3"], arch=ARCH, use_disk=False)
+    b = nvrtc.compile_source("safe_softmax.cu", ["safe_k3"], arch=ARCH, use_disk=False, package=cv.SOURCES)
     assert a.cubin == b.cubin and a.report == b.report and a.log == b.log
 
 
 def test_headers_are_inlined_with_line_markers():
-    src = nvrtc.expand_source("online_softmax.cu")
+    src = nvrtc.expand_source("online_softmax.cu", cv.SOURCES)
     assert not re.search(r'^\s*#\s*include', src, re.M)
     assert '#line 1 "common.cuh"' in src and "md_merge" in src
     assert '"online_softmax.cu"' in src
@@ -137,9 +137,9 @@ def test_headers_are_inlined_with_line_markers():
 def test_compile_error_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
     with pytest.raises(OnlineSoftmaxError, match="no_such_kernel"):
-        nvrtc.compile_source("reduction.cu", ["no_such_kernel"], arch=ARCH, use_disk=False)
+        nvrtc.compile_source("reduction.cu", ["no_such_kernel"], arch=ARCH, use_disk=False, package=cv.SOURCES)
     with pytest.raises(OnlineSoftmaxError, match="not found"):
-        nvrtc.compile_source("missing.cu", ["k"], arch=ARCH, use_disk=False)
+        nvrtc.compile_source("missing.cu", ["k"], arch=ARCH, use_disk=False, package=cv.SOURCES)
 
 
 def test_parse_ptxas():

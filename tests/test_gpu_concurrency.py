@@ -31,7 +31,7 @@ from onlinesoftmax import reference as R  # noqa: E402
 from onlinesoftmax.harness.check import compare, error_scale  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
-from onlinesoftmax.engines.cuda import kernels as K  # noqa: E402
+from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 
 THREADS = 8
 ITERS = 32  # per thread, mode and job: 8 x 32 x 30 jobs = 7680 CUDA calls per mode, 15360 on one GPU

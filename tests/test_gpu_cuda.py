@@ -142,9 +142,9 @@ def test_kernel_loads_from_disk_cache(tmp_path, monkeypatch):
     arch = nvrtc.current_arch()
     nvrtc.clear_memory_cache()
     opts = nvrtc.CompileOptions(defines=(("OSM_DISK_CACHE_TEST", "1"),))
-    first = nvrtc.compile_source("online_softmax.cu", names, arch=arch, options=opts)
+    first = nvrtc.compile_source("online_softmax.cu", names, arch=arch, options=opts, package=cv.SOURCES)
     nvrtc.clear_memory_cache()
-    mod = nvrtc.compile_source("online_softmax.cu", names, arch=arch, options=opts)
+    mod = nvrtc.compile_source("online_softmax.cu", names, arch=arch, options=opts, package=cv.SOURCES)
     assert mod.from_cache == "disk" and mod.cubin == first.cubin
     x = torch.randn(3, 1000, device="cuda")
     out = torch.full_like(x, float("nan"))

@@ -31,7 +31,7 @@ from onlinesoftmax.runtime import nvrtc  # noqa: E402
 from onlinesoftmax import opdefs  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
-from onlinesoftmax.engines.cuda import kernels as K  # noqa: E402
+from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
 
 DTYPES = opdefs.GPU_DTYPES

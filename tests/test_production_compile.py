@@ -1,4 +1,4 @@
-"""Production softmax kernels (kernels/cuda/softmax.cu, variants/production.py) without a GPU.
+"""Production softmax kernels (engines/cuda/kernels/softmax.cu; engines/cuda/plan.py, compiled.py, variants.py) without a GPU.
 
 - every instantiation the launch plans can pick compiles for sm_90 with no spills and no stack frame; the list
   comes from the plan rules themselves (production.instantiations probes them on both sides of every breakpoint);
@@ -23,7 +23,7 @@ if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bind
 from onlinesoftmax import opdefs  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
-from onlinesoftmax.engines.cuda import kernels as K  # noqa: E402
+from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
 
 ARCH = "sm_90"

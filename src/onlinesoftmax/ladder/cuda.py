@@ -58,6 +58,7 @@ ONLINE_KERNELS = (("online_v0", "online_v1", "online_v2")
                   + tuple(f"online_v3<{s}>" for s in V3_SLOTS)
                   + tuple(f"online_v3_rtidx<{s}>" for s in V3_RTIDX_SLOTS)
                   + ("online_v4<true>", "online_v4<false>"))
+SOURCES = "onlinesoftmax/ladder/kernels"  # the rungs' .cu files (one per seed) and common.cuh
 FILES = {
     "reduction.cu": REDUCE_KERNELS,
     "safe_softmax.cu": SAFE_KERNELS,
@@ -90,7 +91,7 @@ def module(filename: str, arch: Optional[str] = None) -> nvrtc.CompiledModule:
     key = (filename, arch)
     mod = _modules.get(key)
     if mod is None:
-        mod = _modules[key] = nvrtc.compile_source(filename, FILES[filename], arch=arch)
+        mod = _modules[key] = nvrtc.compile_source(filename, FILES[filename], arch=arch, package=SOURCES)
     return mod
 
 

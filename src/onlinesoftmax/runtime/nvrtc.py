@@ -1,14 +1,16 @@
 """Run-time compilation of CUDA C++ with NVRTC through `cuda.core`, cached in process and on disk.
 
-    mod = compile_source("reduction.cu", ["reduce_k0", "reduce_k5<256>"], arch="sm_90")
+    mod = compile_source("reduction.cu", ["reduce_k0", "reduce_k5<256>"], arch="sm_90",
+                         package="onlinesoftmax/ladder/kernels")
     mod.report["reduce_k5<256>"]   # {"registers": .., "smem": .., "stack": .., "spill_stores": .., ...}
     mod.cubin, mod.symbol_mapping  # what runtime.launch loads when a kernel is launched
 
 Nothing here touches the CUDA driver: compiling and inspecting work on a machine without a GPU
 (pass `arch` explicitly there). `arch=None` asks torch for the present GPU's compute capability.
 
-Sources are read from a package directory (default: onlinesoftmax/kernels/cuda) and local
-`#include "x.cuh"` lines are inlined textually (with #line markers, so -lineinfo and error
+Sources are read from a folder of an installed package ("onlinesoftmax/ladder/kernels": each caller
+names its own; this module knows no op) and local `#include "x.cuh"` lines, resolved against the
+including file's folder, are inlined textually (with #line markers, so -lineinfo and error
 messages still name the right file). The cache key is the sha256 of the expanded source, the
 options, the arch, the name expressions, the NVRTC version and a schema number; the disk cache
 (default ~/.cache/onlinesoftmax, env ONLINESOFTMAX_CACHE) stores `<key>.cubin` and `<key>.json`
@@ -34,9 +36,6 @@ from ..errors import OnlineSoftmaxError, Unavailable
 from ..install import pip_line
 
 SCHEMA = 1
-# Where sources live: "<package>/<sub/dir>". The package must be a regular one (kernels/ and
-# kernels/cuda/ have no __init__.py; package-data ships them: "kernels/cuda/*.cu", "*.cuh").
-DEFAULT_PACKAGE = "onlinesoftmax/kernels/cuda"
 CACHE_ENV = "ONLINESOFTMAX_CACHE"
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.M)
 
@@ -135,7 +134,7 @@ def cache_dir() -> Path:
 
 
 def _read_text(path: str) -> str:
-    """A source file by its path in the installed package tree, e.g. "onlinesoftmax/kernels/cuda/softmax.cu"."""
+    """A source file by its path in the installed package tree, e.g. "onlinesoftmax/engines/cuda/kernels/softmax.cu"."""
     top, _, rel = path.partition("/")
     try:
         return resources.files(top).joinpath(rel).read_text(encoding="utf-8")
@@ -143,7 +142,7 @@ def _read_text(path: str) -> str:
         raise OnlineSoftmaxError(f"CUDA source {path!r} not found ({e})") from None
 
 
-def expand_source(filename: str, package: str = DEFAULT_PACKAGE, _seen: Optional[set] = None) -> str:
+def expand_source(filename: str, package: str, _seen: Optional[set] = None) -> str:
     """The text of `filename` (in the folder `package`) with its local #include "..." files inlined, each at most
     once. An include is resolved against the including file's folder, so "../state.cuh" reaches a parent folder
     (sources shared by several folders: the ladder's and the engines' kernels)."""
@@ -340,9 +339,9 @@ def _disk_store(mod: CompiledModule) -> None:
 
 
 def compile_source(filename: str, name_expressions: Iterable[str], arch: Optional[str] = None,
-                   options: CompileOptions = DEFAULT_OPTIONS, package: str = DEFAULT_PACKAGE,
+                   options: CompileOptions = DEFAULT_OPTIONS, *, package: str,
                    use_disk: bool = True) -> CompiledModule:
-    """Compile `filename` (from `package`) to a cubin for `arch` with every name expression
+    """Compile `filename` (from the folder `package`, "<top package>/<sub/dir>") to a cubin for `arch` with every name expression
     instantiated; cached in process and (if use_disk) on disk."""
     name_expressions = tuple(name_expressions)
     arch = arch or current_arch()

@@ -37,7 +37,8 @@ from ...opdefs import GPU_DTYPES, OPS, SOFTMAX_OPS
 from ...runtime import DEFAULT_SMS
 from ...runtime.launch import PORTABLE_CLUSTER
 
-FILE = "softmax.cu"  # the kernels' source (kernels/cuda/)
+FILE = "softmax.cu"  # the kernels' source, in SOURCES
+SOURCES = "onlinesoftmax/engines/cuda/kernels"
 ENGINE_OPS = tuple(op.name for op in SOFTMAX_OPS)
 DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the kernels
 REGIMES = ("warp", "block", "cluster", "split", "columns", "strided")

@@ -25,7 +25,7 @@ from ...errors import OnlineSoftmaxError, Unavailable
 from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
-from .kernels import kernel, sms
+from .compiled import kernel, sms
 from .plan import Plan, grid_for, plan, stable_rows, vec_width
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry

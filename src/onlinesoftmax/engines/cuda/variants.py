@@ -10,7 +10,7 @@ import torch
 from ...opdefs import GPU_DTYPES, OPS
 from ...registry import Variant, register
 from ...runtime import available
-from .kernels import plan_resources, sms
+from .compiled import plan_resources, sms
 from .plan import ENGINE_OPS, REGIMES, Plan, Unsupported, plan
 from .run import run_regime
 

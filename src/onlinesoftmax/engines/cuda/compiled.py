@@ -19,7 +19,7 @@ from ...runtime import DEFAULT_ARCH, DEFAULT_SMS
 from ...runtime import launch as rt_launch
 from ...runtime import nvrtc
 from ...runtime.bounded import BoundedCache
-from .plan import FILE, Plan, instantiations
+from .plan import FILE, SOURCES, Plan, instantiations
 
 _modules = BoundedCache(4096)  # (kernel, arch) -> CompiledModule (one instantiation per module: compile what is used)
 _kernels = BoundedCache(4096)  # (kernel, device, block, smem, cluster) -> ShapedKernel: bounded by the instantiations
@@ -28,7 +28,8 @@ _archs: dict = {}
 
 def module(kernel: str, arch: str = DEFAULT_ARCH) -> nvrtc.CompiledModule:
     """The compiled module holding one instantiation (cached in process and on disk)."""
-    return _modules.get_or_make((kernel, arch), lambda: nvrtc.compile_source(FILE, [kernel], arch=arch))
+    return _modules.get_or_make((kernel, arch), lambda: nvrtc.compile_source(FILE, [kernel], arch=arch,
+                                                                                       package=SOURCES))
 
 
 def compile_all(names, arch: str = DEFAULT_ARCH, batch: int = 64, workers: int = 1) -> dict[str, dict]:
@@ -51,7 +52,7 @@ def compile_all(names, arch: str = DEFAULT_ARCH, batch: int = 64, workers: int =
 
 
 def _compile_group(group, arch: str) -> dict:
-    mod = nvrtc.compile_source(FILE, list(group), arch=arch)
+    mod = nvrtc.compile_source(FILE, list(group), arch=arch, package=SOURCES)
     return {n: mod.resources(n) for n in group}
 
 
@@ -130,7 +131,7 @@ def resource_table(arch: str = DEFAULT_ARCH, workers: int = 1) -> list[dict]:
              ("registers", "smem", "stack", "spill_stores", "spill_loads")}} for k in sorted(inst)]
 
 
-if __name__ == "__main__":  # python -m onlinesoftmax.engines.cuda.kernels: ptxas table of every instantiation
+if __name__ == "__main__":  # python -m onlinesoftmax.engines.cuda.compiled: ptxas table of every instantiation
     import os
 
     print(f"{'kernel':40s} {'regimes':8s} {'regs':>4s} {'smem':>6s} {'stack':>5s} {'spills st/ld':>12s}")

@@ -2,11 +2,11 @@
 // conversions, cache-hinted loads and stores, exponentials, the (m, d) merge and the other pair reductions over
 // a warp, a block and a cluster, and the sm_90 cluster / async-copy PTX.
 //
-// Included textually by the Python runtime (runtime/nvrtc.py inlines local #include "x.cuh"), like common.cuh,
-// whose -inf, full mask and safe shift it uses. Its names carry common.cuh's prefix, os_ / OS_ (online softmax).
+// Included textually by the Python runtime (runtime/nvrtc.py inlines local #include "x.cuh"), like state.cuh,
+// whose -inf, full mask and safe shift it uses. Its names carry state.cuh's prefix, os_ / OS_ (online softmax).
 #pragma once
 
-#include "common.cuh"
+#include "../../../state.cuh"
 
 #define OS_LOG2E 1.4426950408889634f
 #define OS_POS_INF __int_as_float(0x7f800000)
@@ -164,7 +164,7 @@ template <int RED> __device__ __forceinline__ float os_id_a() {
     return RED == OS_RED_MD || RED == OS_RED_MAX ? OS_NEG_INF : 0.0f;
 }
 
-// (a, b) <- (a, b) (+) (a2, b2). For (m, d) this is common.cuh's md_merge with one exponential instead of two:
+// (a, b) <- (a, b) (+) (a2, b2). For (m, d) this is the ladder's md_merge (ladder/kernels/common.cuh) with one exponential instead of two:
 // the larger state keeps its d, the smaller one is scaled by exp(-|m1 - m2|). Guard: both -inf -> (-inf, 0).
 // +inf - +inf = NaN makes d NaN (as torch); a NaN d (a NaN in the row) stays NaN.
 template <int RED> __device__ __forceinline__ void os_combine(float& a, float& b, float a2, float b2) {
