@@ -36,8 +36,8 @@ case "$stage" in
     # test); meanwhile on GPU 1: the sanitizer, a sample of the sweep (ours only) and new_shapes. Logs in one archive.
     ( export CUDA_VISIBLE_DEVICES=1
       OUT="$OUT" bash benchmarks/sanitize.sh >"$OUT/sanitize-run.log" 2>&1
-      osm sweep --ours-only "$@" --out "$OUT/sweep-sample.csv" >"$OUT/sweep-sample.txt" 2>&1
-      python3 benchmarks/new_shapes.py --out "$OUT/new-shapes.json" >"$OUT/new-shapes.txt" 2>&1 ) &
+      timeout 330 python3 -m onlinesoftmax sweep --ours-only "$@" --out "$OUT/sweep-sample.csv" >"$OUT/sweep-sample.txt" 2>&1
+      timeout 80 python3 benchmarks/new_shapes.py --out "$OUT/new-shapes.json" >"$OUT/new-shapes.txt" 2>&1 ) &
     ONLINESOFTMAX_EVIDENCE="$OUT" python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests 2>&1 \
       | tee "$OUT/pytest-gpu.log" | tail -20
     wait

@@ -6,7 +6,7 @@ torch.compile.
     y = onlinesoftmax.log_softmax(x, dim=1, backend="triton")
 
 Backends:
-- "cuda": the production CUDA kernels (NVRTC through cuda.core; variants/production.py picks the
+- "cuda": the production CUDA kernels (NVRTC through cuda.core; engines/cuda/plan.py picks the
   regime for the shape); the default for CUDA tensors;
 - "triton": the Triton kernels (engines/triton/softmax.py); a non-last `dim` is moved last with
   one contiguous copy (documented: the CUDA backend has a strided kernel instead);

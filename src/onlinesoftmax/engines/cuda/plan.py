@@ -44,12 +44,12 @@ DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the k
 REGIMES = ("warp", "block", "cluster", "split", "columns", "strided")
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
-WARP_THREADS = 256  # SM_WARP_THREADS
-ROW_MAX_THREADS = 512  # SM_ROW_MAX_THREADS; __launch_bounds__(512, 2): <= 64 registers, 2 CTAs/SM
+WARP_THREADS = 256  # the same names in softmax.cu (an enum)
+ROW_MAX_THREADS = 512  # __launch_bounds__(512, 2): <= 64 registers, 2 CTAs/SM
 ROW_MIN_THREADS = 128
-SPLIT_THREADS = 256  # SM_SPLIT_THREADS
-SPLIT_UNROLL = 4  # SM_SPLIT_UNROLL
-STRIDED_THREADS = 512  # SM_STRIDED_THREADS; __launch_bounds__(512, 2)
+SPLIT_THREADS = 256
+SPLIT_UNROLL = 4
+STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
 REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group

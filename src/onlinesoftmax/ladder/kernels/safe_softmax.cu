@@ -8,7 +8,7 @@
 // pass2_row_sum     3-pass, kernel 2 of 3: sum exp(x - max) -> row_sum[M]
 // pass3_normalize   3-pass, kernel 3 of 3: y = exp(x - max) / sum
 //
-// Launch shapes (host side, variants/cuda.py): safe_k1 256 threads/block, grid ceil(M/256);
+// Launch shapes (host side, ladder/cuda.py): safe_k1 256 threads/block, grid ceil(M/256);
 // safe_k2 and safe_k4 512 threads/block (seed 003's benchmark block size), grid M; safe_k2 takes
 // 512 floats of dynamic shared memory; safe_k3 32 threads, grid M; the 3-pass kernels 256 threads,
 // grid M (seed 001). Kernels 1..4 keep seed 003's memory traffic: y is written with exp(x - max),

@@ -11,7 +11,7 @@
 // Each regime is one __device__ body (warp_body, row_body, split_stats_body, split_apply_body, strided_body) with the
 // op as a compile-time policy (op_traits: the inputs, the reduction, the outputs; 'if constexpr' where the fold
 // differs), under two thin __global__ entries, fwd_<regime> for OP 0 and 1 and bwd_<regime> for OP 2 and 3, whose
-// names and template parameters are what variants/production.py instantiates:
+// names and template parameters are what engines/cuda/plan.py instantiates:
 // fwd_warp<OP,DT,W,SLOTS,RPT>            small N: 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1),
 //                                        SLOTS accesses per lane and row, RPT rows per lane group, all loads issued
 //                                        first; 256 threads
@@ -28,7 +28,7 @@
 // bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided: the same shapes for OP 2 and 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
-// SASS: every instantiation production.py can pick compiles to the same sm_90 instructions as the separate forward
+// SASS: every instantiation the plans can pick compiles to the same sm_90 instructions as the separate forward
 // and backward kernels of be1e6c1 (benchmarks/sass_diff.py). NVVM's register numbering follows the order of
 // declarations, helper calls and address arithmetic closely: where a comment below says a form is kept for the
 // SASS, the other forms tried changed it.
@@ -55,7 +55,7 @@
 //   cols, strided: (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
 #include "production.cuh"
 
-// Launch geometry; variants/production.py plans with the same numbers under the same names. (An enum: namespace-scope
+// Launch geometry; engines/cuda/plan.py plans with the same numbers under the same names. (An enum: namespace-scope
 // constexpr variables would each become a global variable of every module.)
 enum {
     WARP_THREADS = 256,     // threads per CTA of the warp kernels (several rows per warp)
