@@ -57,7 +57,7 @@ def rss_mb() -> float:
 
 def summary(v: list) -> dict:
     v = sorted(v)
-    return {"median_us": statistics.median(v), "p90_us": v[int(0.9 * (len(v) - 1))], "n": len(v)}
+    return {"median_us": statistics.median(v), "p90_us": v[int(0.9 * (len(v) - 1))], "max_us": v[-1], "n": len(v)}
 
 
 def main() -> None:

@@ -219,7 +219,7 @@ def test_new_row_counts_share_one_plan(monkeypatch):
 
 def test_entry_caches_are_bounded():
     for cache in (E._fwd_entries, E._bwd_entries, E._fwd_rows, E._bwd_rows, E._entries, E._plans):
-        assert isinstance(cache, BoundedCache) and cache.limit <= 1024
+        assert isinstance(cache, BoundedCache) and cache.limit <= 4096
 
 
 class _Recorder:
@@ -248,8 +248,9 @@ class _Recorder:
                                         (65536, torch.float32, "softmax_backward")])
 def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype, op):
     """The rows fast path shares an entry among all row counts whose plans have one geometry (every M >=
-    stable_rows, and runs of few-row Ms): entry.rows(M) must launch exactly the grids and row count of plan(M),
-    split included (both launches). Few distinct entries serve M = 1 .. 2 x stable_rows."""
+    stable_rows, and runs of few-row Ms), and the first few-row call of a row length keys every few-row M:
+    entry.rows(M) must launch exactly the grids and row count of plan(M), split included (both launches), and a
+    new M after the first two calls builds nothing."""
     log = []
     monkeypatch.setattr(E, "available", lambda: None)
     monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
@@ -263,12 +264,15 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
     lo = P.stable_rows(SMS)
     x = torch.zeros(2 * lo, N, dtype=dtype)
     ins = (x, x) if opdefs.OPS[op].backward else (x,)
-    entries = set()
-    for M in list(range(1, 2 * lo, 7)) + [lo - 1, lo, 2 * lo - 1]:
-        e = E._rows_entry(op, tuple(t[:M] for t in ins), x[:M], 1)
+    cache, made, entries = BoundedCache(E.ROWS_CACHE), [], set()
+    for M in [7] + list(range(1, 2 * lo, 7)) + [lo - 1, lo, 2 * lo - 1]:
+        key = (False, N, dtype, 0, True, M if M < lo else 0)  # what forward() keys a contiguous call by
+        e = cache.get(key) or cache.get_or_make(key, lambda: made.append(M) or E._rows_entry(
+            op, tuple(t[:M] for t in ins), x[:M], 1, cache, key))
         entries.add(id(e))
         log.clear()
         e.rows(M, 16, 16 if len(ins) > 1 else 0, 32, torch.device("cpu"))
         want = P.plan(M, N, dtype, op, sms=SMS)
         assert log == [(l.grid, M) for l in want.launches], (M, want.regime)
-    assert len(entries) <= 24, len(entries)
+    assert made[0] == 7 and len(made) == 2 and made[1] >= lo  # every few-row M keyed at once; the stable class
+    assert len(entries) <= 48, len(entries)

@@ -15,7 +15,7 @@ class BoundedCache:
             raise ValueError(f"limit must be >= 1, got {limit}")
         self.limit = limit
         self._d: dict = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # make() may fill other keys of the same cache
 
     def get(self, key: Hashable):
         """The value, or None (one dict lookup: the hot path)."""
@@ -35,6 +35,14 @@ class BoundedCache:
                     del self._d[next(iter(self._d))]  # insertion order: the oldest first
                 self._d[key] = v
         return v
+
+    def put(self, key: Hashable, value) -> None:
+        """Insert (or replace) one value, evicting the oldest entry when full."""
+        with self._lock:
+            self._d.pop(key, None)
+            while len(self._d) >= self.limit:
+                del self._d[next(iter(self._d))]
+            self._d[key] = value
 
     def __len__(self) -> int:
         return len(self._d)

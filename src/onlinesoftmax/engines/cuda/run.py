@@ -29,7 +29,7 @@ from .compiled import kernel, sms
 from .plan import Plan, grid_for, plan, stable_rows, vec_width
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
-PLAN_CACHE = 1024  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
+PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
 _plans = BoundedCache(PLAN_CACHE)
 
 
@@ -242,7 +242,7 @@ def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
 # rules depend on M: a new M is planned (pure Python), and shares the entry of every M whose plan has the same
 # geometry (kernels, blocks, clusters, chunks). Other layouts are keyed by their exact shape and strides.
 
-ROWS_CACHE = 1024  # per direction: the few-row Ms of several row lengths, and one key per length beyond
+ROWS_CACHE = 4096  # per direction: the few-row Ms (4 x SMs keys) of several row lengths, one key per length beyond
 _fwd_rows = BoundedCache(ROWS_CACHE)
 _bwd_rows = BoundedCache(ROWS_CACHE)
 _geometries = BoundedCache(ENTRY_CACHE)  # row entries by plan geometry
@@ -251,9 +251,23 @@ _bwd_entries = BoundedCache(ENTRY_CACHE)
 _stable: dict = {}  # device index -> stable_rows(its SMs)
 
 
-def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int) -> _Entry:
-    """The entry for contiguous rows, shared by every row count whose plan has the same geometry."""
+def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, key: tuple) -> _Entry:
+    """The entry for contiguous rows, shared by every row count whose plan has the same geometry. The first call of
+    a row length with few rows (M < stable_rows) plans every few-row M of that length at once and keys them all in
+    `cache` (pure Python, a few ms once), so a new row count later costs one lookup, as a cached call does."""
     call = _plan_call(op, ins, out, dim, None)
+    if key[-1] == 0:  # the stable class: one entry for every M >= stable_rows
+        return _shared_entry(op, call)
+    p, device, contig, rss, so = call
+    n_sms, V, aligned = sms(device), vec_width(p.dtype), key[-2]
+    for M in range(1, stable_rows(n_sms)):
+        vec = aligned and (M == 1 or all(rs % V == 0 for rs in rss))
+        pm = _fitted_plan(M, p.N, p.dtype, op, vec, 1, "rows", n_sms, None, device, "split")
+        cache.put(key[:-1] + (M,), _shared_entry(op, (pm,) + call[1:]))
+    return _shared_entry(op, call)
+
+
+def _shared_entry(op: str, call: tuple) -> _Entry:
     p = call[0]
     key = (op, p.dtype, p.N, p.W, call[1:], p.lg, p.parts, p.chunk,
            tuple((l.kernel, l.block, l.smem, l.cluster, l.per) for l in p.launches))
@@ -278,7 +292,8 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
         key = (log, N, x.dtype, d, not ((pa | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
         e = _fwd_rows.get(key)
         if e is None:
-            e = _fwd_rows.get_or_make(key, lambda: _rows_entry("log_softmax" if log else "softmax", (x,), out, dim))
+            e = _fwd_rows.get_or_make(key, lambda: _rows_entry("log_softmax" if log else "softmax", (x,), out, dim,
+                                                               _fwd_rows, key))
         e.rows(M, pa, 0, po, x.device)
         return
     key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), not ((pa | po) & 15))
@@ -301,7 +316,7 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
         key = (log, N, y.dtype, d, not ((pa | pb | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
         e = _bwd_rows.get(key)
         if e is None:
-            e = _bwd_rows.get_or_make(key, lambda: _rows_entry(op, (y, dy), out, dim))
+            e = _bwd_rows.get_or_make(key, lambda: _rows_entry(op, (y, dy), out, dim, _bwd_rows, key))
         e.rows(M, pa, pb, po, y.device)
         return
     key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), not ((pa | pb | po) & 15))
