@@ -46,10 +46,10 @@ from typing import Optional
 import torch
 
 from ...intmath import cdiv, pow2ceil
+from ...opdefs import GPU_DTYPES
 from ...runtime import DEFAULT_SMS
 
 REGIMES = ("rows", "online", "split")
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _FP16_BF16 = (torch.float16, torch.bfloat16)
 
 # ---------------------------------------------------------------------------------------------
@@ -81,8 +81,8 @@ def unsupported(regime: str, N: int, dtype: torch.dtype, backward: bool = False)
     both the launchers and the registry's variants apply."""
     if regime not in REGIMES:
         return f"unknown regime {regime!r}; known: {', '.join(REGIMES)}"
-    if dtype not in DTYPES:
-        names = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
+    if dtype not in GPU_DTYPES:
+        names = ", ".join(str(d).replace("torch.", "") for d in GPU_DTYPES)
         return f"dtype {str(dtype).replace('torch.', '')} not supported; supported: {names}"
     if regime == "rows" and N > rows_hard_max_n(backward):
         return (f"N = {N} > {rows_hard_max_n(backward)}: the 'rows' regime holds a whole row in one program's "

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from ...install import pip_line
+from ...opdefs import GPU_DTYPES
 from . import softmax_rules as rules
 from ...registry import Variant, register
 
@@ -134,7 +135,7 @@ for _op, (_backward, _log) in _OPS.items():
                 run=_runner(_backward, _log, _regime),
                 algo_bytes=_algo_bytes(_backward, _regime),
                 device=DEVICE,
-                dtypes=rules.DTYPES,
+                dtypes=GPU_DTYPES,
                 supports=_supports(_backward, _regime),
                 available=available,
                 resources=_resources(_backward, _log, _regime),
