@@ -6,7 +6,7 @@ strides; `dim` in [0, ndim); `out` contiguous with the input's shape and dtype, 
     backward(y, dy, out, dim, log)      out = dx from the forward output y (probabilities, or log-probabilities)
     plan_for(op, *tensors, dim=...)     the plan a call would use (inspection)
 
-Kernel sources are compiled per instantiation on first use (kernels.py); nothing here needs a GPU to import.
+Kernel sources are compiled per instantiation on first use (compiled.py); nothing here needs a GPU to import.
 
 Threads: safe from any number of threads and streams at once. Every cache below is read without a lock and filled
 under one, and what it holds is immutable once built, except a prepared launch's parameter block, which is filled

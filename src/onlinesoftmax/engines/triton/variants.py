@@ -1,4 +1,4 @@
-"""The Triton backend: one variant per (op, regime) of the Triton engine in `kernels/triton/`.
+"""The Triton backend: one variant per (op, regime) of the Triton engine (this folder).
 
 Each variant forces its regime (rows / online / split); `rules.pick_regime` is the rule that
 would choose among them. On a machine without CUDA the variants run on CPU tensors under
