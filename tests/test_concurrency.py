@@ -97,10 +97,10 @@ class _SharedWorkspaceEntry(E._Entry):
     __slots__ = ()
     _shared = torch.empty(64)
 
-    def __call__(self, a, b, out, dev):
+    def _split(self, M, a, b, out, dev):
         stats, apply = self.calls
-        stats(a, b, self._shared.data_ptr())
-        apply(a, b, self._shared.data_ptr(), out)
+        stats.rows(1, M, a, b, self._shared.data_ptr())
+        apply.rows(1, M, a, b, self._shared.data_ptr(), out)
 
 
 def _interleaved_split(cls) -> list:
@@ -110,17 +110,18 @@ def _interleaved_split(cls) -> list:
     stream, lock = [], threading.Lock()
     both = threading.Barrier(2, timeout=5)
 
-    def stats(a, b, ws):
+    def stats(grid, M, a, b, ws):
         with lock:
             stream.append(("stats", a, ws))
         both.wait()
 
-    def apply(a, b, ws, out):
+    def apply(grid, M, a, b, ws, out):
         with lock:
             stream.append(("apply", a, ws))
 
     e = object.__new__(cls)
-    e.plan, e.contig, e.calls, e.ws_n, e.single = None, False, (stats, apply), 64, None
+    e.plan, e.contig, e.single, e.M, e.pers = SimpleNamespace(parts=16), False, None, 2, ((1, 1, 0), (1, 1, 0))
+    e.calls = (SimpleNamespace(rows=stats), SimpleNamespace(rows=apply))
     ts = [threading.Thread(target=e, args=(call, 0, 0, torch.device("cpu"))) for call in (1, 2)]
     for t in ts:
         t.start()

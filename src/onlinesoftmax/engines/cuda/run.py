@@ -99,11 +99,10 @@ class _Entry:
     the split regime's workspace is allocated per call. rows(M, ...) runs the plan moved to M rows (Plan.at) without
     building anything: only the grids, the row count and the workspace change."""
 
-    __slots__ = ("plan", "contig", "calls", "ws_n", "single", "M", "pers")
+    __slots__ = ("plan", "contig", "calls", "single", "M", "pers")
 
     def __init__(self, p: Optional[Plan], device: int, contig: bool, strides: tuple, so: int):
         self.plan, self.contig = p, contig
-        self.ws_n = p.workspace if p is not None else 0
         self.calls, self.single, self.M, self.pers = (), None, 0, ()
         if p is None:  # an empty tensor: nothing to launch
             return
@@ -133,26 +132,26 @@ class _Entry:
     def __call__(self, a: int, b: int, out: int, dev: torch.device) -> None:
         if self.single is not None:
             self.single(a, b, out)
-            return
-        # split: the partial states go to a workspace of this call, from torch's caching allocator on the current
-        # stream (so calls from other threads never share it, its reuse is ordered after these kernels, and a CUDA
-        # graph captures it in its own pool)
-        ws = torch.empty(self.ws_n, dtype=torch.float32, device=dev)
-        stats, apply = self.calls
-        stats(a, b, ws.data_ptr())
-        apply(a, b, ws.data_ptr(), out)
+        else:
+            self._split(self.M, a, b, out, dev)
 
     def rows(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
         """The call for M rows, for any M whose plan has this entry's geometry (_rows_entry keys it so)."""
-        if M == self.M:
-            self(a, b, out, dev)
-        elif self.single is not None:
-            self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
+        if self.single is None:
+            self._split(M, a, b, out, dev)
+        elif M == self.M:
+            self.single(a, b, out)
         else:
-            ws = torch.empty(self.ws_n // self.M * M, dtype=torch.float32, device=dev)
-            (stats, apply), (ps, pa) = self.calls, self.pers
-            stats.rows(grid_for(M, ps), M, a, b, ws.data_ptr())
-            apply.rows(grid_for(M, pa), M, a, b, ws.data_ptr(), out)
+            self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
+
+    def _split(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
+        # the partial states go to a workspace of this call (2 floats per chunk), from torch's caching allocator on
+        # the current stream: calls from other threads never share it, its reuse is ordered after these kernels,
+        # and a CUDA graph captures it in its own pool
+        ws = torch.empty(2 * M * self.plan.parts, dtype=torch.float32, device=dev)
+        (stats, apply), (ps, pa) = self.calls, self.pers
+        stats.rows(grid_for(M, ps), M, a, b, ws.data_ptr())
+        apply.rows(grid_for(M, pa), M, a, b, ws.data_ptr(), out)
 
 
 def _device_index(x: torch.Tensor, op: str) -> int:
@@ -239,8 +238,9 @@ def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
 # allocates it so); that is checked when a key is first seen, not on every call. Contiguous rows over the last dim
 # (nearly every call) are keyed without their row count M once M >= stable_rows (4 x SMs): those Ms share one
 # entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing. Below it the few-rows
-# rules depend on M: a new M is planned (pure Python), and shares the entry of every M whose plan has the same
-# geometry (kernels, blocks, clusters, chunks). Other layouts are keyed by their exact shape and strides.
+# rules depend on M: the first few-row call of a row length plans every few-row M at once (_rows_entry), each
+# sharing the entry of the Ms whose plans have its geometry. Other layouts are keyed by their exact shape and
+# strides.
 
 ROWS_CACHE = 4096  # per direction: the few-row Ms (4 x SMs keys) of several row lengths, one key per length beyond
 _fwd_rows = BoundedCache(ROWS_CACHE)
