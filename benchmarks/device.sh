@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | sweep [sweep args] | any CLI command
+# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | sweep [sweep args]
+#         | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype) | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -47,6 +48,14 @@ case "$stage" in
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"
+    ;;
+  shapes)  # issue 12: the production GPU tests, then the public grid (every N, M x N = 2^27) one CSV per dtype
+    python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_gpu_production.py 2>&1 \
+      | tee "$OUT/pytest-gpu-production.log" | tail -8
+    for dt in ${DTYPES:-float32 bfloat16 float16}; do
+      timeout ${SWEEP_TIMEOUT:-200} python3 -m onlinesoftmax sweep --backend cuda --dtype "$dt" "$@" \
+        --out "$OUT/sweep-$dt.csv" >"$OUT/sweep-$dt.txt" 2>&1; tail -3 "$OUT/sweep-$dt.txt"
+    done
     ;;
   *)
     osm "$stage" "$@" 2>&1 | tee "$OUT/$stage.txt"

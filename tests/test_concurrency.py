@@ -212,7 +212,7 @@ def test_new_row_counts_share_one_plan(monkeypatch):
     monkeypatch.setattr(E, "plan", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     lo = P.stable_rows(SMS)
     for M in range(1, 4001):
-        p = E._fitted_plan(M, 32000, torch.bfloat16, "softmax", True, 1, "rows", SMS, None, 0, "split")
+        p = E._fitted_plan(M, 32000, torch.bfloat16, "softmax", True, 1, 1, "rows", SMS, None, 0, "split")
         assert p == real(M, 32000, torch.bfloat16, "softmax", vec=True, sms=SMS)
     assert len(calls) == lo  # M = 1 .. lo - 1 and the first stable M
     assert len(E._plans) == lo <= E.PLAN_CACHE

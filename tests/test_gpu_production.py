@@ -293,3 +293,74 @@ def test_beyond_2_31_elements():
     assert torch.all(out[:4].float() == 1.0 / N)
     del x, out
     torch.cuda.empty_cache()
+
+
+# ---- the window path: any N, rows starting anywhere, 16-byte loads --------------------------------------------
+
+
+def _window_shapes(op, dtype):
+    """(M, N, regime) with N not a multiple of the vector, on both sides of the window rules' capacities (the rules
+    size for N + W - 1): the warp regime, one CTA in registers, with shared-memory slots, a cluster, few rows."""
+    W = P.vec_width(dtype)
+    wmax = P.warp_max_n(op, dtype, W)
+    rcap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W
+    cap = P.row_capacity(op, dtype, W)
+    return [(37, 1, "warp"), (37, 33, "warp"), (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
+            (3, rcap - W + 1, "block"), (2, rcap + 3, "block" if cap > rcap else "cluster"),
+            (2, 2 * cap - W + 1, "cluster"), (1, 131071, "cluster"), (300, 50257, None)]
+
+
+def _at_offset(M, N, dtype, offset, g):
+    """An (M, N) contiguous tensor starting `offset` elements into its allocation (the last row's tail ends the
+    allocation: a read beside the row beyond it would be caught by compute-sanitizer)."""
+    buf = torch.randn(M * N + offset, generator=g, device="cuda").to(dtype) * 3
+    return buf[offset:].view(M, N)
+
+
+def _out_at(x, offset):
+    buf = torch.full((x.numel() + offset,), float("nan"), dtype=x.dtype, device=x.device)
+    return buf[offset:].view(x.shape)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_window_path_any_n_any_offset(dtype, log):
+    """Odd N and unaligned rows take the 16-byte window kernels (P = 1: out rows start as the inputs'; P = 2: out
+    rows elsewhere, stores element by element), forward and backward, every regime; NaN-poisoned outputs against
+    float64. A dy that starts differently from y takes the scalar path, checked too."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+    op = "log_softmax" if log else "softmax"
+    bop = op + "_backward"
+    failures = []
+    for M, N, regime in _window_shapes(op, dtype):
+        for x_off, o_off, want_p in ((0, 0, 1), (3, 3, 1), (1, 0, 2), (0, 5, 2)):
+            if N % P.vec_width(dtype) == 0 and x_off == o_off == 0:
+                continue
+            x = _at_offset(M, N, dtype, x_off, g)
+            out = _out_at(x, o_off)
+            p = E.plan_for(op, x, dim=1, out=out)
+            if (p.W, p.window) != (P.vec_width(dtype), want_p) or (regime and p.regime != regime):
+                failures.append(f"({M}, {N}) offsets {x_off}/{o_off}: plan {p.regime} W={p.W} P={p.window}")
+                continue
+            E.forward(x, out, 1, log)
+            torch.cuda.synchronize()
+            rep = compare(out, _ref_forward(x, 1, log).numpy(), dtype)
+            if not rep.ok:
+                failures.append(f"forward ({M}, {N}) offsets {x_off}/{o_off}: {rep.message}")
+            y = _out_at(x, x_off)  # y and dy start alike: the window path
+            y.copy_(out)
+            for dy_off, want_bp in ((x_off, want_p), (x_off + 1, 0)):
+                dy = _at_offset(M, N, dtype, dy_off, g)
+                dx = _out_at(x, o_off)
+                bp = E.plan_for(bop, y, dy, dim=1, out=dx)
+                if bp.window != want_bp or (want_bp and bp.W == 1):
+                    failures.append(f"({M}, {N}) backward offsets {x_off}/{dy_off}/{o_off}: plan {bp.regime} "
+                                    f"W={bp.W} P={bp.window}")
+                E.backward(y, dy, dx, 1, log)
+                torch.cuda.synchronize()
+                ref = _ref_backward(y, dy, 1, log).numpy()
+                scale = np.maximum(np.abs(np.nan_to_num(ref)), np.abs(dy.double().cpu().numpy())).max(initial=0.0)
+                rep = compare(dx, ref, dtype, np.full(ref.shape, scale))
+                if not rep.ok:
+                    failures.append(f"backward ({M}, {N}) offsets {x_off}/{dy_off}/{o_off}: {rep.message}")
+    assert not failures, "\n".join(failures)

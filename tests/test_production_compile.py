@@ -23,6 +23,7 @@ if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bind
 from onlinesoftmax import opdefs  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
+from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
 
@@ -91,7 +92,7 @@ def test_occupancy_targets(inst, report):
             W = P.vec_width(dtype)
             dyn = P.smem_bytes(op, W, P.ROW_MAX_THREADS, P.smem_slots(op, dtype, W))
             name = f"{'fwd' if op in FWD else 'bwd'}_row<{opdefs.OPS[op].code},{P.DT_CODE[dtype]},{W},512," \
-                   f"{P.reg_slots(op, dtype, W)},{P.smem_slots(op, dtype, W)},2>"
+                   f"{P.reg_slots(op, dtype, W)},{P.smem_slots(op, dtype, W)},2,0>"
             assert name in report, name
             assert 2 * (dyn + report[name]["smem"] + 1024) <= SMEM_PER_SM, (name, dyn)
 
@@ -165,9 +166,15 @@ def test_regime_thresholds(op, dtype):
         p = P.plan(M, N, dtype, op, sms=SMS)
         assert p.regime == "cluster" and M * p.launches[0].cluster >= min(SMS // 2, M * P.MAX_CLUSTER), (M, N, p)
     assert _regime(op, dtype, 1, 64 * cap) == "split"
-    assert _regime(op, dtype, 8, 131072 + 1) == "split"  # odd N: the scalar path
-    # the scalar path: odd N or unaligned data; no cluster for it (split beyond one CTA's registers)
-    assert P.plan(many, wmax + W + 1, dtype, op, sms=SMS).W == 1
+    # odd N: the window path (16-byte loads), clusters included; the scalar path (inputs' rows starting unalike)
+    # has no cluster: split beyond one CTA's registers
+    p = P.plan(8, 131072 + 1, dtype, op, sms=SMS)
+    assert (p.regime, p.W, p.window) == ("cluster", W, 1)
+    assert _regime(op, dtype, 8, 131072 + 1, vec=False) == "split"
+    p = P.plan(many, wmax + W + 1, dtype, op, sms=SMS)
+    assert (p.W, p.window) == (W, 1) and p.kernels[0].endswith(",1>")
+    assert P.plan(many, wmax + W + 1, dtype, op, vec=False, window=2, sms=SMS).kernels[0].endswith(",2>")
+    assert P.plan(many, wmax + W + 1, dtype, op, vec=False, sms=SMS).W == 1
     assert P.plan(many, 4096, dtype, op, vec=False, sms=SMS).W == 1
     assert P.plan(many, 4096, dtype, op, vec=True, sms=SMS).W == W
     scal_cap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, 1)
@@ -190,11 +197,45 @@ def test_cluster_shares_are_balanced(op, dtype):
             if p.regime != "cluster":
                 continue
             (l,) = p.launches
-            _, _, _, threads, slots, sslots, c = (int(a) for a in l.kernel[l.kernel.index("<") + 1:-1].split(","))
+            _, _, _, threads, slots, sslots, c, _ = (int(a) for a in l.kernel[l.kernel.index("<") + 1:-1].split(","))
             ch = threads * (slots + sslots)
             assert c == l.cluster and threads == l.block[0]
             nv = N // W
             assert c * ch >= nv and ch <= max(2 * -(-nv // c), P.ROW_MIN_THREADS * slots), (op, dtype, M, N, l)
+
+
+def test_window_rules():
+    """The window path sizes the rules for N + W - 1 (a row may start W - 1 elements into its first access): its
+    capacities are the aligned path's less W - 1, and the split regime falls back to scalar accesses."""
+    for op in P.ENGINE_OPS:
+        for dtype in opdefs.GPU_DTYPES:
+            W = P.vec_width(dtype)
+            assert P.window_path(8 * W, W, True, 1) == (W, 0, 8 * W)
+            assert P.window_path(8 * W + 1, W, True, 1) == (W, 1, 9 * W)
+            assert P.window_path(8 * W, W, False, 2) == (W, 2, 9 * W - 1)
+            assert P.window_path(8 * W, W, False, 0) == (1, 0, 8 * W)
+            wmax = P.warp_max_n(op, dtype, W)
+            assert P.plan(4096, wmax - W + 1, dtype, op, window=1, vec=False, sms=SMS).regime == "warp"
+            assert P.plan(4096, wmax - W + 2, dtype, op, window=1, vec=False, sms=SMS).regime == "block"
+            big = P.max_cluster(op, dtype) * P.row_capacity(op, dtype, W)
+            p = P.plan(4096, big - W + 2, dtype, op, window=1, vec=False, sms=SMS)
+            assert (p.regime, p.W) == ("split", 1)
+
+
+def test_row_access_from_pointers():
+    """run.py's verdict on the pointers (_alignment) and row strides: aligned (P = 0), window 1 (the out rows start
+    as the inputs'), window 2 (out rows elsewhere), scalar (the inputs' rows start unalike)."""
+    al = E._alignment
+    V = 4
+    assert E._row_access(al(4096, 0, 8192), 10, 64, V, (64,)) == (True, 1)
+    assert E._row_access(al(4096, 0, 8192), 10, 63, V, (63,)) == (False, 1)  # odd N: rows start anywhere, alike
+    assert E._row_access(al(4100, 0, 8196), 10, 64, V, (64,)) == (False, 1)  # both 4 bytes in
+    assert E._row_access(al(4100, 0, 8192), 10, 64, V, (64,)) == (False, 2)  # x[:, 1:]-like base, fresh out
+    assert E._row_access(al(4100, 0, 8192), 10, 63, V, (64,)) == (False, 2)  # sliced rows: stride 64, out 63
+    assert E._row_access(al(4096, 4100, 8192), 10, 64, V, (64, 64)) == (False, 0)  # dy starts unlike y
+    assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 66)) == (False, 0)  # dy's rows drift
+    assert E._row_access(al(4096, 4112, 8192), 1, 64, V, (64, 66)) == (True, 1)  # one row: strides do not matter
+    assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 68)) == (True, 1)
 
 
 def test_warp_rules():
@@ -232,7 +273,7 @@ def test_split_rules():
     assert 32 * parts >= 2 * SMS and chunk % P.SPLIT_THREADS == 0
     assert P.split_parts(3, 1, 4, SMS)[0] == 1
     assert P.split_parts(3, 700, 1, SMS, min_parts=2)[0] >= 2
-    p = P.plan(1, 262144 + 1, torch.float32, "softmax", sms=SMS)  # few rows on the scalar path
+    p = P.plan(1, 262144 + 1, torch.float32, "softmax", vec=False, sms=SMS)  # few rows on the scalar path
     assert p.regime == "split" and p.workspace == 2 * p.parts
     assert [l.sig for l in p.launches] == ["stats", "apply"]
 
@@ -278,8 +319,8 @@ def test_forced_regimes_refuse_with_reasons():
     f32 = torch.float32
     with pytest.raises(P.Unsupported, match="warp"):
         P.plan(4, 2048, f32, "softmax", regime="warp")
-    with pytest.raises(P.Unsupported, match="aligned"):
-        P.plan(4, 4097, f32, "softmax", regime="cluster")
+    with pytest.raises(P.Unsupported, match="16-byte"):
+        P.plan(4, 4097, f32, "softmax", vec=False, regime="cluster")
     with pytest.raises(P.Unsupported, match="fit one CTA"):
         P.plan(4, 40000, f32, "softmax", regime="block")
     assert P.plan(4, 8, f32, "softmax", regime="cluster").launches[0].cluster == 2  # forced: at least 2
@@ -321,7 +362,7 @@ def test_variant_supports_and_bytes():
     f32, bf16 = torch.float32, torch.bfloat16
     assert registry.get("cuda.softmax_warp").supports(8, 1024, f32) is None
     assert "too long" in registry.get("cuda.softmax_warp").supports(8, 1025, f32)
-    assert "aligned" in registry.get("cuda.softmax_cluster").supports(8, 1001, f32)
+    assert registry.get("cuda.softmax_cluster").supports(8, 1001, f32) is None  # odd N: the window path
     assert registry.get("cuda.softmax_cluster").supports(8, 262144, bf16) is None
     assert registry.get("cuda.softmax_backward_cluster").supports(2, 262144, f32) is None  # C = 16
     assert "fit one CTA" in registry.get("cuda.softmax_block").supports(8, 40000, f32)

@@ -107,12 +107,15 @@ def parse_dtype(text: str) -> torch.dtype:
             f"dtype {text!r} not supported; use one of: float32, float16, bfloat16") from None
 
 
-# The sweep: every op and dtype, N = 128 ... 262144 with M * N = 2^27, plus few-row shapes.
+# The sweep (issue 12's public grid): every op and dtype; N = 128 ... 262144 and the odd and non-power-of-two N
+# users run (vocabularies, hidden and head sizes, tails off the vector width), M * N = 2^27; plus few-row shapes.
 SWEEP_OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
 SWEEP_DTYPES = ("float32", "bfloat16", "float16")
 SWEEP_ELEMENTS = 1 << 27
-SWEEP_N = [1 << k for k in range(7, 19)]
-FEW_ROWS = [(1, 262144), (32, 131072)]
+POW2_N = [1 << k for k in range(7, 19)]
+ODD_N = [127, 129, 1000, 1023, 1025, 3000, 4095, 4097, 12289, 32001, 50001, 65537, 100003, 131071, 200003, 262143]
+SWEEP_N = sorted(POW2_N + ODD_N)
+FEW_ROWS = [(M, N) for N in (32768, 131072, 262144, 1000003) for M in (1, 2, 7, 16, 64)]
 
 
 def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None, backends=(), compare=True) -> list[Group]:

@@ -2,7 +2,7 @@
 function of the shape (op, M, N, dtype, alignment, SMs); `plan` combines them into the kernels, grids, blocks,
 clusters and shared memory of one call.
 
-    plan(M, N, dtype, op, vec=..., inner=1, layout="rows", sms=..., regime=None) -> Plan
+    plan(M, N, dtype, op, vec=..., window=0, inner=1, layout="rows", sms=..., regime=None) -> Plan
 
 Layouts. The reduced dim last with stride 1 and the leading dims collapsing to one row stride: row kernels
 (each input keeps its own row stride). Else a contiguous input with the dim not last: the strided kernels over
@@ -19,13 +19,16 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
              of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write
     strided  the same (and backward) when the columns do not fit on chip: two passes, the second from L2
-The 16-byte vector path needs N (inner for strided), every row stride and every pointer to be multiples of
-16 bytes; otherwise the plan picks the scalar instantiations (W = 1) of the same kernels.
+The 16-byte path (W = vector). Aligned: N (inner for strided), every row stride and every pointer multiples of
+16 bytes. Window (warp, block, cluster; window_path): any N, rows starting anywhere as long as the inputs' rows
+start alike modulo 16 bytes; each row is read through the aligned accesses covering it. Otherwise the plan picks
+the scalar instantiations (W = 1) of the same kernels.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -319,6 +322,7 @@ class Plan:
     N: int
     W: int  # elements per access (16-byte vector or 1)
     launches: tuple
+    window: int = 0  # 16-byte accesses through an aligned window around each row (the kernels' P; window_path)
     inner: int = 1
     lg: int = 0  # warp: log2 lanes per row
     parts: int = 0  # split: chunks per row
@@ -343,19 +347,33 @@ class Plan:
         return replace(self, M=M, launches=launches, items=M * self.strips, workspace=2 * M * self.parts)
 
 
-def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, inner: int = 1, layout: str = "rows",
-         sms: int = DEFAULT_SMS, regime: Optional[str] = None) -> Plan:
+def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window: int = 0, inner: int = 1,
+         layout: str = "rows", sms: int = DEFAULT_SMS, regime: Optional[str] = None) -> Plan:
     """The launch plan for `op` on M rows of N (layout "rows"), or on (outer=M, N, inner) (layout "strided").
-    vec: the 16-byte path is allowed (pointers, strides and N or inner aligned; the plan also checks N / inner).
+    vec: every pointer is 16-byte aligned and every row stride a multiple of the vector (the plan checks N / inner).
+    window: the rows of the inputs start alike modulo 16 bytes, aligned or not: 1, the out rows too; 2, the out
+    rows otherwise (implied: 1 by vec). The row kernels then read any N with 16-byte accesses (window_path).
     regime: force one (the registry variants do); raises Unsupported if it cannot take the shape."""
-    p = _plan(M, N, dtype, op, vec, inner, layout, sms, regime)
+    p = _plan(M, N, dtype, op, vec, window or int(vec), inner, layout, sms, regime)
     for l in p.launches:
         if l.grid * l.cluster > INT_MAX:
             raise Unsupported(f"{p.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
     return p
 
 
-def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sms: int,
+def window_path(N: int, V: int, vec: bool, window: int) -> tuple[int, int, int]:
+    """(W, P, capacity) of a rows plan: 16-byte accesses (W = V, P = 0) when the data is aligned and N a multiple of
+    V; else, when the inputs' rows start alike modulo 16 bytes, 16-byte loads through an aligned window around each
+    row (P = 1; P = 2 when the out rows start elsewhere: stores element by element). A row then starts up to V - 1
+    elements into its first access, so the rules size for N + V - 1. Scalar accesses otherwise."""
+    if vec and N % V == 0:
+        return V, 0, N
+    if window:
+        return V, window, N + V - 1
+    return 1, 0, N
+
+
+def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, layout: str, sms: int,
           regime: Optional[str]) -> Plan:
     _check_op_dtype(op, dtype)
     if M < 1 or N < 1 or inner < 1:
@@ -389,42 +407,45 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
                     inner=inner, strips=strips, items=items)
     if layout != "rows":
         raise OnlineSoftmaxError(f"unknown layout {layout!r}")
-    W = V if (vec and N % V == 0) else 1
-    chosen = regime or choose_regime(op, dtype, W, M, N, sms)
+    W, P, Nc = window_path(N, V, vec, window)  # Nc: the elements the rules make room for
+    chosen = regime or choose_regime(op, dtype, W, M, Nc, sms)
     if chosen == "warp":
-        lg, slots, rpt = warp_config(op, dtype, W, N)
+        lg, slots, rpt = warp_config(op, dtype, W, Nc)
         per_cta = (WARP_THREADS >> lg) * rpt
-        name = f"{pre}_warp<{o},{dt},{W},{slots},{rpt}>"
+        name = f"{pre}_warp<{o},{dt},{W},{slots},{rpt},{P}>"
         return Plan("warp", op, dtype, M, N, W, (_launch(M, name, (1, per_cta, 0), (WARP_THREADS,), sig="warp"),),
-                    lg=lg)
+                    P, lg=lg)
     if chosen == "block":
-        if cdiv(N, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
-            threads, slots = block_threads(op, dtype, W, N)
+        if cdiv(Nc, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
+            threads, slots = block_threads(op, dtype, W, Nc)
             sslots = 0
-        elif W > 1 and N <= row_capacity(op, dtype, W):
+        elif W > 1 and Nc <= row_capacity(op, dtype, W):
             threads, slots, sslots = ROW_MAX_THREADS, reg_slots(op, dtype, W), smem_slots(op, dtype, W)
         else:
             raise Unsupported(f"N = {N} does not fit one CTA ({ROW_MAX_THREADS * reg_slots(op, dtype, W) * W} "
                               f"elements in registers" + (f", {row_capacity(op, dtype, W)} with shared memory)"
                                                           if W > 1 else "; the scalar path has no smem slots)"))
-        name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1>"
+        name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1,{P}>"
         return Plan("block", op, dtype, M, N, W,
-                    (_launch(M, name, (1, 1, 0), (threads,), 1, smem_bytes(op, W, threads, sslots)),))
+                    (_launch(M, name, (1, 1, 0), (threads,), 1, smem_bytes(op, W, threads, sslots)),), P)
     if chosen == "cluster":
         if W == 1:
-            raise Unsupported(f"N = {N} is not a multiple of {V} (or the data is not 16-byte aligned): the cluster "
-                              "regime needs 16-byte aligned rows; unaligned long rows go to the split regime")
-        if cluster_size(op, dtype, W, N) > max_cluster(op, dtype):
-            raise Unsupported(f"N = {N} needs {cluster_size(op, dtype, W, N)} CTAs per row "
+            raise Unsupported("the inputs' rows start at different offsets from 16-byte boundaries: the cluster "
+                              "regime needs 16-byte accesses (aligned, or one window for all inputs); such long rows "
+                              "go to the split regime")
+        if cluster_size(op, dtype, W, Nc) > max_cluster(op, dtype):
+            raise Unsupported(f"N = {N} needs {cluster_size(op, dtype, W, Nc)} CTAs per row "
                               f"(> {max_cluster(op, dtype)}); rows up to "
-                              f"{max_cluster(op, dtype) * row_capacity(op, dtype, W)} elements")
-        c, threads, sslots = cluster_config(op, dtype, W, M, N, sms)
+                              f"{max_cluster(op, dtype) * row_capacity(op, dtype, W) - (W - 1 if P else 0)} "
+                              "elements")
+        c, threads, sslots = cluster_config(op, dtype, W, M, Nc, sms)
         c = max(2, c)
         slots = reg_slots(op, dtype, W)
-        name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c}>"
+        name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c},{P}>"
         return Plan("cluster", op, dtype, M, N, W,
-                    (_launch(M, name, (1, 1, 0), (threads,), c, smem_bytes(op, W, threads, sslots)),))
+                    (_launch(M, name, (1, 1, 0), (threads,), c, smem_bytes(op, W, threads, sslots)),), P)
     if chosen == "split":
+        W = 1 if P else W  # the split kernels read aligned rows or scalars
         parts, chunk = split_parts(M, N, W, sms, min_parts=2 if regime == "split" else 1)
         if M * parts > INT_MAX:
             raise Unsupported(f"{M} rows x {parts} chunks exceed the grid")
@@ -440,13 +461,17 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sm
 # ---- the instantiations the plans can pick (for the compile test and `resource_table`) -------------------
 
 
-def _probe_ns(W: int) -> list[int]:
-    """Row lengths on both sides of every breakpoint of the rules (powers of two times W, and between)."""
+def _probe_ns(W: int, window: bool = False) -> list[int]:
+    """Row lengths on both sides of every breakpoint of the rules (powers of two times W, and between); on the
+    window path the rules see N + W - 1, so the breakpoints move down by W - 1."""
     ns = set(range(1, 40))
     for k in range(5, 20):
         p = 1 << k
         ns.update({p - 1, p, p + 1, p + p // 2})
-    return sorted({n * W for n in ns} | ns)
+    ns = {n * W for n in ns} | ns
+    if window:
+        ns |= {n - W + 1 for n in ns if n > W} | {n - W + 2 for n in ns if n > W}
+    return sorted(ns)
 
 
 @functools.lru_cache(maxsize=None)
@@ -471,19 +496,21 @@ def _probe_instantiations() -> dict[str, set]:
 
     for op in ENGINE_OPS:
         for dtype in GPU_DTYPES:
-            for vec in (True, False):
-                W = vec_width(dtype) if vec else 1
-                for N in _probe_ns(W):
-                    for M in (1, 64, 1 << 20):
+            for vec, window in ((True, 0), (False, 1), (False, 2), (False, 0)):
+                W = vec_width(dtype) if (vec or window) else 1
+                for N in _probe_ns(W, window):
+                    for M in (1, 9, 17, 33, 64, 1 << 20):  # few rows: every cluster width of cluster_config
                         try:
-                            add(plan(M, N, dtype, op, vec=vec))
+                            add(plan(M, N, dtype, op, vec=vec, window=window))
                         except Unsupported:
                             pass
-                    for regime in ("warp", "block", "cluster", "split", "columns"):
+                    for regime, M in itertools.product(("warp", "block", "cluster", "split", "columns"), (2, 1 << 20)):
                         try:
-                            add(plan(2, N, dtype, op, vec=vec, regime=regime))
+                            add(plan(M, N, dtype, op, vec=vec, window=window, regime=regime))
                         except Unsupported:
                             pass
+                if window:
+                    continue
                 for inner in (1, 3, W, 64 * W):
                     for N in _probe_ns(W)[::3]:
                         for regime in (None, "strided"):

@@ -70,16 +70,16 @@ def _is_contiguous(shape, stride) -> bool:
 # ---- running a plan ---------------------------------------------------------------------------------------
 
 
-def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: str, sms: int,
+def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, layout: str, sms: int,
                  regime: Optional[str], device: int, fallback: str) -> Plan:
     """plan(...) with an automatic plan whose clusters (cluster, columns) cannot be resident on this device, or
     whose cluster attributes are refused, replaced by the `fallback` regime (split, strided); cached by geometry,
     one entry for every M >= stable_rows(sms)."""
     stable = M >= stable_rows(sms)
-    key = (op, N, dtype, vec, inner, layout, sms, regime, device, None if stable else M)
+    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device, None if stable else M)
 
     def make() -> Plan:
-        p = plan(M, N, dtype, op, vec=vec, inner=inner, layout=layout, sms=sms, regime=regime)
+        p = plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=regime)
         if regime is not None or all(l.cluster == 1 for l in p.launches):
             return p
         try:
@@ -87,7 +87,7 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, inner: int, layout: 
                 return p
         except OnlineSoftmaxError:
             pass
-        return plan(M, N, dtype, op, vec=vec, inner=inner, layout=layout, sms=sms, regime=fallback)
+        return plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=fallback)
 
     p = _plans.get(key) or _plans.get_or_make(key, make)
     return p.at(M) if stable else p
@@ -187,6 +187,7 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     n_sms = sms(device)
     V = vec_width(x.dtype)
     aligned = all(t.data_ptr() % 16 == 0 for t in ins + (out,))
+    al = _alignment(x.data_ptr(), ins[1].data_ptr() if len(ins) > 1 else 0, out.data_ptr())
     N = shape[dim] if shape else 1
     strides = [tuple(t.stride()) for t in ins]
     rows = [_row_layout(shape, s, dim) for s in strides]
@@ -194,19 +195,41 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     if not column_kernels and all(r is not None for r in rows):
         M = rows[0][0]
         rss = tuple(r[2] for r in rows)
-        vec = aligned and (M == 1 or all(rs % V == 0 for rs in rss))
-        p = _fitted_plan(M, N, x.dtype, op, vec, 1, "rows", n_sms, regime, device, "split")
+        p = _fitted_plan(M, N, x.dtype, op, *_row_access(al, M, N, V, rss), 1, "rows", n_sms, regime, device,
+                         "split")
         return p, device, False, rss, N
-    # made contiguous per call (one copy per input). `aligned` stays the verdict on the original pointers: the
-    # cache key only records that bit, and an input that is already contiguous is not copied.
+    # made contiguous per call (one copy per input that is not; the cache key records the original pointers' offsets,
+    # which decide the kept inputs').
     contig = not all(_is_contiguous(shape, s) for s in strides)
     outer = math.prod(shape[:dim])
     inner = math.prod(shape[dim + 1:])
     if inner == 1 and not column_kernels:  # contiguous with the dim innermost: rows of N
-        p = _fitted_plan(outer, N, x.dtype, op, aligned, 1, "rows", n_sms, regime, device, "split")
+        if contig:  # the pointers the kernels will see: a copy's is fresh (16-byte aligned; 16 stands for it)
+            ptrs = [t.data_ptr() if _is_contiguous(shape, s) else 16 for t, s in zip(ins, strides)]
+            al = _alignment(ptrs[0], ptrs[1] if len(ptrs) > 1 else 0, out.data_ptr())
+        vec, window = _row_access(al, outer, N, V, (N,) * len(ins))
+        p = _fitted_plan(outer, N, x.dtype, op, vec, window, 1, "rows", n_sms, regime, device, "split")
         return p, device, contig, (N,) * len(ins), N
-    p = _fitted_plan(outer, N, x.dtype, op, aligned, inner, "strided", n_sms, regime, device, "strided")
+    p = _fitted_plan(outer, N, x.dtype, op, aligned, 0, inner, "strided", n_sms, regime, device, "strided")
     return p, device, contig, (0,) * len(ins), 0
+
+
+def _row_access(al: int, M: int, N: int, V: int, rss: tuple) -> tuple[bool, int]:
+    """(vec, window) for plan() of rows with these input row strides (out rows are N apart), from the pointers'
+    _alignment: vec, every pointer aligned and every stride a multiple of the vector; window 1, every row of every
+    tensor starts as far from a 16-byte boundary as its out row; 2, the inputs' rows alike, the out rows otherwise;
+    0, the inputs' rows start differently."""
+    one = M == 1
+    vec = al & 15 == 0 and (one or all(rs % V == 0 for rs in rss))
+    if al >> 8 or not (one or all((rs - rss[0]) % V == 0 for rs in rss)):
+        return vec, 0
+    return vec, 1 if (al >> 4 & 15 == 0 and (one or (rss[0] - N) % V == 0)) else 2
+
+
+def _alignment(pa: int, pb: int, po: int) -> int:
+    """The pointers' part of a cache key, their offsets from 16-byte boundaries: bits 0-3 set when any pointer is
+    not aligned, bits 4-7 a's offset from out's, bits 8-11 b's from a's (pb == 0: no b)."""
+    return ((pa | pb | po) & 15) | (((pa - po) & 15) << 4) | ((((pb - pa) & 15) if pb else 0) << 8)
 
 
 def _call(e: _Entry, ins: tuple, out: torch.Tensor, pa: int, pb: int, po: int) -> None:
@@ -228,7 +251,7 @@ def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     po = out.data_ptr()
     x = ins[0]
     key = (op, regime, x.shape, tuple(t.stride() for t in ins), dim, x.dtype, x.get_device(),
-           not ((pa | pb | po) & 15))
+           _alignment(pa, pb, po))
     e = _entries.get(key) or _entries.get_or_make(key, lambda: _prepare(op, ins, out, dim, regime))
     _call(e, ins, out, pa, pb, po)
 
@@ -259,10 +282,10 @@ def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: Bounded
     if key[-1] == 0:  # the stable class: one entry for every M >= stable_rows
         return _shared_entry(op, call)
     p, device, contig, rss, so = call
-    n_sms, V, aligned = sms(device), vec_width(p.dtype), key[-2]
+    n_sms, V, al = sms(device), vec_width(p.dtype), key[-2]
     for M in range(1, stable_rows(n_sms)):
-        vec = aligned and (M == 1 or all(rs % V == 0 for rs in rss))
-        pm = _fitted_plan(M, p.N, p.dtype, op, vec, 1, "rows", n_sms, None, device, "split")
+        pm = _fitted_plan(M, p.N, p.dtype, op, *_row_access(al, M, p.N, V, rss), 1, "rows", n_sms, None, device,
+                          "split")
         cache.put(key[:-1] + (M,), _shared_entry(op, (pm,) + call[1:]))
     return _shared_entry(op, call)
 
@@ -289,14 +312,15 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
     if n and dim == x.dim() - 1 and x.is_contiguous():
         N = x.shape[dim]
         M, d = n // N, x.get_device()
-        key = (log, N, x.dtype, d, not ((pa | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
+        key = (log, N, x.dtype, d, ((pa | po) & 15) | (((pa - po) & 15) << 4),  # _alignment(pa, 0, po)
+               M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
         e = _fwd_rows.get(key)
         if e is None:
             e = _fwd_rows.get_or_make(key, lambda: _rows_entry("log_softmax" if log else "softmax", (x,), out, dim,
                                                                _fwd_rows, key))
         e.rows(M, pa, 0, po, x.device)
         return
-    key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), not ((pa | po) & 15))
+    key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), ((pa | po) & 15) | (((pa - po) & 15) << 4))
     e = _fwd_entries.get(key)
     if e is None:
         e = _fwd_entries.get_or_make(key, lambda: _prepare("log_softmax" if log else "softmax", (x,), out, dim,
@@ -313,20 +337,22 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
     if n and dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
         N = y.shape[dim]
         M, d = n // N, y.get_device()
-        key = (log, N, y.dtype, d, not ((pa | pb | po) & 15), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
+        key = (log, N, y.dtype, d, _alignment(pa, pb, po), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
         e = _bwd_rows.get(key)
         if e is None:
             e = _bwd_rows.get_or_make(key, lambda: _rows_entry(op, (y, dy), out, dim, _bwd_rows, key))
         e.rows(M, pa, pb, po, y.device)
         return
-    key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), not ((pa | pb | po) & 15))
+    key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), _alignment(pa, pb, po))
     e = _bwd_entries.get(key)
     if e is None:
         e = _bwd_entries.get_or_make(key, lambda: _prepare(op, (y, dy), out, dim, None))
     _call(e, (y, dy), out, pa, pb, po)
 
 
-def plan_for(op: str, *tensors: torch.Tensor, dim: int = -1, regime: Optional[str] = None) -> Plan:
+def plan_for(op: str, *tensors: torch.Tensor, dim: int = -1, regime: Optional[str] = None,
+             out: Optional[torch.Tensor] = None) -> Plan:
     """The plan forward/backward would use for these tensors (inspection; loads kernels on first use)."""
-    out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
+    if out is None:
+        out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
     return _prepare(op, tuple(tensors), out, dim % tensors[0].dim(), regime).plan

@@ -127,6 +127,20 @@ template <int DT, int W> struct os_io {
     static __device__ __forceinline__ void store(elem* p, long long i, const float* f) {
         *reinterpret_cast<raw*>(p + i * W) = pack(f);
     }
+    // Elements j in [lo, hi) of access i only: the whole vector when lo <= 0 and hi >= W (folded away on the aligned
+    // path, whose bounds are the constants 0 and W), else element by element (the first and last access of a window;
+    // every access when !VEC: p is then not aligned as the loads were).
+    template <bool VEC>
+    static __device__ __forceinline__ void store_part(elem* p, long long i, const float* f, int lo, int hi) {
+        if (VEC && lo <= 0 && hi >= W) {
+            store(p, i, f);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                if (j >= lo && j < hi) p[i * W + j] = os_from_f<DT>(f[j]);
+            }
+        }
+    }
     static __device__ __forceinline__ raw load_last(const elem* p, long long i) {
         return os_ldcs(reinterpret_cast<const raw*>(p + i * W));
     }
@@ -134,6 +148,14 @@ template <int DT, int W> struct os_io {
         os_stcs(reinterpret_cast<raw*>(p + i * W), pack(f));
     }
 };
+
+// The window path: a row whose first element lies `sh` elements past a 16-byte boundary is read as the aligned
+// accesses that cover it, elements [-sh, N) rounded out to whole vectors; access v holds elements v*W - sh + j
+// (j < W), the row's iff lo <= j < hi with lo = sh - v*W, hi = lo + N. The first and last access read up to 15
+// bytes beside the row (the neighbouring row's, or the rest of the allocation's 16-byte granule), never used.
+template <int DT, int W> __device__ __forceinline__ int os_shift(const void* p) {
+    return (int)((unsigned long long)p / sizeof(typename os_elem<DT>::type)) & (W - 1);
+}
 
 // ---- exponentials and the reductions ---------------------------------------------------------
 

@@ -5,17 +5,21 @@
 // Template parameters shared by every kernel:
 //   OP  0 softmax, 1 log_softmax, 2 softmax backward, 3 log_softmax backward
 //   DT  storage type: 0 fp32, 1 fp16, 2 bf16 (converted with cvt PTX: NVRTC needs no headers)
-//   W   elements per access: 16 / sizeof(elem) (one 16-byte uint4) or 1 (the scalar path for unaligned pointers,
-//       row strides or N that are not a multiple of the vector)
+//   W   elements per access: 16 / sizeof(elem) (one 16-byte uint4) or 1 (the scalar path, where the inputs' rows
+//       start at different offsets from 16-byte boundaries, and in the split and strided regimes when unaligned)
+//   P   (warp and row kernels, W > 1) 0: rows aligned, N a multiple of W; 1: the window path, any N and any common
+//       offset: each row is read through the aligned accesses that cover it (production.cuh, os_shift), the
+//       elements beside it masked, its first and last access stored element by element; 2: the same loads, every
+//       store element by element (the out rows start at other offsets than the inputs')
 //
 // Each regime is one __device__ body (warp_body, row_body, split_stats_body, split_apply_body, strided_body) with the
 // op as a compile-time policy (op_traits: the inputs, the reduction, the outputs; 'if constexpr' where the fold
 // differs), under two thin __global__ entries, fwd_<regime> for OP 0 and 1 and bwd_<regime> for OP 2 and 3, whose
 // names and template parameters are what engines/cuda/plan.py instantiates:
-// fwd_warp<OP,DT,W,SLOTS,RPT>            small N: 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1),
+// fwd_warp<OP,DT,W,SLOTS,RPT,P>          small N: 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1),
 //                                        SLOTS accesses per lane and row, RPT rows per lane group, all loads issued
 //                                        first; 256 threads
-// fwd_row<OP,DT,W,THREADS,SLOTS,SSLOTS,C> one row per CTA (C == 1) or per cluster of C CTAs (partial (m, d) through
+// fwd_row<OP,DT,W,THREADS,SLOTS,SSLOTS,C,P> one row per CTA (C == 1) or per cluster of C CTAs (partial (m, d) through
 //                                        DSMEM); THREADS <= 512 threads hold SLOTS accesses each in registers and
 //                                        SSLOTS more in dynamic shared memory (cp.async)
 // fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
@@ -148,14 +152,23 @@ template <int OP, int DT, int W> struct op_traits {
         }
     }
 
-    // Backward: one access (y in ry, dy in rd) into the thread's sums, even and odd elements in two dependency
-    // chains (a0, a1), and its dx from the row's pair (a, b).
-    static __device__ __forceinline__ void bwd_fold(const raw& ry, const raw& rd, float& a0, float& a1, float& b0) {
+    // Forward: one access unpacked, its elements outside [lo, hi) (beside a window's row) set to -inf.
+    static __device__ __forceinline__ void unpack_x(const raw& r, float* x, int lo, int hi) {
+        io::unpack(r, x);
+#pragma unroll
+        for (int j = 0; j < W; j++) x[j] = j >= lo && j < hi ? x[j] : OS_NEG_INF;
+    }
+
+    // Backward: one access (y in ry, dy in rd; elements [lo, hi) of it) into the thread's sums, even and odd
+    // elements in two dependency chains (a0, a1), and its dx from the row's pair (a, b).
+    static __device__ __forceinline__ void bwd_fold(const raw& ry, const raw& rd, float& a0, float& a1, float& b0,
+                                                    int lo = 0, int hi = W) {
         float y[W], dy[W];
         io::unpack(ry, y);
         io::unpack(rd, dy);
 #pragma unroll
         for (int j = 0; j < W; j++) {
+            if (j < lo || j >= hi) continue;
             if (j & 1) bwd_acc<OP>(y[j], dy[j], a1, b0);
             else bwd_acc<OP>(y[j], dy[j], a0, b0);
         }
@@ -174,7 +187,7 @@ template <int OP, int DT, int W> struct op_traits {
 // per lane group, all loads issued first; 256 threads. The forward reduces the row max, then the sum of
 // exp(x - max): two butterflies without exponentials cost fewer instructions than one of (m, d) pairs, whose every
 // merge takes an exponential, and short rows are as much instruction- as memory-bound.
-template <int OP, int DT, int W, int SLOTS, int RPT>
+template <int OP, int DT, int W, int SLOTS, int RPT, int P>
 __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void* __restrict__ b,
                                           void* __restrict__ out, long long M, int N, long long sa, long long sb,
                                           long long so, int lg) {
@@ -188,20 +201,28 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
     const int TPR = 1 << lgt, GROUPS = WARP_THREADS >> lgt;
     const int lane = threadIdx.x & (TPR - 1);
     const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
-    const int lim = N / W - lane;  // slot k of this lane exists iff k * TPR < lim
 
-    // the accesses of inputs a and b (x; or y and dy) as loaded: slot k of row q at q * SLOTS + k
+    // the accesses of inputs a and b (x; or y and dy) as loaded: slot k of row q at q * SLOTS + k. Slot k of row q
+    // exists iff k * TPR < lim[q]; on the window path (P) row q starts sh[q] elements into its first access, and
+    // element j of slot k is the row's iff lo <= j < hi (BOUNDS; the constants 0 and W on the aligned path).
     raw ra[RPT * SLOTS], rb[RPT * SLOTS];
     bool ok[RPT];
+    int sh[RPT], lim[RPT];
+#define BOUNDS(q, k)                                         \
+    const int lo = P ? sh[q] - (lane + (k) * TPR) * W : 0; \
+    const int hi = P ? lo + N : W
 #pragma unroll
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
         ok[q] = row < M;
-        const elem* in_a = static_cast<const elem*>(a) + row * sa + lane * W;
-        const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W;
+        const elem* in_a = static_cast<const elem*>(a) + row * sa;
+        sh[q] = P ? os_shift<DT, W>(in_a) : 0;
+        lim[q] = (P ? (sh[q] + N + W - 1) / W : N / W) - lane;
+        in_a += lane * W - sh[q];
+        const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W - sh[q];
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim) op::load(ra[q * SLOTS + k], rb[q * SLOTS + k], in_a, in_b, k * TPR);
+            if (ok[q] && k * TPR < lim[q]) op::load(ra[q * SLOTS + k], rb[q * SLOTS + k], in_a, in_b, k * TPR);
         }
     }
     // the rows' pairs: forward (max, sum of exp(x - max)), v the row's x unpacked; backward the sums and the flags
@@ -212,8 +233,9 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
         for (int q = 0; q < RPT; q++) {
 #pragma unroll
             for (int k = 0; k < SLOTS; k++) {
-                if (ok[q] && k * TPR < lim) {
-                    op::io::unpack(ra[q * SLOTS + k], &v[q][k * W]);
+                if (ok[q] && k * TPR < lim[q]) {
+                    BOUNDS(q, k);
+                    op::unpack_x(ra[q * SLOTS + k], &v[q][k * W], lo, hi);
                 } else {
 #pragma unroll
                     for (int j = 0; j < W; j++) v[q][k * W + j] = OS_NEG_INF;
@@ -246,7 +268,10 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
             float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
 #pragma unroll
             for (int k = 0; k < SLOTS; k++) {
-                if (ok[q] && k * TPR < lim) op::bwd_fold(ra[q * SLOTS + k], rb[q * SLOTS + k], a0, a1, b0);
+                if (ok[q] && k * TPR < lim[q]) {
+                    BOUNDS(q, k);
+                    op::bwd_fold(ra[q * SLOTS + k], rb[q * SLOTS + k], a0, a1, b0, lo, hi);
+                }
             }
             pa[q] = a0 + a1;
             pb[q] = b0;
@@ -257,9 +282,10 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
         const typename op::out_params o(pa[q], pb[q]);
-        elem* dst = static_cast<elem*>(out) + row * so + lane * W;
+        elem* dst = static_cast<elem*>(out) + row * so + lane * W - sh[q];
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
+            BOUNDS(q, k);
             if constexpr (op::FWD) {
                 float y[W];
 #pragma unroll
@@ -267,37 +293,38 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
                     const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
                     y[j] = OP == 0 ? x * o.inv : x - o.ld;
                 }
-                if (ok[q] && k * TPR < lim) op::io::store(dst, k * TPR, y);
-            } else if (ok[q] && k * TPR < lim) {  // inline: op::bwd_dx would change the scalar log_softmax SASS
+                if (ok[q] && k * TPR < lim[q]) op::io::template store_part<P != 2>(dst, k * TPR, y, lo, hi);
+            } else if (ok[q] && k * TPR < lim[q]) {  // inline: op::bwd_dx would change the scalar log_softmax SASS
                 float y[W], dy[W], dx[W];
                 op::io::unpack(ra[q * SLOTS + k], y);
                 op::io::unpack(rb[q * SLOTS + k], dy);
 #pragma unroll
                 for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa[q], pb[q]);
-                op::io::store(dst, k * TPR, dx);
+                op::io::template store_part<P != 2>(dst, k * TPR, dx, lo, hi);
             }
         }
     }
+#undef BOUNDS
 }
 
-template <int OP, int DT, int W, int SLOTS, int RPT>
+template <int OP, int DT, int W, int SLOTS, int RPT, int P>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
 fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
-    warp_body<fwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+    warp_body<fwd_op<OP>::value, DT, W, SLOTS, RPT, P>(a, b, out, M, N, sa, sb, so, lg);
 }
 
-template <int OP, int DT, int W, int SLOTS, int RPT>
+template <int OP, int DT, int W, int SLOTS, int RPT, int P>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
 bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
-    warp_body<bwd_op<OP>::value, DT, W, SLOTS, RPT>(a, b, out, M, N, sa, sb, so, lg);
+    warp_body<bwd_op<OP>::value, DT, W, SLOTS, RPT, P>(a, b, out, M, N, sa, sb, so, lg);
 }
 
 // ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
 // One row per CTA (C == 1) or per cluster of C CTAs (the partial pairs through DSMEM); THREADS <= 512 threads hold
 // SLOTS accesses each in registers and SSLOTS more in dynamic shared memory (cp.async).
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
 __device__ __forceinline__ void row_body(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
                                          int N, long long sa, long long sb, long long so) {
     typedef op_traits<OP, DT, W> op;
@@ -316,9 +343,16 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     os_cluster_item<C>(row, rank);
     const int t = threadIdx.x;
     const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
-    const int lim = N / W - first;     // slot k exists iff k * THREADS < lim
-    const elem* in_a = static_cast<const elem*>(a) + row * sa + (long long)first * W;
-    const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W;
+    // the window path (P): the row starts sh elements into its first access; element j of the access i accesses
+    // past `first` is the row's iff lo <= j < hi (BOUNDS; the constants 0 and W on the aligned path)
+    const elem* in_a = static_cast<const elem*>(a) + row * sa;
+    const int sh = P ? os_shift<DT, W>(in_a) : 0;
+    const int lim = (P ? (sh + N + W - 1) / W : N / W) - first;  // slot k exists iff k * THREADS < lim
+    in_a += (long long)first * W - sh;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W - sh;
+#define BOUNDS(i)                                        \
+    const int lo = P ? sh - (first + (i)) * W : 0; \
+    const int hi = P ? lo + N : W
 
     raw ra[SLOTS], rb[SLOTS];
 #pragma unroll
@@ -345,7 +379,8 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             if (k * THREADS < lim) {
-                op::io::unpack(ra[k], &v[k * W]);
+                BOUNDS(k * THREADS);
+                op::unpack_x(ra[k], &v[k * W], lo, hi);
             } else {
 #pragma unroll
                 for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
@@ -357,8 +392,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #pragma unroll 1
             for (int j = 0; j < SSLOTS; j++) {
                 if ((SLOTS + j) * THREADS < lim) {
+                    BOUNDS((SLOTS + j) * THREADS);
                     float f[W];
-                    op::io::unpack(smem_slots[IN * j * THREADS + t], f);
+                    op::unpack_x(smem_slots[IN * j * THREADS + t], f, lo, hi);
                     mt = fmaxf(mt, os_max_of<W>(f));
                 }
             }
@@ -379,8 +415,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #pragma unroll 1
             for (int j = 0; j < SSLOTS; j++) {
                 if ((SLOTS + j) * THREADS < lim) {
+                    BOUNDS((SLOTS + j) * THREADS);
                     float f[W];
-                    op::io::unpack(smem_slots[IN * j * THREADS + t], f);
+                    op::unpack_x(smem_slots[IN * j * THREADS + t], f, lo, hi);
 #pragma unroll
                     for (int u = 0; u < W; u++) f[u] = os_exp_diff(f[u], st);
                     d += os_sum_of<W>(f);
@@ -395,7 +432,8 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             if (k * THREADS < lim) {
-                op::bwd_fold(ra[k], rb[k], a0, a1, b0);
+                BOUNDS(k * THREADS);
+                op::bwd_fold(ra[k], rb[k], a0, a1, b0, lo, hi);
             }
         }
         if constexpr (SSLOTS > 0) {
@@ -403,7 +441,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #pragma unroll 1
             for (int j = 0; j < SSLOTS; j++) {
                 if ((SLOTS + j) * THREADS < lim) {
-                    op::bwd_fold(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], a0, a1, b0);
+                    BOUNDS((SLOTS + j) * THREADS);
+                    op::bwd_fold(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], a0, a1, b0,
+                                 lo, hi);
                 }
             }
         }
@@ -416,18 +456,19 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     const typename op::out_params o(pa, pb);
     float f;  // softmax: y = e * f, e = exp(x - mt) in v
     if constexpr (op::FWD) f = os_exp_diff(mt, o.s) * o.inv;
-    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W;
+    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W - sh;
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
+        BOUNDS(k * THREADS);
         if constexpr (op::FWD) {
             float y[W];
 #pragma unroll
             for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
-            if (k * THREADS < lim) op::io::store(dst, k * THREADS, y);
+            if (k * THREADS < lim) op::io::template store_part<P != 2>(dst, k * THREADS, y, lo, hi);
         } else if (k * THREADS < lim) {
             float dx[W];
             op::bwd_dx(ra[k], rb[k], pa, pb, dx);
-            op::io::store(dst, k * THREADS, dx);
+            op::io::template store_part<P != 2>(dst, k * THREADS, dx, lo, hi);
         }
     }
     if constexpr (SSLOTS > 0) {
@@ -447,25 +488,27 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                 } else {
                     op::bwd_dx(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], pa, pb, y);
                 }
-                op::io::store(dst, i, y);
+                BOUNDS(i);
+                op::io::template store_part<P != 2>(dst, i, y, lo, hi);
             }
         }
     }
     if constexpr (C > 1) os_cluster_wait();
+#undef BOUNDS
 }
 
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
 __global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
-    row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+    row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P>(a, b, out, N, sa, sb, so);
 }
 
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C>
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
-    row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C>(a, b, out, N, sa, sb, so);
+    row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P>(a, b, out, N, sa, sb, so);
 }
 
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""Compile, before a timed run, every production kernel the sweep's shapes will load (NVRTC, one kernel per
+module: the run-time cache entries), spread over the CPU cores. Without a GPU it plans for the H200 (132 SMs):
+run it here with ONLINESOFTMAX_CACHE pointing at a folder to carry, and the device finds the cubins (when its
+NVRTC version is the same; otherwise it compiles them, still in parallel).
+
+    python benchmarks/precompile.py [--workers 16] [--n N ...]    (default: the sweep's shapes)
+"""
+
+import argparse
+import os
+import time
+
+import torch
+
+from onlinesoftmax.engines.cuda import compiled as K
+from onlinesoftmax.engines.cuda import plan as P
+from onlinesoftmax.harness.suites import FEW_ROWS, SWEEP_DTYPES, SWEEP_ELEMENTS, SWEEP_N, SWEEP_OPS, parse_dtype
+
+
+def sweep_kernels(ns, sms: int) -> set:
+    shapes = [(SWEEP_ELEMENTS // n, n) for n in ns] + (FEW_ROWS if ns == SWEEP_N else [])
+    names = set()
+    for op in SWEEP_OPS:
+        for dt in SWEEP_DTYPES:
+            dtype = parse_dtype(dt)
+            V = P.vec_width(dtype)
+            for M, N in shapes:  # fresh contiguous tensors: aligned; rows N apart (the window path for N % V)
+                p = P.plan(M, N, dtype, op, vec=N % V == 0 or M == 1, window=1, sms=sms)
+                names.update(p.kernels)
+    return names
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--n", type=int, nargs="*", default=SWEEP_N)
+    args = ap.parse_args()
+    names = sweep_kernels(args.n, K.sms(0 if torch.cuda.is_available() else None))
+    t = time.perf_counter()
+    K.compile_all(names, batch=1, workers=args.workers)
+    print(f"{len(names)} kernels ready in {time.perf_counter() - t:.1f} s ({args.workers} workers)")
+
+
+if __name__ == "__main__":
+    main()
