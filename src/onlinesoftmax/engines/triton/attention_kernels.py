@@ -41,7 +41,7 @@ def interpreting() -> bool:
 
 def _configs(kernel: str) -> list:
     return [triton.Config({"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N}, num_warps=c.num_warps,
-                          num_stages=c.num_stages) for c in rules.KERNELS[kernel]]
+                          num_stages=c.num_stages) for c in dict.fromkeys(rules.KERNELS[kernel])]
 
 
 def _pruner(kernel: str):
@@ -114,7 +114,11 @@ def _fwd_stage(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, o
     return acc, l_i, m_i
 
 
-@triton.jit
+# lengths, head counts and tuning keys are not specialised: a new ragged length reuses the compiled kernel
+PLAIN_INTS = ["H", "HKV", "GROUP", "SQ", "SK", "SQ_KEY", "SK_KEY"]
+
+
+@triton.jit(do_not_specialize=[n for n in PLAIN_INTS if n != "HKV"])
 def _fwd(Q, K, V, O, LSE, qk_scale,
          stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
          stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
@@ -157,7 +161,7 @@ fwd_kernel = _fwd
 fwd_tuned = _tuned("forward", ["HEAD_D", "CAUSAL", "SQ_KEY", "SK_KEY"])(_fwd)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["H", "SQ"])
 def bwd_preprocess(O, DO, LSE, DLSE, DELTA, MLOG2, stride_ob, stride_oh, stride_os,
                    stride_dob, stride_doh, stride_dos, H, SQ, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
     """delta = rowsum(dO * O) - dLSE and m = LSE * log2 e (+inf for an empty row), both fp32 (B * H, SQ)."""
@@ -202,7 +206,7 @@ def _dkdv_stage(dk, dv, k, v, q_base, do_base, m_base, d_base, stride_qs, stride
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=PLAIN_INTS)
 def _bwd_dkdv(Q, K, V, DO, DK, DV, MLOG2, DELTA, qk_scale, sm_scale,
               stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
               stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
@@ -278,7 +282,7 @@ def _dq_stage(dq, q, do, m, delta, k_base, v_base, stride_ks, stride_vs, offs_m,
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=[n for n in PLAIN_INTS if n != "HKV"])
 def _bwd_dq(Q, K, V, DO, DQ, MLOG2, DELTA, qk_scale, sm_scale,
             stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
             stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
