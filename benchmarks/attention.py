@@ -8,7 +8,7 @@ TFLOP/s with FLOPs = 4 B H S^2 D, half when causal; the backward counts 2.5x the
 triton.testing.do_bench medians (forward: the call; backward: o.backward(dO) on a kept graph, gradients reset to
 None). The first call of ours at a new key autotunes (attention_rules' candidates) before anything is timed. The
 efficient backend has no GQA kernel in this torch: '-' there. Every result is checked (ours vs flash, max abs
-difference of O) so a fast wrong kernel cannot enter the table.
+difference of O, dQ, dK, dV on the same inputs) so a fast wrong kernel cannot enter the table unseen.
 """
 
 from __future__ import annotations
@@ -58,13 +58,14 @@ def measure(impl, S, D, causal, gqa):
         o = fn()
     except RuntimeError as exc:  # no kernel of this backend for this shape
         return None, None, None, str(exc).splitlines()[0][:80]
-    do = torch.randn_like(o)
+    do = torch.randn(o.shape, device="cuda", dtype=o.dtype, generator=g)
     o.backward(do, retain_graph=True)  # the backward's first call (its autotuning for ours)
+    results = (o.detach(), q.grad.clone(), k.grad.clone(), v.grad.clone())
     with torch.no_grad():
         fwd_ms = triton.testing.do_bench(fn)
     bwd_ms = triton.testing.do_bench(lambda: o.backward(do, retain_graph=True), grad_to_none=[q, k, v])
     flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
-    return o.detach(), flops / fwd_ms / 1e9, 2.5 * flops / bwd_ms / 1e9, ""
+    return results, flops / fwd_ms / 1e9, 2.5 * flops / bwd_ms / 1e9, ""
 
 
 def environment() -> str:
@@ -97,7 +98,8 @@ def main() -> None:
                 print(f"  {impl}: {note}", flush=True)
             torch.cuda.empty_cache()
         if outputs.get("ours") is not None and outputs.get("flash") is not None:
-            row["max_abs_diff_vs_flash"] = f"{(outputs['ours'].float() - outputs['flash'].float()).abs().max():.3g}"
+            for name, a, b in zip(("O", "dQ", "dK", "dV"), outputs["ours"], outputs["flash"]):
+                row[f"max_abs_diff_{name}_vs_flash"] = f"{(a.float() - b.float()).abs().max():.3g}"
         rows.append(row)
         print(row, flush=True)
     fields = list(rows[0])
@@ -109,13 +111,15 @@ def main() -> None:
         f.write(f"# Attention sweep, bf16, B*S = {TOKENS}, H*D = {WIDTH} (TFLOP/s)\n\n{environment()}\n\n"
                 f"Command: `{' '.join(sys.argv)}`\n\n")
         f.write("| S | D | causal | H/Hkv | ours fwd | flash fwd | cuDNN fwd | eff. fwd | ours bwd | flash bwd | "
-                "cuDNN bwd | eff. bwd | ours/flash fwd | ours/flash bwd |\n|" + "---|" * 14 + "\n")
+                "cuDNN bwd | eff. bwd | ours/flash fwd | ours/flash bwd | max abs diff vs flash O/dQ/dK/dV |\n|"
+                + "---|" * 15 + "\n")
         for r in rows:
             def ratio(a, b):
                 return f"{float(r[a]) / float(r[b]):.2f}" if r[a] and r[b] else "-"
             cells = [r["S"], r["D"], r["causal"], f"{r['H']}/{r['Hkv']}"]
             cells += [r[f"{i}_fwd"] or "-" for i in IMPLS] + [r[f"{i}_bwd"] or "-" for i in IMPLS]
             cells += [ratio("ours_fwd", "flash_fwd"), ratio("ours_bwd", "flash_bwd")]
+            cells += ["/".join(r.get(f"max_abs_diff_{n}_vs_flash", "-") for n in ("O", "dQ", "dK", "dV"))]
             f.write("| " + " | ".join(map(str, cells)) + " |\n")
         f.write("\nAutotuned configurations (key: HEAD_D, CAUSAL, Sq bucket, Sk bucket, dtypes):\n\n")
         for kernel, picks in triton_attention.best_configs().items():

@@ -41,7 +41,7 @@ def interpreting() -> bool:
 
 def _configs(kernel: str) -> list:
     return [triton.Config({"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N}, num_warps=c.num_warps,
-                          num_stages=c.num_stages) for c in dict.fromkeys(rules.KERNELS[kernel])]
+                          num_stages=c.num_stages) for c in rules.KERNELS[kernel]]
 
 
 def _pruner(kernel: str):

@@ -2,9 +2,9 @@
 candidates of each kernel and the key that buckets sequence lengths. Pure Python (no triton
 import): the op layer and the tests ask it on machines without Triton.
 
-The candidate lists are short on purpose: every candidate is compiled and timed once per
-(head dim, causal, length bucket) the first time that key is seen, so a long list costs minutes of
-device time. They are FA2's shapes on Hopper: a 128-row query tile per program in the forward and
+The candidate lists are short on purpose: every candidate is compiled (~2 s) and timed once per
+(head dim, causal, length bucket) the first time that key is seen, so a long list costs a long
+first call. They are FA2's shapes on Hopper: a 128-row query tile per program in the forward and
 in dQ, a 64- or 128-key tile per program in dK/dV, 4 or 8 warps, 2 to 4 pipeline stages.
 """
 
@@ -24,24 +24,24 @@ class Candidate(NamedTuple):
     num_stages: int
 
 
-# Picked from sm_90 compiles here (ptxas resource usage, no GPU needed): the candidates that spill no or few
-# registers. 4 warps on a 128 x 128 fp32 accumulator spill (D = 128), so D = 128 takes 8 warps only.
-FORWARD = (
-    Candidate(128, 64, 4, 3), Candidate(128, 64, 8, 3), Candidate(128, 128, 8, 2), Candidate(128, 128, 8, 3),
-)
-FORWARD_D128 = (
-    Candidate(128, 64, 8, 2), Candidate(128, 64, 8, 3), Candidate(128, 64, 8, 4), Candidate(128, 128, 8, 2),
-)
-FORWARD_D256 = (  # a 256-wide fp32 accumulator: at most 128 of its registers per thread
-    Candidate(64, 64, 4, 2), Candidate(128, 64, 8, 2),
-)
-BACKWARD_DKDV = (  # BLOCK_N keys held per program (K, V, dK, dV), BLOCK_M query rows streamed
-    Candidate(32, 128, 8, 2), Candidate(32, 128, 8, 3), Candidate(16, 128, 8, 3), Candidate(32, 64, 8, 3),
-)
-BACKWARD_DQ = (  # BLOCK_M query rows held per program (Q, dO, dQ), BLOCK_N keys streamed
-    Candidate(128, 64, 8, 2), Candidate(128, 32, 8, 3), Candidate(64, 64, 4, 3),
-)
-KERNELS = {"forward": FORWARD + FORWARD_D128 + FORWARD_D256, "dkdv": BACKWARD_DKDV, "dq": BACKWARD_DQ}
+# Picked from sm_90 compiles here (ptxas resource usage, no GPU needed: the candidates that spill no or few
+# registers) and from the H200 sweep (benchmarks/results/h200-attention*: the configurations the autotuner chose,
+# with the next candidates worth timing). D <= 64 and D = 128 have their own lists; 256 is forward only.
+_C = Candidate
+CANDIDATES = {
+    ("forward", 64): (_C(128, 64, 8, 3), _C(128, 128, 8, 2)),
+    ("forward", 128): (_C(128, 64, 8, 3), _C(128, 64, 8, 4)),
+    ("forward", 256): (_C(64, 64, 4, 2), _C(128, 64, 8, 2)),  # a 256-wide fp32 accumulator
+    # dK/dV: BLOCK_N keys held per program (K, V and the fp32 dK, dV), BLOCK_M query rows streamed. The 128 x 128
+    # fp32 accumulators of D = 128 leave registers for 32-row query tiles only (64 rows spill)
+    ("dkdv", 64): (_C(32, 128, 8, 3), _C(64, 128, 8, 2), _C(64, 128, 8, 3)),
+    ("dkdv", 128): (_C(32, 128, 8, 3), _C(16, 128, 8, 3), _C(64, 64, 8, 2)),
+    # dQ: BLOCK_M query rows held per program (Q, dO and the fp32 dQ), BLOCK_N keys streamed
+    ("dq", 64): (_C(64, 64, 4, 3), _C(128, 64, 8, 2), _C(128, 128, 8, 2)),
+    ("dq", 128): (_C(128, 64, 8, 2), _C(128, 32, 8, 3), _C(128, 64, 8, 3)),
+}
+KERNELS = {k: tuple(dict.fromkeys(c for (kernel, _), cs in CANDIDATES.items() if kernel == k for c in cs))
+           for k in ("forward", "dkdv", "dq")}
 
 
 def length_bucket(n: int) -> int:
@@ -54,9 +54,7 @@ def length_bucket(n: int) -> int:
 
 def candidates(kernel: str, head_dim: int) -> tuple:
     """The candidates of `kernel` ("forward", "dkdv", "dq") worth timing at this head dim."""
-    if kernel == "forward":
-        return FORWARD_D256 if head_dim > 128 else FORWARD_D128 if head_dim > 64 else FORWARD
-    return KERNELS[kernel]
+    return CANDIDATES[kernel, 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256]
 
 
 def unsupported(head_dim: int, backward: bool):
