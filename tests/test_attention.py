@@ -281,6 +281,6 @@ def test_custom_op_fake_kernels():
 
     q, k, v = _qkv(2, 4, 2, 5, 6, 8, 0, dtype=torch.bfloat16)
     torch.library.opcheck(attention_forward_op, (q, k, v, True, 0.3, "reference"))
-    o, lse = attention_forward_op(q, k, v, True, 0.3, "reference")
-    torch.library.opcheck(attention_backward_op, (q, k, v, o, lse, torch.randn_like(o), torch.randn_like(lse), True,
+    o, lse, lse2 = attention_forward_op(q, k, v, True, 0.3, "reference")
+    torch.library.opcheck(attention_backward_op, (q, k, v, o, lse2, torch.randn_like(o), torch.randn_like(lse), True,
                                                   0.3, "reference"))

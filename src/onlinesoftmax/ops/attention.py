@@ -42,6 +42,7 @@ BACKENDS = ("auto", "triton", "reference")
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 DTYPES = KERNEL_DTYPES + (torch.float32, torch.float64)
 NEG_INF = float("-inf")
+LOG2E = 1.4426950408889634
 
 
 # ------------------------------------------------------------------------------- validation
@@ -103,14 +104,16 @@ def resolve(q, k, v, causal, scale, backend: str, grad: bool) -> tuple[float, st
 
 
 # ------------------------------------------------------------------------------ the launchers
-def forward(q, k, v, causal: bool, scale: float, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE) by `backend`, as resolve returns it: O contiguous in q's dtype, LSE fp32 (float64 for float64)."""
+def forward(q, k, v, causal: bool, scale: float, backend: str):
+    """(O, LSE, LSE2) by `backend`, as resolve returns it: O contiguous in q's dtype, LSE fp32 (float64 for
+    float64) in natural log, LSE2 the same in base 2 as the engine computed it: what `backward` takes (the Triton
+    kernels' backward needs the forward's own base-2 value; converting LSE back would cost precision)."""
     return _FORWARD[backend](q, k, v, causal, scale)
 
 
-def backward(q, k, v, o, lse, do, dlse, causal: bool, scale: float, backend: str):
-    """(dQ, dK, dV) from the forward's inputs and outputs and the gradients of O and LSE (dlse None: zero)."""
-    return _BACKWARD[backend](q, k, v, o, lse, do.to(q.dtype), dlse, causal, scale)
+def backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float, backend: str):
+    """(dQ, dK, dV) from the forward's inputs, O and LSE2, and the gradients of O and LSE (dlse None: zero)."""
+    return _BACKWARD[backend](q, k, v, o, lse2, do.to(q.dtype), dlse, causal, scale)
 
 
 def _triton():
@@ -129,9 +132,9 @@ def _triton_forward(q, k, v, causal, scale):
     return _triton().attention_forward(_unit_stride(q), _unit_stride(k), _unit_stride(v), causal, scale)
 
 
-def _triton_backward(q, k, v, o, lse, do, dlse, causal, scale):
+def _triton_backward(q, k, v, o, lse2, do, dlse, causal, scale):
     q, k, v, o, do = (_unit_stride(t) for t in (q, k, v, o, do))
-    return _triton().attention_backward(q, k, v, o, lse, do, dlse, causal, scale)
+    return _triton().attention_backward(q, k, v, o, lse2, do, dlse, causal, scale)
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -156,11 +159,12 @@ def _reference_probabilities(q, k, causal, scale):
 def _reference_forward(q, k, v, causal, scale):
     _, _, p, lse = _reference_probabilities(q, k, causal, scale)
     vf = v.to(p.dtype).repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    return (p @ vf).to(q.dtype), lse
+    return (p @ vf).to(q.dtype), lse, lse * LOG2E
 
 
-def _reference_backward(q, k, v, o, lse, do, dlse, causal, scale):
-    """reference.attention_backward in torch: dS = P (dP - rowsum(dO O) + dLSE), P recomputed."""
+def _reference_backward(q, k, v, o, lse2, do, dlse, causal, scale):
+    """reference.attention_backward in torch: dS = P (dP - rowsum(dO O) + dLSE), P recomputed (from the scores:
+    o and lse2 are not used)."""
     group = q.shape[1] // k.shape[1]
     qf, kf, p, _ = _reference_probabilities(q, k, causal, scale)
     vf, dof = v.to(p.dtype).repeat_interleave(group, dim=1), do.to(p.dtype)
@@ -183,10 +187,10 @@ def _empty_forward(q, k, v, causal, scale):
     """No query, or no key: O = 0, LSE = -inf (every row has no visible key)."""
     B, H, SQ, D = q.shape
     lse = torch.full((B, H, SQ), NEG_INF, dtype=_accumulator(q.dtype), device=q.device)
-    return torch.zeros((B, H, SQ, D), dtype=q.dtype, device=q.device), lse
+    return torch.zeros((B, H, SQ, D), dtype=q.dtype, device=q.device), lse, lse.clone()
 
 
-def _empty_backward(q, k, v, o, lse, do, dlse, causal, scale):
+def _empty_backward(q, k, v, o, lse2, do, dlse, causal, scale):
     return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
 
@@ -197,45 +201,48 @@ _BACKWARD = {"triton": _triton_backward, "reference": _reference_backward, "empt
 # ---------------------------------------------------------------------- torch.compile: custom ops
 @torch.library.custom_op("onlinesoftmax::attention_forward", mutates_args=())
 def attention_forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                         backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+                         backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return forward(q, k, v, causal, scale, backend)
 
 
 @attention_forward_op.register_fake
 def _(q, k, v, causal, scale, backend):
     B, H, SQ, D = q.shape
-    return q.new_empty((B, H, SQ, D)), q.new_empty((B, H, SQ), dtype=_accumulator(q.dtype))
+    acc = _accumulator(q.dtype)
+    return q.new_empty((B, H, SQ, D)), q.new_empty((B, H, SQ), dtype=acc), q.new_empty((B, H, SQ), dtype=acc)
 
 
 @torch.library.custom_op("onlinesoftmax::attention_backward", mutates_args=())
-def attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+def attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse2: torch.Tensor,
                           do: torch.Tensor, dlse: Optional[torch.Tensor], causal: bool, scale: float,
                           backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return backward(q, k, v, o, lse, do, dlse, causal, scale, backend)
+    return backward(q, k, v, o, lse2, do, dlse, causal, scale, backend)
 
 
 @attention_backward_op.register_fake
-def _(q, k, v, o, lse, do, dlse, causal, scale, backend):
+def _(q, k, v, o, lse2, do, dlse, causal, scale, backend):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 # ---------------------------------------------------------------- one autograd rule, two ways in
+# LSE2 (the base-2 LSE) is an output only so that the backward can have it; it is never returned to users, so
+# no gradient reaches it.
 def _setup_context(ctx, inputs, output):
     q, k, v, causal, scale, backend = inputs
-    o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    o, _, lse2 = output
+    ctx.save_for_backward(q, k, v, o, lse2)
     ctx.args = (causal, scale, backend)
 
 
 def _gradient(ctx, do, dlse, backward_fn):
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse2 = ctx.saved_tensors
     if do is None:
         do = torch.zeros_like(o)
-    dq, dk, dv = backward_fn(q, k, v, o, lse, do, dlse, *ctx.args)
+    dq, dk, dv = backward_fn(q, k, v, o, lse2, do, dlse, *ctx.args)
     return dq, dk, dv, None, None, None
 
 
-attention_forward_op.register_autograd(lambda ctx, do, dlse: _gradient(ctx, do, dlse, attention_backward_op),
+attention_forward_op.register_autograd(lambda ctx, do, dlse, _: _gradient(ctx, do, dlse, attention_backward_op),
                                        setup_context=_setup_context)
 
 
@@ -247,7 +254,7 @@ class _Attention(torch.autograd.Function):
         return forward(q, k, v, causal, scale, backend)
 
     @staticmethod
-    def backward(ctx, do, dlse):
+    def backward(ctx, do, dlse, _):
         return _gradient(ctx, do, dlse, backward)
 
 
@@ -259,11 +266,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v) if isinstance(t, torch.Tensor))
     scale, backend = resolve(q, k, v, causal, scale, backend, grad)
     if torch.compiler.is_compiling():
-        o, lse = attention_forward_op(q, k, v, causal, scale, backend)
+        o, lse, _ = attention_forward_op(q, k, v, causal, scale, backend)
     elif grad:
-        o, lse = _Attention.apply(q, k, v, causal, scale, backend)
+        o, lse, _ = _Attention.apply(q, k, v, causal, scale, backend)
     else:
-        o, lse = forward(q, k, v, causal, scale, backend)
+        o, lse, _ = forward(q, k, v, causal, scale, backend)
     return (o, lse) if return_lse else o
 
 

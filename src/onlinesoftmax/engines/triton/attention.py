@@ -54,26 +54,29 @@ def _tiles(tuned, plain):
     return tuned, {}, (lambda meta: meta["BLOCK_M"], lambda meta: meta["BLOCK_N"])
 
 
-def attention_forward(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE): O (B, H, Sq, D) in q's dtype, LSE (B, H, Sq) fp32 in natural log (-inf: no visible key)."""
+def attention_forward(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(O, LSE, LSE2): O (B, H, Sq, D) in q's dtype, LSE (B, H, Sq) fp32 in natural log (-inf: no visible key),
+    LSE2 the same in base 2 as the kernel computed it (what attention_backward takes)."""
     _check((("q", q), ("k", k), ("v", v)), q.shape[-1], backward=False)
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
     o = torch.empty((B, H, SQ, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
+    lse2 = torch.empty_like(lse)
     if o.numel() == 0:
-        return o, lse
+        return o, lse, lse2
     kernel, meta, (bm, _) = _tiles(K.fwd_tuned, K.fwd_kernel)
     with _on_device(q):
         kernel[lambda m: (cdiv(SQ, bm(m)), B * H)](
-            q, k, v, o, lse, scale * LOG2E, *_strides(q), *_strides(k), *_strides(v), *_strides(o),
+            q, k, v, o, lse, lse2, scale * LOG2E, *_strides(q), *_strides(k), *_strides(v), *_strides(o),
             H, H // HKV, SQ, SK, rules.length_bucket(SQ), rules.length_bucket(SK),
             HEAD_D=D, CAUSAL=bool(causal), **meta)
-    return o, lse
+    return o, lse, lse2
 
 
-def attention_backward(q, k, v, o, lse, do, dlse, causal: bool, scale: float):
-    """(dQ, dK, dV) in the inputs' dtypes and shapes, given dO and the LSE's own gradient dlse (None: zero)."""
+def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
+    """(dQ, dK, dV) in the inputs' dtypes and shapes, given the forward's O and base-2 LSE, dO and the (natural)
+    LSE's own gradient dlse (None: zero)."""
     _check((("q", q), ("k", k), ("v", v), ("o", o), ("do", do)), q.shape[-1], backward=True)
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
@@ -87,7 +90,7 @@ def attention_backward(q, k, v, o, lse, do, dlse, causal: bool, scale: float):
     keys = (rules.length_bucket(SQ), rules.length_bucket(SK))
     with _on_device(q):
         K.bwd_preprocess[(cdiv(SQ, PREPROCESS_BLOCK), B * H)](
-            o, do, lse.contiguous(), dlse, delta, mlog2, *_strides(o), *_strides(do), H, SQ,
+            o, do, lse2.contiguous(), dlse, delta, mlog2, *_strides(o), *_strides(do), H, SQ,
             HEAD_D=D, BLOCK_M=PREPROCESS_BLOCK)
         kernel, meta, (_, bn) = _tiles(K.dkdv_tuned, K.dkdv_kernel)
         kernel[lambda m: (cdiv(SK, bn(m)), B * HKV)](

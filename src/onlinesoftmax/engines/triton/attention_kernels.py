@@ -7,15 +7,18 @@ Forward: one program per (query tile, batch * head). The key/value tiles stream 
 (m, l) fold of state.py, in the exp2 domain with the softmax scale folded into log2 e, and the output
 accumulator is rescaled by 2^(m_old - m_new) (seed 001 §5). The key loop runs in two stages: the
 tiles every row of the program sees in full (no mask, no bounds check, the guard-free update), then
-the causal diagonal and the ragged last tile (the masked update). LSE is written in natural log.
+the causal diagonal and the ragged last tile (the masked update). LSE is written twice: in natural log
+(the op's output) and in base 2 as the fold left it, m + log2 l, for the backward: converting the natural
+log back would add two roundings at the logits' magnitude (2^-10 near 1e4), which the backward's dS = P (dP -
+delta) amplifies when logits are large.
 
 Rows with no visible key (Sk = 0, or causal with Sq > Sk) keep the empty state (-inf, 0) of
 state.py: the masked update shifts by 0 instead of -inf (exp(-inf - -inf) = nan is the seeds'
 pitfall), and the epilogue writes O = 0, LSE = -inf.
 
 Backward (FA2, no atomics): `bwd_preprocess` writes delta = rowsum(dO * O) - dLSE (the LSE's own
-gradient folds in there: dS = P * (dP - delta)) and the row max in the log2 domain, with +inf for
-an empty row so that P = 2^(s - m) = 0 there. `bwd_dkdv` holds one key/value tile and streams the
+gradient folds in there: dS = P * (dP - delta)) and the forward's base-2 LSE, with +inf for an
+empty row so that P = 2^(s - m) = 0 there. `bwd_dkdv` holds one key/value tile and streams the
 query tiles of every head of its group (the GQA sum stays in registers); `bwd_dq` holds one query
 tile and streams the key tiles. Both recompute P.
 
@@ -119,7 +122,7 @@ PLAIN_INTS = ["H", "HKV", "GROUP", "SQ", "SK", "SQ_KEY", "SK_KEY"]
 
 
 @triton.jit(do_not_specialize=[n for n in PLAIN_INTS if n != "HKV"])
-def _fwd(Q, K, V, O, LSE, qk_scale,
+def _fwd(Q, K, V, O, LSE, LSE2, qk_scale,
          stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
          stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
          H, GROUP, SQ, SK, SQ_KEY, SK_KEY,
@@ -150,11 +153,12 @@ def _fwd(Q, K, V, O, LSE, qk_scale,
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     o = acc / l_safe[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * LN2)
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
     rows = offs_m < SQ
     tl.store(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
              o.to(O.dtype.element_ty), mask=rows[:, None])
-    tl.store(LSE + pid_bh.to(tl.int64) * SQ + offs_m, lse, mask=rows)
+    tl.store(LSE + pid_bh.to(tl.int64) * SQ + offs_m, lse2 * LN2, mask=rows)
+    tl.store(LSE2 + pid_bh.to(tl.int64) * SQ + offs_m, lse2, mask=rows)
 
 
 fwd_kernel = _fwd
@@ -162,9 +166,9 @@ fwd_tuned = _tuned("forward", ["HEAD_D", "CAUSAL", "SQ_KEY", "SK_KEY"])(_fwd)
 
 
 @triton.jit(do_not_specialize=["H", "SQ"])
-def bwd_preprocess(O, DO, LSE, DLSE, DELTA, MLOG2, stride_ob, stride_oh, stride_os,
+def bwd_preprocess(O, DO, LSE2, DLSE, DELTA, MLOG2, stride_ob, stride_oh, stride_os,
                    stride_dob, stride_doh, stride_dos, H, SQ, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
-    """delta = rowsum(dO * O) - dLSE and m = LSE * log2 e (+inf for an empty row), both fp32 (B * H, SQ)."""
+    """delta = rowsum(dO * O) - dLSE and m = the forward's base-2 LSE (+inf for an empty row), fp32 (B * H, SQ)."""
     pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
     off_h = (pid_bh % H).to(tl.int64)
@@ -179,9 +183,9 @@ def bwd_preprocess(O, DO, LSE, DLSE, DELTA, MLOG2, stride_ob, stride_oh, stride_
     delta = tl.sum(o * do, 1)
     if DLSE is not None:
         delta -= tl.load(DLSE + row, mask=rows, other=0.0)
-    lse = tl.load(LSE + row, mask=rows, other=0.0)
+    lse2 = tl.load(LSE2 + row, mask=rows, other=0.0)
     tl.store(DELTA + row, delta, mask=rows)
-    tl.store(MLOG2 + row, tl.where(lse == float("-inf"), float("inf"), lse * LOG2E), mask=rows)
+    tl.store(MLOG2 + row, tl.where(lse2 == float("-inf"), float("inf"), lse2), mask=rows)
 
 
 @triton.jit
