@@ -27,18 +27,17 @@ Import this module only after TRITON_INTERPRET is set (if it is to be set).
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
 from . import attention_rules as rules
 
-LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
 
 def interpreting() -> bool:
-    import os
-
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
