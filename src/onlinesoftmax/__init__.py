@@ -4,14 +4,17 @@
     y = osm.softmax(x, dim=-1)      # torch.softmax's signature; CUDA: production kernels, CPU: torch's kernel
     osm.enable()                    # torch.softmax & co. on CUDA tensors (and their backward) run ours
     osm.variants()                  # every implementation: CPU ladder, CUDA ladder, Triton, ...
+    o, lse = osm.attention(q, k, v, causal=True, return_lse=True)   # FlashAttention-2 in Triton
 """
 
 from .errors import ArgumentTypeError, DimError, OnlineSoftmaxError, Unavailable
+from .ops.attention import attention, merge_attention
 from .ops.dropin import disable, enable, enabled, is_enabled
 from .ops.softmax import LogSoftmax, Softmax, log_softmax, softmax
 from .registry import Variant, get, variants
 from .harness import catalog as _catalog  # noqa: F401, E402  (registers every variant)
 
 __all__ = ["ArgumentTypeError", "DimError", "LogSoftmax", "OnlineSoftmaxError", "Softmax", "Unavailable",
-           "Variant", "disable", "enable", "enabled", "get", "is_enabled", "log_softmax", "softmax", "variants"]
+           "Variant", "attention", "disable", "enable", "enabled", "get", "is_enabled", "log_softmax",
+           "merge_attention", "softmax", "variants"]
 __version__ = "0.1.0"

@@ -5,6 +5,11 @@ Semantics (the same for every backend, and documented in the README):
 - log_softmax of such a row is -inf; its gradient is 0;
 - a row holding nan or +inf gives nan across the row, as torch.softmax does;
 - everything else is the textbook definition, computed with the max shift in float64.
+
+Attention (not a row op of opdefs, so outside `reference()`): O = softmax(scale * Q K^T + mask) V per
+head, grouped-query heads (query head h reads key/value head h // (H / Hkv)), causal aligned to the
+bottom right (query i sees key j iff j <= i + Sk - Sq); LSE is the natural-log log-sum-exp of each
+row's scores, -inf for a row with no visible key, whose O is 0 (the softmax rule above).
 """
 
 from __future__ import annotations
@@ -55,6 +60,66 @@ def log_softmax_backward(y, dy) -> np.ndarray:
     dx = dy - np.exp(y) * dy.sum(axis=-1, keepdims=True)
     masked = np.all(y == -np.inf, axis=-1, keepdims=True)
     return np.where(masked, 0.0, dx)
+
+
+def causal_mask(sq: int, sk: int) -> np.ndarray:
+    """(sq, sk) bool: query i sees key j iff j <= i + sk - sq (bottom-right aligned, as flash-attn)."""
+    return np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
+
+
+def _attention_probabilities(q, k, causal, scale):
+    """float64 (q, k expanded to q's heads, scores, P, LSE) of attention."""
+    q, k = as_float64(q), as_float64(k)
+    k = np.repeat(k, q.shape[1] // max(k.shape[1], 1), axis=1) if k.shape[1] else k
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    if causal:
+        s = np.where(causal_mask(q.shape[2], k.shape[2]), s, -np.inf)
+    return q, k, s, softmax(s), _logsumexp(s)
+
+
+def _logsumexp(s: np.ndarray) -> np.ndarray:
+    if s.shape[-1] == 0:
+        return np.full(s.shape[:-1], -np.inf)
+    shift, _, d = _row_stats(s)
+    with np.errstate(divide="ignore"):
+        return np.where(d == 0, -np.inf, shift + np.log(d))[..., 0]
+
+
+def _expand(v, heads: int) -> np.ndarray:
+    v = as_float64(v)
+    return np.repeat(v, heads // v.shape[1], axis=1) if v.shape[1] else v
+
+
+def _group_sum(g: np.ndarray, hkv: int) -> np.ndarray:
+    b, h, s, d = g.shape
+    return g.reshape(b, hkv, h // hkv, s, d).sum(axis=2)
+
+
+def attention(q, k, v, causal: bool = False, scale=None) -> tuple[np.ndarray, np.ndarray]:
+    """(O, LSE) in float64: O (B, H, Sq, D), LSE (B, H, Sq)."""
+    q, _, _, p, lse = _attention_probabilities(q, k, causal, scale)
+    return np.einsum("bhij,bhjd->bhid", p, _expand(v, q.shape[1])), lse
+
+
+def attention_backward(q, k, v, do, dlse=None, causal: bool = False, scale=None):
+    """(dQ, dK, dV) in float64 for the upstream gradients dO of O and dLSE of LSE (None: 0).
+    dS = P * (dP - rowsum(dO * O) + dLSE), dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO, with dK, dV summed
+    over the query heads that share a key/value head. A row with no visible key has P = 0: zero gradients."""
+    hkv = as_float64(k).shape[1]
+    scale = 1.0 / np.sqrt(as_float64(q).shape[-1]) if scale is None else scale
+    q, ke, s, p, _ = _attention_probabilities(q, k, causal, scale)
+    ve, do = _expand(v, q.shape[1]), as_float64(do)
+    o = np.einsum("bhij,bhjd->bhid", p, ve)
+    dp = np.einsum("bhid,bhjd->bhij", do, ve)
+    delta = (do * o).sum(-1, keepdims=True)
+    if dlse is not None:
+        delta = delta - as_float64(dlse)[..., None]
+    ds = p * (dp - delta)
+    dq = scale * np.einsum("bhij,bhjd->bhid", ds, ke)
+    dk = scale * np.einsum("bhij,bhid->bhjd", ds, q)
+    dv = np.einsum("bhij,bhid->bhjd", p, do)
+    return dq, _group_sum(dk, hkv), _group_sum(dv, hkv)
 
 
 def total(x) -> np.ndarray:

@@ -85,3 +85,37 @@ def log_probabilities(x, state):
     with np.errstate(divide="ignore", invalid="ignore"):
         logp = x - safe_shift(m) - xp.log(d)
     return xp.where(d == 0, xp.full_like(logp, NEG_INF), logp)
+
+
+def _sigmoid(x):
+    if isinstance(x, torch.Tensor):
+        return torch.sigmoid(x)
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def _logsigmoid(x):
+    if isinstance(x, torch.Tensor):
+        return torch.nn.functional.logsigmoid(x)
+    return -np.logaddexp(0.0, -x)
+
+
+def merge_lse(o1, lse1, o2, lse2):
+    """Attention over two disjoint key sets -> attention over their union (split-KV decoding, ring attention).
+
+    o1, o2 (..., D) are each part's normalised output and lse1, lse2 (...) its log-sum-exp: the (m, d) state of
+    the row as m + log d. The merge above, written so that nothing overflows (ring attention's sigmoid form):
+
+        o   = sigmoid(lse1 - lse2) * o1 + sigmoid(lse2 - lse1) * o2
+        lse = max(lse1, lse2) - logsigmoid(|lse1 - lse2|)          (= log(e^lse1 + e^lse2))
+
+    An empty part (lse = -inf, o = 0) is the identity: its weight is sigmoid(-inf) = 0 and the other's 1. Two empty
+    parts would compute -inf - -inf = nan (the guard of `merge`): their difference is taken as 0 instead, which
+    gives o = 0 and lse = -inf, with finite gradients everywhere. Differentiable under torch autograd."""
+    xp = _xp(lse1)
+    both_empty = (lse1 == NEG_INF) & (lse2 == NEG_INF)
+    with np.errstate(invalid="ignore"):
+        diff = xp.where(both_empty, xp.zeros_like(lse1), lse1 - lse2)
+    w1, w2 = _sigmoid(diff)[..., None], _sigmoid(-diff)[..., None]
+    lse = xp.maximum(lse1, lse2) - _logsigmoid(xp.abs(diff))
+    return w1 * o1 + w2 * o2, lse
