@@ -198,7 +198,7 @@ def test_forward_backward_layouts(dtype, log):
     ((300, 80000), 1, torch.bfloat16, "cluster"),  # odd share: the last CTA of each cluster partly filled
     ((1, 262144), 1, torch.bfloat16, "cluster"),  # few rows: a cluster of 16
     ((32, 131072), 1, torch.float32, "cluster"),  # few rows: clusters of 8 in registers
-    ((3, 100001), 1, torch.float16, "split"),  # few rows, odd N: the scalar path
+    ((3, 100001), 1, torch.float16, "cluster"),  # few rows, odd N: the window path
     ((1, 1 << 20), 1, torch.float32, "split"),
     ((2048, 2048), 0, torch.float32, "columns"),
     ((8192, 8192), 0, torch.float32, "columns"),  # the brief's dim-0 case: clusters of 8 per strip
@@ -305,9 +305,11 @@ def _window_shapes(op, dtype):
     wmax = P.warp_max_n(op, dtype, W)
     rcap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W
     cap = P.row_capacity(op, dtype, W)
+    many = 140  # more rows than SMs: no few-rows rule
     return [(37, 1, "warp"), (37, 33, "warp"), (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
-            (3, rcap - W + 1, "block"), (2, rcap + 3, "block" if cap > rcap else "cluster"),
-            (2, 2 * cap - W + 1, "cluster"), (1, 131071, "cluster"), (300, 50257, None)]
+            (many, rcap - W + 1, "block"), (many, rcap + 3, "block" if cap > rcap else "cluster"),
+            (many, cap - W + 1, "block"), (many, cap + 1, "cluster"), (2, 2 * cap - W + 1, "cluster"),
+            (1, 131071, "cluster"), (300, 50257, None)]
 
 
 def _at_offset(M, N, dtype, offset, g):

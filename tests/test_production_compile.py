@@ -144,7 +144,7 @@ def test_regime_thresholds(op, dtype):
     assert p.regime == "block" and p.launches[0].smem == 0
     p = P.plan(many, reg_cap + W, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].smem > 0
-    assert cap == (4 if op in FWD and dtype != torch.float32 else 2) * reg_cap
+    assert cap == (4 if op in FWD and dtype != torch.float32 else 2) * reg_cap + P.ROW_MAX_THREADS * W  # + a slot
     p = P.plan(many, cap, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].cluster == 1
     p = P.plan(many, cap + W, dtype, op, sms=SMS)
@@ -258,6 +258,9 @@ def test_warp_rules():
 
 
 def test_block_rules():
+    assert P.block_threads("softmax", torch.bfloat16, 8, 4097 + 7) == (288, 2)  # 513 accesses: 9 warps, not 16
+    assert P.block_threads("softmax", torch.float32, 4, 12289 + 3) == (416, 8)
+    assert P.block_threads("softmax", torch.float32, 4, 4096) == (256, 4)
     for op in P.ENGINE_OPS:
         for dtype in opdefs.GPU_DTYPES:
             W = P.vec_width(dtype)

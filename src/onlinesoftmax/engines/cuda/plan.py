@@ -107,11 +107,13 @@ def smem_slots(op: str, dtype, W: int) -> int:
     """Extra accesses per thread parked in dynamic shared memory when one CTA's registers are not enough
     (16-byte path only): as many as in registers, i.e. 64 KB (fp32 forward, any backward) per 512-thread CTA; 16-bit
     forward parks three times as many (96 KB: its data is 2 bytes an element in shared memory, 4 in registers), so
-    one CTA holds 64K elements and a row of 262144 needs a cluster of 4. Two CTAs still fit an SM."""
+    one CTA holds 64K elements and a row of 262144 needs a cluster of 4. One access more on top (8 to 16 KB), so
+    that a power-of-two row read through the window (2^k + W - 1 elements: odd N beside it) needs no more CTAs than
+    the aligned row. Two CTAs still fit an SM."""
     if W == 1:
         return 0
     rs = reg_slots(op, dtype, W)
-    return 3 * rs if (not OPS[op].backward and dtype != torch.float32) else rs
+    return (3 * rs if (not OPS[op].backward and dtype != torch.float32) else rs) + 1
 
 
 def smem_bytes(op: str, W: int, threads: int, sslots: int) -> int:
@@ -141,15 +143,16 @@ def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
 
 def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
     """(threads, slots) of one CTA per row holding the row in registers: half the register budget per thread
-    when the threads suffice (more CTAs per SM, shorter per-thread chains), the whole budget at 512 threads."""
+    when the threads suffice (more CTAs per SM, shorter per-thread chains), the whole budget up to 512 threads.
+    The threads are the row's accesses over the slots rounded up to a warp, not to a power of two: a row of
+    N = 3000 or 4097 leaves at most one warp's slots empty, not nearly half the CTA."""
     nv = cdiv(N, W)
     rs = reg_slots(op, dtype, W)
-    half = max(1, rs // 2)
-    threads = min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, pow2ceil(cdiv(nv, half))))
-    slots = half if nv <= threads * half else rs
-    if nv > threads * slots:
-        raise Unsupported(f"N = {N}: more than {ROW_MAX_THREADS * rs * W} elements do not fit one CTA's registers")
-    return threads, slots
+    for slots in (max(1, rs // 2), rs):
+        threads = max(ROW_MIN_THREADS, cdiv(cdiv(nv, slots), 64) * 64)
+        if threads <= ROW_MAX_THREADS:
+            return threads, slots
+    raise Unsupported(f"N = {N}: more than {ROW_MAX_THREADS * rs * W} elements do not fit one CTA's registers")
 
 
 def row_capacity(op: str, dtype, W: int) -> int:
@@ -468,6 +471,7 @@ def _probe_ns(W: int, window: bool = False) -> list[int]:
     for k in range(5, 20):
         p = 1 << k
         ns.update({p - 1, p, p + 1, p + p // 2})
+    ns.update(64 * k * s + d for k in range(2, 9) for s in (1, 2, 4, 8, 16) for d in (0, 1))  # block: warp pairs
     ns = {n * W for n in ns} | ns
     if window:
         ns |= {n - W + 1 for n in ns if n > W} | {n - W + 2 for n in ns if n > W}

@@ -243,7 +243,10 @@ template <int RED, int R, int SLOTS> __device__ __forceinline__ void os_rows_red
 // Block reduction: warps by shuffles, the warp states through shared memory, then every warp folds them (lane l
 // reads state l % nw, so every lane ends with the block's state, bitwise equal). sa/sb hold nw floats, used once.
 // blockDim.x is a multiple of 32 with a power-of-2 warp count.
-template <int RED> __device__ __forceinline__ void os_block_reduce(float& a, float& b, float* sa, float* sb) {
+// POW2: the block's warps are a power of 2 (a butterfly over them); else the lanes past the warps take the identity
+// and the butterfly spans 32 lanes.
+template <int RED, bool POW2 = true>
+__device__ __forceinline__ void os_block_reduce(float& a, float& b, float* sa, float* sb) {
     os_xor_reduce<RED, 32>(a, b);
     const int nw = blockDim.x >> 5;
     if (nw > 1) {
@@ -253,9 +256,15 @@ template <int RED> __device__ __forceinline__ void os_block_reduce(float& a, flo
             sb[wid] = b;
         }
         __syncthreads();
-        a = sa[lane & (nw - 1)];
-        b = sb[lane & (nw - 1)];
-        os_xor_reduce_rt<RED, 1>(&a, &b, nw);
+        if constexpr (POW2) {
+            a = sa[lane & (nw - 1)];
+            b = sb[lane & (nw - 1)];
+            os_xor_reduce_rt<RED, 1>(&a, &b, nw);
+        } else {
+            a = lane < nw ? sa[lane] : os_id_a<RED>();
+            b = lane < nw ? sb[lane] : 0.0f;
+            os_xor_reduce<RED, 32>(a, b);
+        }
     }
 }
 

@@ -450,7 +450,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         pa = a0 + a1;
         pb = b0;
     }
-    os_block_reduce<op::RED>(pa, pb, red_a, red_b);
+    os_block_reduce<op::RED, (THREADS & (THREADS - 1)) == 0>(pa, pb, red_a, red_b);
     if constexpr (C > 1) os_cluster_reduce<op::RED, C>(pa, pb, part);
 
     const typename op::out_params o(pa, pb);
