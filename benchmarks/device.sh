@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | sweep [sweep args] | any CLI command
+# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | attention | sweep [sweep args] |
+# any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -44,6 +45,16 @@ case "$stage" in
     cat "$OUT/sanitize/summary.txt"; tail -4 "$OUT/sweep-sample.txt"
     tar czf "$OUT/logs.tgz" -C "$OUT" sanitize sanitize-run.log new-shapes.txt $(cd "$OUT" && ls *.png 2>/dev/null) \
       && rm -r "$OUT/sanitize" "$OUT/sanitize-run.log" "$OUT/new-shapes.txt" "$OUT"/*.png
+    ;;
+  attention)  # issue 16: the attention rungs' GPU tests on GPU 1 while GPU 0 times the attention ladder, S = 4096 first
+    ( CUDA_VISIBLE_DEVICES=1 python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_gpu_attention.py \
+        >"$OUT/pytest-gpu-attention.log" 2>&1 ) &
+    for s in 4096 1024; do
+      CUDA_VISIBLE_DEVICES=0 osm attention-ladder --s $s --out "$OUT/attention-ladder-s$s.csv" "$@" 2>&1 \
+        | tee "$OUT/attention-ladder-s$s.txt" | grep -v '^timing'
+    done
+    wait
+    tail -25 "$OUT/pytest-gpu-attention.log"
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"

@@ -62,6 +62,18 @@ def total(x) -> np.ndarray:
     return np.array([as_float64(x).sum()])
 
 
+def attention(q, k, v, causal: bool = False, rows=None) -> np.ndarray:
+    """Attention forward in float64 over the last two dims ([..., S, D]): softmax(q k^T / sqrt(D)) v, key j visible
+    to query i when j <= i under `causal`. A query with no visible key gives 0 (softmax's all -inf row). `rows`:
+    only these query indices (a long sequence checked on a sample of rows)."""
+    q, k, v = as_float64(q), as_float64(k), as_float64(v)
+    idx = np.arange(q.shape[-2]) if rows is None else np.asarray(rows)
+    s = np.matmul(q[..., idx, :], np.swapaxes(k, -1, -2)) * q.shape[-1] ** -0.5
+    if causal:
+        s = np.where(np.arange(k.shape[-2])[None, :] > idx[:, None], -np.inf, s)
+    return np.matmul(softmax(s), v)
+
+
 _BY_OP = {
     "softmax": softmax,
     "log_softmax": log_softmax,
