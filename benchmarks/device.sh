@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | attention | sweep [sweep args] |
-# any CLI command
+# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | attention | attention-hbm [B H S D] |
+# sweep [sweep args] | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -58,6 +58,13 @@ case "$stage" in
     done
     wait
     tail -25 "$OUT/pytest-gpu-attention.log"
+    ;;
+  attention-hbm)  # issue 16: HBM bytes of each attention rung and SDPA flash (ncu) beside the models; B H S D
+    shape=${*:-1 16 4096 128}
+    ncu --clock-control none --print-units base --csv -k 'regex:attn_|online_v4|flash' \
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum \
+        python3 benchmarks/attention_hbm.py run $shape >"$OUT/attention-ncu.csv" 2>&1
+    python3 benchmarks/attention_hbm.py summarize "$OUT/attention-ncu.csv" $shape | tee "$OUT/attention-hbm.md"
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"
