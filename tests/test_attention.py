@@ -117,7 +117,7 @@ def rows(private_nvrtc_cache):
     at = _attn()
     from onlinesoftmax.ladder import cuda as cv
 
-    return [r for r in cv.inspect_rows(ARCH) if r["file"] == at.FILE]
+    return cv.inspect_rows(ARCH, files=[at.FILE])
 
 
 def test_every_attention_kernel_builds_without_spills(rows):

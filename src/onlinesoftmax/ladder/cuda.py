@@ -440,11 +440,12 @@ _register("cuda.online_v4", "softmax", "online V4 (grid stride)", "seed 000 §6,
 # ---- inspection ----------------------------------------------------------------------------------
 
 
-def inspect_rows(arch: str = DEFAULT_ARCH) -> list[dict]:
-    """Compile every kernel and template instantiation of the ladder for `arch` (no GPU needed)
-    and return one row per kernel: variants, file, kernel, registers, smem, stack, spills."""
+def inspect_rows(arch: str = DEFAULT_ARCH, files=None) -> list[dict]:
+    """Compile every kernel and template instantiation of the ladder (or of `files`, names in FILES) for `arch`
+    (no GPU needed) and return one row per kernel: variants, file, kernel, registers, smem, stack, spills."""
     rows = []
-    for filename, names in FILES.items():
+    for filename in files or FILES:
+        names = FILES[filename]
         mod = module(filename, arch)
         for kname in names:
             r = mod.resources(kname)
