@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
+<<<<<<< HEAD
 # Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | sweep [sweep args]
 #         | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype) | any CLI command
+=======
+# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | attention | attention-hbm [B H S D] |
+# sweep [sweep args] | any CLI command
+>>>>>>> issue-16
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -45,6 +50,26 @@ case "$stage" in
     cat "$OUT/sanitize/summary.txt"; tail -4 "$OUT/sweep-sample.txt"
     tar czf "$OUT/logs.tgz" -C "$OUT" sanitize sanitize-run.log new-shapes.txt $(cd "$OUT" && ls *.png 2>/dev/null) \
       && rm -r "$OUT/sanitize" "$OUT/sanitize-run.log" "$OUT/new-shapes.txt" "$OUT"/*.png
+    ;;
+  attention)  # issue 16: the attention rungs' GPU tests (on GPU 1 where there are two, meanwhile) and the attention
+    # ladder on GPU 0, S = 4096 first
+    tests=1; [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || tests=0
+    ( CUDA_VISIBLE_DEVICES=$tests python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_gpu_attention_ladder.py \
+        >"$OUT/pytest-gpu-attention-ladder.log" 2>&1 ) &
+    [ $tests = 1 ] || wait
+    for s in 4096 1024; do
+      CUDA_VISIBLE_DEVICES=0 osm attention-ladder --s $s --out "$OUT/attention-ladder-s$s.csv" "$@" 2>&1 \
+        | tee "$OUT/attention-ladder-s$s.txt" | grep -v '^timing'
+    done
+    wait
+    tail -25 "$OUT/pytest-gpu-attention-ladder.log"
+    ;;
+  attention-hbm)  # issue 16: HBM bytes of each attention rung and SDPA flash (ncu) beside the models; B H S D
+    shape=${*:-1 16 4096 128}
+    ncu --clock-control none --print-units base --csv -k 'regex:attn_|online_v4|flash' \
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum \
+        python3 benchmarks/attention_hbm.py run $shape >"$OUT/attention-ncu.csv" 2>&1
+    python3 benchmarks/attention_hbm.py summarize "$OUT/attention-ncu.csv" $shape | tee "$OUT/attention-hbm.md"
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"

@@ -191,7 +191,7 @@ def test_plot_without_matplotlib_names_its_pip_line(tmp_path, capsys, monkeypatc
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
-@pytest.mark.parametrize("command", ["ladder", "sweep", "extras"])
+@pytest.mark.parametrize("command", ["ladder", "attention-ladder", "sweep", "extras"])
 def test_gpu_commands_without_gpu_say_so(capsys, command):
     line = run_bad(capsys, command)
     assert "no CUDA GPU" in line and f"`{command}` needs one" in line

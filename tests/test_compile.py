@@ -55,9 +55,11 @@ def test_no_kernel_spills(rows):
 
 
 def test_register_budget(rows):
-    # 256-thread blocks: more than 255 registers cannot launch; 128+ halves occupancy again
+    # 256-thread blocks: more than 255 registers cannot launch; 128+ halves occupancy again. The tensor-core
+    # attention rung runs 128-thread blocks (test_attention_ladder.py holds it to its own budget)
     for r in rows:
-        assert r["registers"] <= 128, r
+        if not r["kernel"].startswith("attn_a2<"):
+            assert r["registers"] <= 128, r
 
 
 def test_v3_stays_in_registers_and_rtidx_does_not(rows):

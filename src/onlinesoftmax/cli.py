@@ -1,4 +1,4 @@
-"""onlinesoftmax list | check | bench | ladder | sweep | extras | inspect | report | plot
+"""onlinesoftmax list | check | bench | ladder | attention-ladder | sweep | extras | inspect | report | plot
 
 Every command enumerates the registry; none keeps its own list of variants. Bad input gives one
 `error:` line on stderr and exit code 2, never a traceback.
@@ -187,6 +187,50 @@ def cmd_ladder(args) -> int:
     return 0 if all(r.get("ok", True) for r in rows) else 1
 
 
+def cmd_attention_ladder(args) -> int:
+    _require_cuda("attention-ladder")
+    from .harness import attention as attn_table
+
+    shapes = [s for s in attn_table.SHAPES if args.s is None or s[2] in args.s]
+    if not shapes:
+        raise OnlineSoftmaxError(f"--s: the table's sequence lengths are {sorted({s[2] for s in attn_table.SHAPES})}")
+    causals = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
+    with _Steps("timing") as step:
+        rows = attn_table.attention_rows(shapes, causals, parse_dtype(args.dtype), step=step)
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+    for title, members in groups.items():
+        table = Table(title=title)
+        for col in ("rung", "ms", "TFLOP/s", "% flash", "vs A0", "HBM GB", "L2->SM GB", "extra GB", "regs",
+                    "smem B", "spills", "max err", "ok"):
+            table.add_column(col, justify="left" if col == "rung" else "right")
+        for r in members:
+            if "time_ms" not in r:
+                table.add_row(r["rung"], *["-"] * 11, f"[yellow]{r.get('note', '')}")
+                continue
+            model = r.get("extra_model_bytes")
+            extra = f"{r['extra_measured_bytes'] / 1e9:.3g}" + ("" if model is None else f" ({model / 1e9:.3g})")
+            table.add_row(
+                r["rung"], f"{r['time_ms']:.3f}", f"{r['tflops']:.1f}",
+                f"{r['pct_flash']:.0f}%" if "pct_flash" in r else "-",
+                f"{r['speedup_a0']:.1f}x" if "speedup_a0" in r else "-",
+                f"{r['hbm_model_bytes'] / 1e9:.3g}" if "hbm_model_bytes" in r else "-",
+                f"{r['l2_model_bytes'] / 1e9:.3g}" if "l2_model_bytes" in r else "-", extra,
+                str(r.get("registers", "")), str(r.get("smem", "")),
+                str(r["spill_stores"] + r["spill_loads"]) if "spill_stores" in r else "",
+                f"{r['max_abs_err']:.1e}", "[green]yes" if r["ok"] else f"[red]NO {r.get('note', '')}")
+        console.print(table)
+    out = args.out or Path("results") / f"attention-ladder-{_slug(rows[0]['device'])[:40]}.csv"
+    kept = results.keep_previous(out)
+    path = attn_table.write_csv(rows, out)
+    md = path.with_suffix(".md")
+    md.write_text(attn_table.markdown(rows))
+    console.print(f"results written to {path} and {md} ({len(rows)} rows)"
+                  + (f"; the file there before is now {kept}" if kept else ""))
+    return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
 def cmd_bench(args) -> int:
     if torch.cuda.is_available() and not args.cpu:
         return cmd_ladder(args)
@@ -367,6 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("ladder", help="every CUDA rung at the seeds' shapes (needs a GPU)")
     out_option(sp)
     sp.set_defaults(fn=cmd_ladder)
+
+    sp = sub.add_parser("attention-ladder", help="the attention rungs A0-A2 and torch SDPA's math, flash and cuDNN "
+                                                 "backends at S in {1024, 4096} x D in {64, 128} (needs a GPU)")
+    sp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    sp.add_argument("--causal", default="both", choices=["both", "no", "yes"])
+    sp.add_argument("--s", type=int, action="append", help="only this sequence length (1024 or 4096; repeatable)")
+    out_option(sp)
+    sp.set_defaults(fn=cmd_attention_ladder)
 
     sp = sub.add_parser("sweep", help="ours vs torch, torch.compile, Triton, Liger over N and dtypes (GPU)")
     sp.add_argument("--op", action="append", choices=list(SWEEP_OPS))

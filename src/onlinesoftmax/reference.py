@@ -67,14 +67,19 @@ def causal_mask(sq: int, sk: int) -> np.ndarray:
     return np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
 
 
-def _attention_probabilities(q, k, causal, scale):
-    """float64 (q, k expanded to q's heads, scores, P, LSE) of attention."""
+def _attention_probabilities(q, k, causal, scale, rows=None):
+    """float64 (q, k expanded to q's heads, scores, P, LSE) of attention over the last two dims ([..., S, D];
+    heads, when there are, at dim -3). rows: only these query indices (a long sequence checked on a sample)."""
     q, k = as_float64(q), as_float64(k)
-    k = np.repeat(k, q.shape[1] // max(k.shape[1], 1), axis=1) if k.shape[1] else k
+    sq = q.shape[-2]
+    if rows is not None:
+        q = q[..., np.asarray(rows), :]
+    k = _expand(k, q)
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    s = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    s = scale * np.einsum("...id,...jd->...ij", q, k)
     if causal:
-        s = np.where(causal_mask(q.shape[2], k.shape[2]), s, -np.inf)
+        mask = causal_mask(sq, k.shape[-2])
+        s = np.where(mask if rows is None else mask[np.asarray(rows)], s, -np.inf)
     return q, k, s, softmax(s), _logsumexp(s)
 
 
@@ -86,39 +91,42 @@ def _logsumexp(s: np.ndarray) -> np.ndarray:
         return np.where(d == 0, -np.inf, shift + np.log(d))[..., 0]
 
 
-def _expand(v, heads: int) -> np.ndarray:
-    v = as_float64(v)
-    return np.repeat(v, heads // v.shape[1], axis=1) if v.shape[1] else v
+def _expand(t, q) -> np.ndarray:
+    """Key/value heads (dim -3) repeated to the query's: query head h reads head h // (H / Hkv)."""
+    t = as_float64(t)
+    if t.ndim < 3 or t.shape[-3] in (0, q.shape[-3]):
+        return t
+    return np.repeat(t, q.shape[-3] // t.shape[-3], axis=-3)
 
 
 def _group_sum(g: np.ndarray, hkv: int) -> np.ndarray:
-    b, h, s, d = g.shape
-    return g.reshape(b, hkv, h // hkv, s, d).sum(axis=2)
+    *lead, h, s, d = g.shape
+    return g.reshape(*lead, hkv, h // hkv, s, d).sum(axis=-3)
 
 
-def attention(q, k, v, causal: bool = False, scale=None) -> tuple[np.ndarray, np.ndarray]:
-    """(O, LSE) in float64: O (B, H, Sq, D), LSE (B, H, Sq)."""
-    q, _, _, p, lse = _attention_probabilities(q, k, causal, scale)
-    return np.einsum("bhij,bhjd->bhid", p, _expand(v, q.shape[1])), lse
+def attention(q, k, v, causal: bool = False, scale=None, rows=None) -> tuple[np.ndarray, np.ndarray]:
+    """(O, LSE) in float64: O (..., H, Sq, D), LSE (..., H, Sq) (only the query `rows` when given)."""
+    q, _, _, p, lse = _attention_probabilities(q, k, causal, scale, rows)
+    return np.einsum("...ij,...jd->...id", p, _expand(v, q)), lse
 
 
 def attention_backward(q, k, v, do, dlse=None, causal: bool = False, scale=None):
     """(dQ, dK, dV) in float64 for the upstream gradients dO of O and dLSE of LSE (None: 0).
     dS = P * (dP - rowsum(dO * O) + dLSE), dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO, with dK, dV summed
     over the query heads that share a key/value head. A row with no visible key has P = 0: zero gradients."""
-    hkv = as_float64(k).shape[1]
+    hkv = as_float64(k).shape[-3]
     scale = 1.0 / np.sqrt(as_float64(q).shape[-1]) if scale is None else scale
     q, ke, s, p, _ = _attention_probabilities(q, k, causal, scale)
-    ve, do = _expand(v, q.shape[1]), as_float64(do)
-    o = np.einsum("bhij,bhjd->bhid", p, ve)
-    dp = np.einsum("bhid,bhjd->bhij", do, ve)
+    ve, do = _expand(v, q), as_float64(do)
+    o = np.einsum("...ij,...jd->...id", p, ve)
+    dp = np.einsum("...id,...jd->...ij", do, ve)
     delta = (do * o).sum(-1, keepdims=True)
     if dlse is not None:
         delta = delta - as_float64(dlse)[..., None]
     ds = p * (dp - delta)
-    dq = scale * np.einsum("bhij,bhjd->bhid", ds, ke)
-    dk = scale * np.einsum("bhij,bhid->bhjd", ds, q)
-    dv = np.einsum("bhij,bhid->bhjd", p, do)
+    dq = scale * np.einsum("...ij,...jd->...id", ds, ke)
+    dk = scale * np.einsum("...ij,...id->...jd", ds, q)
+    dv = np.einsum("...ij,...id->...jd", p, do)
     return dq, _group_sum(dk, hkv), _group_sum(dv, hkv)
 
 

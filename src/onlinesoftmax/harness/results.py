@@ -109,14 +109,15 @@ def keep_previous(path) -> Optional[Path]:
     return path.rename(kept)
 
 
-def write_csv(rows: list[dict], path) -> Path:
+def write_csv(rows: list[dict], path, fields=FIELDS) -> Path:
+    """The rows as CSV with the columns `fields` (the row-op tables' by default); other keys are left out."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _fmt(row.get(k, "")) for k in FIELDS})
+            writer.writerow({k: _fmt(row.get(k, "")) for k in fields})
     return path
 
 

@@ -2,10 +2,12 @@
 registry Variant per rung, in ladder order. Teaching code: each rung is its own kernel on purpose
 (the differences are the lesson); the production engine is engines/cuda/.
 
-    sum      cuda.reduce_k0 .. cuda.reduce_k6          Harris' seven (seed 001 §1.2, experiment 1)
-    softmax  cuda.safe_k1 .. cuda.safe_k4              seed 003 kernel1..4
-             cuda.safe_3pass                           seed 001 experiment 2: three kernels
-             cuda.online_v0 .. v2, v3, v3_rtidx, v4    seeds 000 / 002, seed 001 experiment 3
+    sum        cuda.reduce_k0 .. cuda.reduce_k6          Harris' seven (seed 001 §1.2, experiment 1)
+    softmax    cuda.safe_k1 .. cuda.safe_k4              seed 003 kernel1..4
+               cuda.safe_3pass                           seed 001 experiment 2: three kernels
+               cuda.online_v0 .. v2, v3, v3_rtidx, v4    seeds 000 / 002, seed 001 experiment 3
+    attention  cuda.attn_a0 .. cuda.attn_a2              seed 001 §5 (Stage 7): not registry variants (the
+                                                         registry's ops are row ops); attention.py runs them
 
 Design choices (the kernel files' headers say the same):
 - Reductions write one partial per block; the host re-launches the same kernel on the partials
@@ -58,19 +60,24 @@ ONLINE_KERNELS = (("online_v0", "online_v1", "online_v2")
                   + tuple(f"online_v3<{s}>" for s in V3_SLOTS)
                   + tuple(f"online_v3_rtidx<{s}>" for s in V3_RTIDX_SLOTS)
                   + ("online_v4<true>", "online_v4<false>"))
-SOURCES = "onlinesoftmax/ladder/kernels"  # the rungs' .cu files (one per seed) and common.cuh
+# attention.cu (the seeds' Stage 7, driven by attention.py): bf16 ("true") and fp16 ("false"), D in ATTN_D
+ATTN_D = (64, 128)
+_ATTN_TYPES = ("true", "false")
+ATTENTION_KERNELS = (tuple(f"attn_a0_scores<{b}>" for b in _ATTN_TYPES)
+                     + tuple(f"attn_a0_pv<{b}>" for b in _ATTN_TYPES)
+                     + tuple(f"attn_a1<{d}, {b}>" for d in ATTN_D for b in _ATTN_TYPES)
+                     + tuple(f"attn_a2<{d}, {b}, {c}>" for d in ATTN_D for b in _ATTN_TYPES
+                             for c in ("false", "true")))
+SOURCES = "onlinesoftmax/ladder/kernels"  # the rungs' .cu files (one per seed, attention.cu) and common.cuh
 FILES = {
     "reduction.cu": REDUCE_KERNELS,
     "safe_softmax.cu": SAFE_KERNELS,
     "online_softmax.cu": ONLINE_KERNELS,
+    "attention.cu": ATTENTION_KERNELS,
 }
 
 
 # ---- availability, modules, launches -------------------------------------------------------------
-
-
-
-
 
 _archs: dict = {}
 _modules: dict = {}
@@ -95,7 +102,7 @@ def module(filename: str, arch: Optional[str] = None) -> nvrtc.CompiledModule:
     return mod
 
 
-def _launch(filename: str, name: str, device: int, grid, block, args, smem: int = 0) -> None:
+def launch_kernel(filename: str, name: str, device: int, grid, block, args, smem: int = 0) -> None:
     k = _kernels.get((filename, name, device))
     if k is None:
         reason = available()
@@ -226,7 +233,7 @@ def _reduce_run(kind: int) -> Callable:
                 dst = out.data_ptr()
             else:
                 dst = scratch.data_ptr() + 4 * need * (i % 2)  # ping-pong halves
-            _launch("reduction.cu", name, dev, grid, REDUCE_BLOCK, (src, dst, np.int64(n_in)),
+            launch_kernel("reduction.cu", name, dev, grid, REDUCE_BLOCK, (src, dst, np.int64(n_in)),
                     4 * REDUCE_BLOCK if dyn else 0)
             src = dst
 
@@ -279,7 +286,7 @@ def _softmax_run(vname: str, plan, vec: bool = False):
         M, N = x.shape
         args = (x.data_ptr(), out.data_ptr(), np.int32(M), np.int32(N))
         for filename, kname, grid, block, smem in plan(M, N, dev):
-            _launch(filename, kname, dev, grid, block, args, smem)
+            launch_kernel(filename, kname, dev, grid, block, args, smem)
 
     return run
 
@@ -292,9 +299,9 @@ def _run_3pass(inputs, out):
     xp, yp, mp = x.data_ptr(), out.data_ptr(), stats.data_ptr()
     sp = mp + 4 * M
     m32, n32 = np.int32(M), np.int32(N)
-    _launch("safe_softmax.cu", "pass1_row_max", dev, M, PASS3_BLOCK, (xp, mp, m32, n32))
-    _launch("safe_softmax.cu", "pass2_row_sum", dev, M, PASS3_BLOCK, (xp, mp, sp, m32, n32))
-    _launch("safe_softmax.cu", "pass3_normalize", dev, M, PASS3_BLOCK, (xp, mp, sp, yp, m32, n32))
+    launch_kernel("safe_softmax.cu", "pass1_row_max", dev, M, PASS3_BLOCK, (xp, mp, m32, n32))
+    launch_kernel("safe_softmax.cu", "pass2_row_sum", dev, M, PASS3_BLOCK, (xp, mp, sp, m32, n32))
+    launch_kernel("safe_softmax.cu", "pass3_normalize", dev, M, PASS3_BLOCK, (xp, mp, sp, yp, m32, n32))
 
 
 # ---- resources -----------------------------------------------------------------------------------
@@ -349,7 +356,8 @@ def _reduce_plan(kind: int):
 
 # ---- registration --------------------------------------------------------------------------------
 
-_USES: dict[str, list[str]] = {}  # kernel name expression -> variant names (for inspect_rows)
+# kernel name expression -> variant names, for inspect_rows; the attention rungs (attention.py) by their prefix
+_USES: dict[str, list[str]] = {k: [f"cuda.attn_{k[5:7]}"] for k in ATTENTION_KERNELS}
 
 
 def _register(name, op, rung, seed_ref, summary, run, algo_bytes, supports, plan, kernels):
@@ -432,11 +440,12 @@ _register("cuda.online_v4", "softmax", "online V4 (grid stride)", "seed 000 §6,
 # ---- inspection ----------------------------------------------------------------------------------
 
 
-def inspect_rows(arch: str = DEFAULT_ARCH) -> list[dict]:
-    """Compile every kernel and template instantiation of the ladder for `arch` (no GPU needed)
-    and return one row per kernel: variants, file, kernel, registers, smem, stack, spills."""
+def inspect_rows(arch: str = DEFAULT_ARCH, files=None) -> list[dict]:
+    """Compile every kernel and template instantiation of the ladder (or of `files`, names in FILES) for `arch`
+    (no GPU needed) and return one row per kernel: variants, file, kernel, registers, smem, stack, spills."""
     rows = []
-    for filename, names in FILES.items():
+    for filename in files or FILES:
+        names = FILES[filename]
         mod = module(filename, arch)
         for kname in names:
             r = mod.resources(kname)
