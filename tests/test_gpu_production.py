@@ -366,3 +366,47 @@ def test_window_path_any_n_any_offset(dtype, log):
                 if not rep.ok:
                     failures.append(f"backward ({M}, {N}) offsets {x_off}/{dy_off}/{o_off}: {rep.message}")
     assert not failures, "\n".join(failures)
+
+
+# ---- the fused cast: 16-bit in, float32 out (softmax(x, dim, dtype=torch.float32)) ------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_fused_cast_to_float32(dtype):
+    """forward_cast writes float32 from 16-bit data in one pass where a plan fuses it (kernel names ending in the
+    DTO = 0 argument), and casts first elsewhere (few rows beyond the clusters, a non-last dim, an unaligned
+    input); every output against float64 with float32's tolerance, NaN-poisoned. Through the public op, the
+    gradient comes back in x's dtype and matches torch's."""
+    import onlinesoftmax
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    cases = [((4096, 128), -1, True), ((300, 50257), -1, True), ((140, 4097), -1, True), ((2, 131071), -1, True),
+             ((1, (1 << 21) + 1), -1, False), ((64, 96, 33), 1, False), (None, -1, False)]
+    failures = []
+    for shape, dim, fused in cases:
+        x = _at_offset(37, 1000, dtype, 1, g) if shape is None else \
+            (torch.randn(shape, generator=g, device="cuda") * 4).to(dtype)
+        d = dim % x.dim()
+        for log in (False, True):
+            op = "log_softmax" if log else "softmax"
+            out = torch.full(x.shape, float("nan"), device="cuda")
+            entry = E._cast_entry(op, x, out, d)
+            is_fused = entry is not E._CAST_FIRST
+            if is_fused != fused or (fused and not all(k.endswith(",0>") for k in entry.plan.kernels)):
+                failures.append(f"{tuple(x.shape)} dim {d} {op}: fused {is_fused}, expected {fused}")
+            E.forward_cast(x, out, d, log)
+            torch.cuda.synchronize()
+            rep = compare(out, _ref_forward(x, d, log).numpy(), torch.float32)
+            if not rep.ok:
+                failures.append(f"{tuple(x.shape)} dim {d} {op}: {rep.message}")
+    assert not failures, "\n".join(failures)
+    x = (torch.randn(64, 1001, generator=g, device="cuda") * 3).to(dtype).requires_grad_()
+    for f, tf in ((onlinesoftmax.softmax, torch.softmax), (onlinesoftmax.log_softmax, torch.log_softmax)):
+        y = f(x, -1, dtype=torch.float32)
+        assert y.dtype == torch.float32
+        dy = torch.randn_like(y)
+        (gx,) = torch.autograd.grad(y, x, dy)
+        (tx,) = torch.autograd.grad(tf(x, -1, dtype=torch.float32), x, dy)
+        assert gx.dtype == dtype
+        torch.testing.assert_close(y, tf(x, -1, dtype=torch.float32), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(gx.float(), tx.float(), rtol=2e-2, atol=2e-2)

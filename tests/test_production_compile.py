@@ -72,11 +72,13 @@ def _block_of(name: str) -> int:
 
 
 def test_occupancy_targets(inst, report):
-    """Launch bounds hold: warp kernels 4 CTAs/SM, row kernels 1024 threads/SM (two 512-thread CTAs per SM for the
-    block/cluster rows), strided 2 CTAs/SM; dynamic + static smem of two row CTAs fits an SM."""
+    """Launch bounds hold: warp kernels 4 CTAs/SM, row kernels 1024 threads/SM, or as near as whole CTAs get (two
+    512-thread CTAs per SM for the block/cluster rows), strided 2 CTAs/SM; dynamic + static smem of two row CTAs
+    fits an SM."""
     for k, r in report.items():
         threads = _block_of(k)
-        per_sm = {"warp": 4 * threads, "row": 1024, "cols": 1024, "strided": 2 * threads}
+        # a row CTA of THREADS not a power of 2 (block_threads: pairs of warps) gets 1024 // THREADS per SM
+        per_sm = {"warp": 4 * threads, "row": 1024 // threads * threads, "cols": 1024, "strided": 2 * threads}
         fam = k.split("<")[0].split("_", 1)[1]
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
@@ -222,6 +224,23 @@ def test_window_rules():
             assert (p.regime, p.W) == ("split", 1)
 
 
+def test_fused_cast_plans():
+    """16-bit in, float32 out (the kernels' DTO = 0): forward rows on chip only; every other plan refuses, so the
+    engine casts first."""
+    bf16, f32 = torch.bfloat16, torch.float32
+    for M, N, regime in ((4096, 128, "warp"), (300, 50257, None), (140, 4097, "block"), (2, 131071, "cluster")):
+        p = P.plan(M, N, bf16, "softmax", window=1, out_dtype=f32)
+        assert p.out_dtype == f32 and all(k.endswith(",0>") for k in p.kernels), p
+        assert regime is None or p.regime == regime
+        base = P.plan(M, N, bf16, "softmax", window=1)
+        assert [k[:-1] + ",0>" for k in base.kernels] == list(p.kernels)  # the same geometry, the cast added
+    for kw in (dict(M=1, N=(1 << 21) + 1, dtype=bf16, op="softmax"),  # split
+               dict(M=64, N=1000, dtype=bf16, op="softmax_backward"),
+               dict(M=64, N=1000, dtype=bf16, op="softmax", vec=False, window=2)):
+        with pytest.raises(P.Unsupported, match="cast first"):
+            P.plan(sms=SMS, out_dtype=f32, **{"window": 1, **kw})
+
+
 def test_row_access_from_pointers():
     """run.py's verdict on the pointers (_alignment) and row strides: aligned (P = 0), window 1 (the out rows start
     as the inputs'), window 2 (out rows elsewhere), scalar (the inputs' rows start unalike)."""
@@ -258,8 +277,8 @@ def test_warp_rules():
 
 
 def test_block_rules():
-    assert P.block_threads("softmax", torch.bfloat16, 8, 4097 + 7) == (288, 2)  # 513 accesses: 9 warps, not 16
-    assert P.block_threads("softmax", torch.float32, 4, 12289 + 3) == (416, 8)
+    assert P.block_threads("softmax", torch.bfloat16, 8, 4097 + 7) == (320, 2)  # 513 accesses: 10 warps, not 16
+    assert P.block_threads("softmax", torch.float32, 4, 12289 + 3) == (448, 8)
     assert P.block_threads("softmax", torch.float32, 4, 4096) == (256, 4)
     for op in P.ENGINE_OPS:
         for dtype in opdefs.GPU_DTYPES:

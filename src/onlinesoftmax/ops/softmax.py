@@ -22,8 +22,10 @@ Semantics (the same for every backend; reference.py is the specification), torch
 deliberate difference: a fully masked row (all -inf) gives softmax 0 and log-softmax -inf with zero
 gradient, where torch gives NaN. A row with NaN or +inf gives NaN; inputs near the dtype's max do not
 overflow. The output is contiguous (torch's strides for the shape) whatever the input's layout, as
-torch's is; `dtype=` casts the input before the op. A bad `dim` raises DimError (an IndexError, as
-in torch) or ArgumentTypeError (a TypeError: None, a float, a bool); both are OnlineSoftmaxErrors.
+torch's is; `dtype=` casts the input before the op (fused into the CUDA kernels for 16-bit in, float32
+out, the attention-scores case: 2 bytes read and 4 written per element). A bad `dim` raises DimError (an
+IndexError, as in torch) or ArgumentTypeError (a TypeError: None, a float, a bool); both are
+OnlineSoftmaxErrors.
 
 Three ways in, one implementation:
 - eager without grad: the kernel launcher is called directly (the custom-op dispatcher costs
@@ -74,10 +76,8 @@ def resolve(x, dim, backend: str, dtype=None) -> tuple[torch.Tensor, int, str]:
     _FORWARD's keys), or a clear error."""
     if not isinstance(x, torch.Tensor):
         raise ArgumentTypeError(f"expected a torch.Tensor, got {type(x).__name__}")
-    if dtype is not None:
-        if not isinstance(dtype, torch.dtype):
-            raise ArgumentTypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
-        x = x.to(dtype)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise ArgumentTypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
     dim = _dim(dim, x.dim())
     if backend == "auto":
         backend = _gpu_backend() if x.is_cuda else "cpu" if x.device.type == "cpu" else "reference"
@@ -91,6 +91,10 @@ def resolve(x, dim, backend: str, dtype=None) -> tuple[torch.Tensor, int, str]:
             raise OnlineSoftmaxError(f"backend 'cpu' runs torch's CPU kernel; got a tensor on {x.device}")
     elif backend != "reference":
         raise OnlineSoftmaxError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if dtype is not None and dtype != x.dtype:
+        if backend == "cuda" and dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16) and x.numel():
+            return x, dim, "cuda_f32"  # the cast fused into the kernels' stores (engines/cuda/run.py forward_cast)
+        x = x.to(dtype)
     if x.dtype not in DTYPES:
         names = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
         raise OnlineSoftmaxError(f"dtype {x.dtype} not supported (supported: {names}; dtype= casts the input)")
@@ -130,6 +134,15 @@ def _cuda_forward(x, dim, log):
 
     out = torch.empty_like(x, memory_format=CONTIGUOUS)
     cuda_engine.forward(x, out, dim, log)
+    return out
+
+
+def _cuda_forward_f32(x, dim, log):
+    """16-bit x, float32 out: softmax(x, dim, dtype=torch.float32) with the cast in the kernel."""
+    from ..engines.cuda import run as cuda_engine
+
+    out = torch.empty_like(x, dtype=torch.float32, memory_format=CONTIGUOUS)
+    cuda_engine.forward_cast(x, out, dim, log)
     return out
 
 
@@ -238,9 +251,11 @@ def _empty(t, *_):
     return torch.empty_like(t, memory_format=CONTIGUOUS)
 
 
-_FORWARD = {"cuda": _cuda_forward, "triton": _triton_forward, "cpu": _cpu_forward,
+# "cuda_f32": 16-bit in, float32 out (resolve's fused dtype=torch.float32); its backward is the float32 one, the
+# gradient cast back to the input's dtype by _gradient, as the autograd of torch's x.to(float32) would.
+_FORWARD = {"cuda": _cuda_forward, "cuda_f32": _cuda_forward_f32, "triton": _triton_forward, "cpu": _cpu_forward,
             "reference": _reference_forward, "empty": _empty}
-_BACKWARD = {"cuda": _cuda_backward, "triton": _triton_backward, "cpu": _cpu_backward,
+_BACKWARD = {"cuda": _cuda_backward, "cuda_f32": _cuda_backward, "triton": _triton_backward, "cpu": _cpu_backward,
              "reference": _reference_backward, "empty": _empty}
 
 
@@ -252,7 +267,8 @@ def softmax_forward_op(x: torch.Tensor, dim: int, log: bool, backend: str) -> to
 
 @softmax_forward_op.register_fake
 def _(x, dim, log, backend):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+    return torch.empty_like(x, dtype=torch.float32 if backend == "cuda_f32" else x.dtype,
+                            memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("onlinesoftmax::softmax_backward", mutates_args=())
@@ -269,14 +285,16 @@ def _(y, dy, dim, log, backend):
 # The custom op (what torch.compile traces) and the eager autograd.Function (which skips the custom-op dispatcher:
 # ~19 us per call on the H200, more than a small kernel) share the forward, the saved context and the gradient.
 def _setup_context(ctx, inputs, output):
-    _, dim, log, backend = inputs
+    x, dim, log, backend = inputs
     ctx.save_for_backward(output)
     ctx.args = (dim, log, backend)
+    ctx.in_dtype = x.dtype  # "cuda_f32": the gradient goes back to 16 bits
 
 
 def _gradient(ctx, dy, backward_fn):
     (y,) = ctx.saved_tensors
-    return backward_fn(y, dy, *ctx.args), None, None, None
+    dx = backward_fn(y, dy, *ctx.args)
+    return dx.to(ctx.in_dtype) if dx.dtype != ctx.in_dtype else dx, None, None, None
 
 
 softmax_forward_op.register_autograd(lambda ctx, dy: _gradient(ctx, dy, softmax_backward_op),

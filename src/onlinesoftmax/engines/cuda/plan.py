@@ -326,6 +326,7 @@ class Plan:
     W: int  # elements per access (16-byte vector or 1)
     launches: tuple
     window: int = 0  # 16-byte accesses through an aligned window around each row (the kernels' P; window_path)
+    out_dtype: Optional[torch.dtype] = None  # fp32 outputs of 16-bit data (fused_cast); None: the data's dtype
     inner: int = 1
     lg: int = 0  # warp: log2 lanes per row
     parts: int = 0  # split: chunks per row
@@ -351,17 +352,32 @@ class Plan:
 
 
 def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window: int = 0, inner: int = 1,
-         layout: str = "rows", sms: int = DEFAULT_SMS, regime: Optional[str] = None) -> Plan:
+         layout: str = "rows", sms: int = DEFAULT_SMS, regime: Optional[str] = None, out_dtype=None) -> Plan:
     """The launch plan for `op` on M rows of N (layout "rows"), or on (outer=M, N, inner) (layout "strided").
     vec: every pointer is 16-byte aligned and every row stride a multiple of the vector (the plan checks N / inner).
     window: the rows of the inputs start alike modulo 16 bytes, aligned or not: 1, the out rows too; 2, the out
     rows otherwise (implied: 1 by vec). The row kernels then read any N with 16-byte accesses (window_path).
-    regime: force one (the registry variants do); raises Unsupported if it cannot take the shape."""
+    regime: force one (the registry variants do); raises Unsupported if it cannot take the shape.
+    out_dtype: float32 for 16-bit data, forward: the cast fused into the stores (rows in the warp, block and
+    cluster regimes, out rows starting as the inputs'); Unsupported elsewhere (the caller casts first)."""
     p = _plan(M, N, dtype, op, vec, window or int(vec), inner, layout, sms, regime)
+    if out_dtype is not None and out_dtype != dtype:
+        p = fused_cast(p, out_dtype)
     for l in p.launches:
         if l.grid * l.cluster > INT_MAX:
             raise Unsupported(f"{p.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
     return p
+
+
+def fused_cast(p: Plan, out_dtype) -> Plan:
+    """The plan with fp32 outputs of 16-bit data (the kernels' DTO = 0): forward rows whose out rows start as the
+    inputs' (P < 2), in the regimes that hold the row on chip."""
+    if (OPS[p.op].backward or p.dtype == torch.float32 or out_dtype != torch.float32
+            or p.regime not in ("warp", "block", "cluster") or p.W == 1 or p.window == 2):
+        raise Unsupported(f"no fused cast of {p.op} from {p.dtype} to {out_dtype} in this plan ({p.regime}, "
+                          f"W = {p.W}, window {p.window}): cast first")
+    return replace(p, out_dtype=out_dtype, launches=tuple(replace(l, kernel=l.kernel[:-1] + ",0>")
+                                                          for l in p.launches))
 
 
 def window_path(N: int, V: int, vec: bool, window: int) -> tuple[int, int, int]:
@@ -515,6 +531,13 @@ def _probe_instantiations() -> dict[str, set]:
                             pass
                 if window:
                     continue
+                for N in _probe_ns(W, True) if vec and dtype != torch.float32 and op in ("softmax", "log_softmax") \
+                        else ():
+                    for M in (1, 9, 17, 33, 64, 1 << 20):  # the fused cast: 16-bit in, fp32 out
+                        try:
+                            add(plan(M, N, dtype, op, window=1, out_dtype=torch.float32))
+                        except Unsupported:
+                            pass
                 for inner in (1, 3, W, 64 * W):
                     for N in _probe_ns(W)[::3]:
                         for regime in (None, "strided"):

@@ -26,7 +26,7 @@ from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
 from .compiled import kernel, sms
-from .plan import Plan, grid_for, plan, stable_rows, vec_width
+from .plan import Plan, Unsupported, grid_for, plan, stable_rows, vec_width
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
 PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
@@ -71,15 +71,16 @@ def _is_contiguous(shape, stride) -> bool:
 
 
 def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, layout: str, sms: int,
-                 regime: Optional[str], device: int, fallback: str) -> Plan:
+                 regime: Optional[str], device: int, fallback: str, out_dtype=None) -> Plan:
     """plan(...) with an automatic plan whose clusters (cluster, columns) cannot be resident on this device, or
     whose cluster attributes are refused, replaced by the `fallback` regime (split, strided); cached by geometry,
     one entry for every M >= stable_rows(sms)."""
     stable = M >= stable_rows(sms)
-    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device, None if stable else M)
+    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device, None if stable else M, out_dtype)
 
     def make() -> Plan:
-        p = plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=regime)
+        p = plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=regime,
+                 out_dtype=out_dtype)
         if regime is not None or all(l.cluster == 1 for l in p.launches):
             return p
         try:
@@ -87,7 +88,8 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: 
                 return p
         except OnlineSoftmaxError:
             pass
-        return plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=fallback)
+        return plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=fallback,
+                    out_dtype=out_dtype)
 
     p = _plans.get(key) or _plans.get_or_make(key, make)
     return p.at(M) if stable else p
@@ -165,13 +167,15 @@ def _prepare(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[
     return _Entry(*call) if call else _Entry(None, -1, False, (), 0)
 
 
-def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str]) -> Optional[tuple]:
-    """(plan, device, contig, row strides, out row stride) for these tensors, after checking them; None when empty."""
+def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optional[str],
+               out_dtype=None) -> Optional[tuple]:
+    """(plan, device, contig, row strides, out row stride) for these tensors, after checking them; None when empty.
+    out_dtype: out's dtype when it is not the inputs' (the fused cast; Unsupported where no plan fuses it)."""
     x = ins[0]
     if x.dtype not in GPU_DTYPES:
         raise OnlineSoftmaxError(f"{op}: dtype {x.dtype} not supported (float32, float16, bfloat16)")
     for t in ins[1:] + (out,):
-        if t.dtype != x.dtype or t.shape != x.shape or t.device != x.device:
+        if t.dtype != (out_dtype or x.dtype if t is out else x.dtype) or t.shape != x.shape or t.device != x.device:
             raise OnlineSoftmaxError(f"{op}: inputs and out must share shape, dtype and device "
                                      f"(got {[(tuple(u.shape), u.dtype, str(u.device)) for u in ins + (out,)]})")
     shape = tuple(x.shape)
@@ -195,9 +199,13 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     if not column_kernels and all(r is not None for r in rows):
         M = rows[0][0]
         rss = tuple(r[2] for r in rows)
+        if out_dtype is not None and al:
+            raise Unsupported(f"{op}: the fused cast needs 16-byte aligned data and out")
         p = _fitted_plan(M, N, x.dtype, op, *_row_access(al, M, N, V, rss), 1, "rows", n_sms, regime, device,
-                         "split")
+                         "split", out_dtype)
         return p, device, False, rss, N
+    if out_dtype is not None:
+        raise Unsupported(f"{op}: the fused cast takes rows along the last dim")
     # made contiguous per call (one copy per input that is not; the cache key records the original pointers' offsets,
     # which decide the kept inputs').
     contig = not all(_is_contiguous(shape, s) for s in strides)
@@ -270,6 +278,7 @@ _fwd_rows = BoundedCache(ROWS_CACHE)
 _bwd_rows = BoundedCache(ROWS_CACHE)
 _geometries = BoundedCache(ENTRY_CACHE)  # row entries by plan geometry
 _fwd_entries = BoundedCache(ENTRY_CACHE)
+_cast_entries = BoundedCache(ENTRY_CACHE)  # forward_cast: by exact layout
 _bwd_entries = BoundedCache(ENTRY_CACHE)
 _stable: dict = {}  # device index -> stable_rows(its SMs)
 
@@ -348,6 +357,32 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
     if e is None:
         e = _bwd_entries.get_or_make(key, lambda: _prepare(op, (y, dy), out, dim, None))
     _call(e, (y, dy), out, pa, pb, po)
+
+
+def forward_cast(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
+    """out (float32, contiguous) <- softmax(x, dim) (log_softmax when log) of 16-bit x: the cast fused into the
+    kernel's stores where a plan has it (rows along the last dim on chip, aligned data), else x cast first (one
+    more pass over the data), as torch.softmax(x, dim, dtype=torch.float32) computes it."""
+    pa, po = x.data_ptr(), out.data_ptr()
+    key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), _alignment(pa, 0, po))
+    e = _cast_entries.get(key)
+    if e is None:
+        e = _cast_entries.get_or_make(key, lambda: _cast_entry("log_softmax" if log else "softmax", x, out, dim))
+    if e is _CAST_FIRST:
+        forward(x.float(), out, dim, log)
+    else:
+        _call(e, (x,), out, pa, 0, po)
+
+
+_CAST_FIRST = object()  # forward_cast's entry where no plan fuses the cast
+
+
+def _cast_entry(op: str, x: torch.Tensor, out: torch.Tensor, dim: int):
+    try:
+        call = _plan_call(op, (x,), out, dim, None, out.dtype)
+    except Unsupported:
+        return _CAST_FIRST
+    return _Entry(*call) if call else _Entry(None, -1, False, (), 0)
 
 
 def plan_for(op: str, *tensors: torch.Tensor, dim: int = -1, regime: Optional[str] = None,

@@ -149,6 +149,27 @@ template <int DT, int W> struct os_io {
     }
 };
 
+// Outputs of one access of W elements stored as DTO: DTO's own access (os_io), or, for fp32 out of a 16-bit access
+// (the fused cast: softmax(x16, dtype=torch.float32)), two 16-byte stores; element by element as os_io's store_part.
+template <int DTO, int W> struct os_out {
+    typedef typename os_elem<DTO>::type elem;
+    template <bool VEC>
+    static __device__ __forceinline__ void store_part(elem* p, long long i, const float* f, int lo, int hi) {
+        if constexpr (W * sizeof(elem) <= 16) {
+            os_io<DTO, W>::template store_part<VEC>(p, i, f, lo, hi);
+        } else if (VEC && lo <= 0 && hi >= W) {
+            static_assert(DTO == 0 && W == 8, "two 16-byte stores: fp32 out of a 16-bit access");
+            os_io<0, 4>::store(p, 2 * i, f);
+            os_io<0, 4>::store(p, 2 * i + 1, f + 4);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                if (j >= lo && j < hi) p[i * W + j] = f[j];
+            }
+        }
+    }
+};
+
 // The window path: a row whose first element lies `sh` elements past a 16-byte boundary is read as the aligned
 // accesses that cover it, elements [-sh, N) rounded out to whole vectors; access v holds elements v*W - sh + j
 // (j < W), the row's iff lo <= j < hi with lo = sh - v*W, hi = lo + N. The first and last access read up to 15

@@ -123,11 +123,14 @@ template <int OP> struct bwd_op {
 
 // What differs between the ops in every regime, per access of W elements. The regime bodies read input a (x, or y)
 // into ra[] and, backward only, input b (dy) into rb[].
-template <int OP, int DT, int W> struct op_traits {
+template <int OP, int DT, int W, int DTO = DT> struct op_traits {
     static_assert(OP >= 0 && OP <= 3, "op: 0 softmax, 1 log_softmax, 2 and 3 their backward");
+    static_assert(DTO == DT || (OP < 2 && DTO == 0), "another out dtype: fp32 forward outputs only");
     typedef os_io<DT, W> io;
     typedef typename io::elem elem;
     typedef typename io::raw raw;
+    typedef os_out<DTO, W> out;  // the outputs' storage (DTO: fp32 out of 16-bit data, the fused cast)
+    typedef typename out::elem out_elem;
     enum {
         FWD = OP < 2,  // inputs: x from a (forward); or y from a and dy from b
         RED = FWD ? OS_RED_MD : OP == 2 ? OS_RED_SUM : OS_RED_SUM_ANY  // (m, d); sum(dy * y); sum(dy), any y alive
@@ -187,11 +190,11 @@ template <int OP, int DT, int W> struct op_traits {
 // per lane group, all loads issued first; 256 threads. The forward reduces the row max, then the sum of
 // exp(x - max): two butterflies without exponentials cost fewer instructions than one of (m, d) pairs, whose every
 // merge takes an exponential, and short rows are as much instruction- as memory-bound.
-template <int OP, int DT, int W, int SLOTS, int RPT, int P>
+template <int OP, int DT, int W, int SLOTS, int RPT, int P, int DTO>
 __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void* __restrict__ b,
                                           void* __restrict__ out, long long M, int N, long long sa, long long sb,
                                           long long so, int lg) {
-    typedef op_traits<OP, DT, W> op;
+    typedef op_traits<OP, DT, W, DTO> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
     constexpr int E = SLOTS * W;
@@ -282,7 +285,7 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
         const typename op::out_params o(pa[q], pb[q]);
-        elem* dst = static_cast<elem*>(out) + row * so + lane * W - sh[q];
+        typename op::out_elem* dst = static_cast<typename op::out_elem*>(out) + row * so + lane * W - sh[q];
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             BOUNDS(q, k);
@@ -293,41 +296,41 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
                     const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
                     y[j] = OP == 0 ? x * o.inv : x - o.ld;
                 }
-                if (ok[q] && k * TPR < lim[q]) op::io::template store_part<P != 2>(dst, k * TPR, y, lo, hi);
+                if (ok[q] && k * TPR < lim[q]) op::out::template store_part<P != 2>(dst, k * TPR, y, lo, hi);
             } else if (ok[q] && k * TPR < lim[q]) {  // inline: op::bwd_dx would change the scalar log_softmax SASS
                 float y[W], dy[W], dx[W];
                 op::io::unpack(ra[q * SLOTS + k], y);
                 op::io::unpack(rb[q * SLOTS + k], dy);
 #pragma unroll
                 for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa[q], pb[q]);
-                op::io::template store_part<P != 2>(dst, k * TPR, dx, lo, hi);
+                op::out::template store_part<P != 2>(dst, k * TPR, dx, lo, hi);
             }
         }
     }
 #undef BOUNDS
 }
 
-template <int OP, int DT, int W, int SLOTS, int RPT, int P>
+template <int OP, int DT, int W, int SLOTS, int RPT, int P, int DTO = DT>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
 fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
-    warp_body<fwd_op<OP>::value, DT, W, SLOTS, RPT, P>(a, b, out, M, N, sa, sb, so, lg);
+    warp_body<fwd_op<OP>::value, DT, W, SLOTS, RPT, P, DTO>(a, b, out, M, N, sa, sb, so, lg);
 }
 
-template <int OP, int DT, int W, int SLOTS, int RPT, int P>
+template <int OP, int DT, int W, int SLOTS, int RPT, int P, int DTO = DT>
 __global__ void __launch_bounds__(WARP_THREADS, 4)
 bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
-    warp_body<bwd_op<OP>::value, DT, W, SLOTS, RPT, P>(a, b, out, M, N, sa, sb, so, lg);
+    warp_body<bwd_op<OP>::value, DT, W, SLOTS, RPT, P, DTO>(a, b, out, M, N, sa, sb, so, lg);
 }
 
 // ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
 // One row per CTA (C == 1) or per cluster of C CTAs (the partial pairs through DSMEM); THREADS <= 512 threads hold
 // SLOTS accesses each in registers and SSLOTS more in dynamic shared memory (cp.async).
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO>
 __device__ __forceinline__ void row_body(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
                                          int N, long long sa, long long sb, long long so) {
-    typedef op_traits<OP, DT, W> op;
+    typedef op_traits<OP, DT, W, DTO> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
@@ -456,7 +459,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     const typename op::out_params o(pa, pb);
     float f;  // softmax: y = e * f, e = exp(x - mt) in v
     if constexpr (op::FWD) f = os_exp_diff(mt, o.s) * o.inv;
-    elem* dst = static_cast<elem*>(out) + row * so + (long long)first * W - sh;
+    typename op::out_elem* dst = static_cast<typename op::out_elem*>(out) + row * so + (long long)first * W - sh;
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
         BOUNDS(k * THREADS);
@@ -464,11 +467,11 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             float y[W];
 #pragma unroll
             for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
-            if (k * THREADS < lim) op::io::template store_part<P != 2>(dst, k * THREADS, y, lo, hi);
+            if (k * THREADS < lim) op::out::template store_part<P != 2>(dst, k * THREADS, y, lo, hi);
         } else if (k * THREADS < lim) {
             float dx[W];
             op::bwd_dx(ra[k], rb[k], pa, pb, dx);
-            op::io::template store_part<P != 2>(dst, k * THREADS, dx, lo, hi);
+            op::out::template store_part<P != 2>(dst, k * THREADS, dx, lo, hi);
         }
     }
     if constexpr (SSLOTS > 0) {
@@ -489,7 +492,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                     op::bwd_dx(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], pa, pb, y);
                 }
                 BOUNDS(i);
-                op::io::template store_part<P != 2>(dst, i, y, lo, hi);
+                op::out::template store_part<P != 2>(dst, i, y, lo, hi);
             }
         }
     }
@@ -497,18 +500,18 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #undef BOUNDS
 }
 
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO = DT>
 __global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
-    row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P>(a, b, out, N, sa, sb, so);
+    row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
 }
 
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO = DT>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
-    row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P>(a, b, out, N, sa, sb, so);
+    row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
 }
 
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------------
