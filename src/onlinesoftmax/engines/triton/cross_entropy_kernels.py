@@ -1,0 +1,230 @@
+"""The Triton cross-entropy kernels: the online (m, d) fold of each row of logits, its target logit and
+(for label smoothing) its sum, and the gradient of the loss written from the final state.
+
+The op is a compile-time policy, MODE:
+
+    MODE 0  stats:   per row (m, d, x[target], sum x) -> stats (M, 4) fp32            1 read
+    MODE 1  fused:   the stats, and the gradient of the loss -> grad                   1 read (+ 1 from L2), 1 write
+    MODE 2  grad:    the gradient from a given lse per row (vocab-parallel, after the collective)
+
+The loss itself is computed from the stats by the op layer (ops/cross_entropy.py: one formula for every
+path, single-GPU or sharded). With lse = m + log d, p = exp(x - lse), a valid row's gradient is
+
+    dL/dx = scale * ( (1 + 2 z lse) p - eps / V_total - (1 - eps) [col == target] )       (then * (1 - t^2) with softcap)
+
+scale: the reduction's factor (1 / non-ignored rows for "mean", else 1) read from a device scalar, so no
+host sync; an ignored row has gradient 0. Softcap replaces x by cap * tanh(x / cap) when it is loaded;
+its gradient is multiplied by 1 - tanh^2.
+
+Two kernels:
+- rows_kernel: the whole row in registers (V <= the block): read once, one exp per element, written once.
+  A persistent grid walks the rows, the next row's load pipelined (tl.range num_stages).
+- split_kernel: a row cut into C segments of SEG_CHUNKS chunks; tasks handed out in order by an atomic ticket
+  (as the softmax split regime): ticket t folds segment t and publishes its partial (m, d, sum x, x[target] if it holds it) to ws and
+  counts it in sync[row]; it then takes segment t - LAG (LAG >= C: every partial it waits for comes from an
+  earlier ticket, which publishes before it ever waits, so no deadlock whatever the residency, and the
+  interpreter works too), merges the row's C partials and re-reads the segment to write its gradient. The
+  re-read comes LAG segments after the first read, a window of LAG * SEG * size bytes that stays in L2.
+
+Semantics: reference.cross_entropy (float64). A nan or +inf logit makes its row's d nan (exp of nan, or
+exp(inf - inf)), so its loss and gradient are nan, as in torch; -inf logits add nothing.
+
+Import this module only after TRITON_INTERPRET is set (if it is to be set).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .softmax_kernels import LOG2E, _device_fn, _guard, _wait_for
+
+
+@_device_fn
+def _load_logits(row_ptr, cols, ok, cap, SOFTCAP: tl.constexpr):
+    """A chunk of logits in fp32, -inf where masked; with softcap, cap * tanh(x / cap) (tanh by exp2, as the
+    interpreter and the GPU share it: 1 - 2 / (exp(2u) + 1))."""
+    x = tl.load(row_ptr + cols, mask=ok, other=float("-inf")).to(tl.float32)
+    if SOFTCAP:
+        e = tl.exp2(x * (2.0 * LOG2E / cap))
+        x = tl.where(ok, cap - (2.0 * cap) / (e + 1.0), float("-inf"))
+    return x
+
+
+@_device_fn
+def _fold_chunk(m, d, x):
+    """Fold a chunk into the scalar state (m, d): the chunk's max first, then one exp per element."""
+    m_new = tl.maximum(m, tl.max(x, 0))
+    shift = _guard(m_new)
+    d = d * tl.exp2((m - shift) * LOG2E) + tl.sum(tl.exp2((x - shift) * LOG2E), 0)
+    return m_new, d
+
+
+@_device_fn
+def _row_target(tgt_ptr, row, ignore_index, offset):
+    """(target - offset, valid): the target's column in this shard (out of [0, V) when elsewhere) and
+    whether the row counts (target != ignore_index)."""
+    tgt = tl.load(tgt_ptr + row)
+    return (tgt - offset).to(tl.int32), tgt != ignore_index
+
+
+@_device_fn
+def _grad(p, x, cols, local, valid, lse, scale, inv_v, eps, z, cap, SOFTCAP: tl.constexpr):
+    """The gradient of a chunk from p = exp(x - lse); 0 for an ignored row."""
+    g = scale * ((1.0 + 2.0 * z * lse) * p - eps * inv_v - tl.where(cols == local, 1.0 - eps, 0.0))
+    if SOFTCAP:
+        t = x / cap
+        g = g * (1.0 - t * t)
+    return tl.where(valid, g, 0.0)
+
+
+@_device_fn
+def _store_stats(stats_ptr, row, m, d, xt, sx):
+    base = stats_ptr + row * 4
+    tl.store(base, m)
+    tl.store(base + 1, d)
+    tl.store(base + 2, xt)
+    tl.store(base + 3, sx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole rows in registers: 1 read + 1 write
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def rows_kernel(x_ptr, g_ptr, tgt_ptr, stats_ptr, lse_ptr, scale_ptr, M, V, stride_x, stride_g,
+                ignore_index, offset, inv_v, eps, z, cap,
+                BLOCK: tl.constexpr, MODE: tl.constexpr, SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr,
+                NUM_STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK)
+    ok = cols < V
+    if MODE != 0:
+        scale = tl.load(scale_ptr)
+    for row in tl.range(pid, M, nprog, num_stages=NUM_STAGES):
+        r64 = tl.cast(row, tl.int64)
+        x = _load_logits(x_ptr + r64 * stride_x, cols, ok, cap, SOFTCAP)
+        local, valid = _row_target(tgt_ptr, row, ignore_index, offset)
+        if MODE == 2:
+            lse = tl.load(lse_ptr + row)
+            p = tl.exp2((x - lse) * LOG2E)
+        else:
+            m = tl.max(x, 0)
+            shift = _guard(m)
+            e = tl.exp2((x - shift) * LOG2E)  # the one exp per element
+            d = tl.sum(e, 0)
+            xt = tl.sum(tl.where(cols == local, x, 0.0), 0)
+            if SMOOTH:
+                sx = tl.sum(tl.where(ok, x, 0.0), 0)
+            else:
+                sx = 0.0
+            _store_stats(stats_ptr, row, m, d, xt, sx)
+            lse = shift + tl.log(d)
+            p = e * (1.0 / d)
+        if MODE != 0:
+            g = _grad(p, x, cols, local, valid, lse, scale, inv_v, eps, z, cap, SOFTCAP)
+            tl.store(g_ptr + r64 * stride_g + cols, g.to(g_ptr.dtype.element_ty), mask=ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Split rows, ordered tickets: 1 read + 1 re-read within an L2 window + 1 write
+# ws: 4 floats per segment (m, d, sum x, x[target] or 0); sync: int32[M + 1], M per-row counters then the ticket
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def split_kernel(x_ptr, g_ptr, tgt_ptr, stats_ptr, lse_ptr, scale_ptr, ws_ptr, sync_ptr, M, V, stride_x, stride_g,
+                 C, LAG, ignore_index, offset, inv_v, eps, z, cap,
+                 CHUNK: tl.constexpr, SEG_CHUNKS: tl.constexpr, PBLOCK: tl.constexpr, MODE: tl.constexpr,
+                 SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr):
+    offs = tl.arange(0, CHUNK)
+    pidx = tl.arange(0, PBLOCK)
+    SEG: tl.constexpr = CHUNK * SEG_CHUNKS
+    n_tasks = M * C
+    n_tickets = n_tasks + LAG
+    if MODE != 0:
+        scale = tl.load(scale_ptr)
+    t = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
+    while t < n_tickets:
+        # (a) fold segment t, publish its partial, count it
+        if MODE != 2:
+            if t < n_tasks:
+                row = t // C
+                base = (t - row * C) * SEG
+                x_row = x_ptr + tl.cast(row, tl.int64) * stride_x
+                m = tl.full([], float("-inf"), tl.float32)
+                d = tl.zeros([], tl.float32)
+                sx = tl.zeros([], tl.float32)
+                # the target logit, by the segment that holds it, before any gradient is written over it
+                # (the gradient may be written in place of the logits)
+                local, valid = _row_target(tgt_ptr, row, ignore_index, offset)
+                hit = (local >= base) & (local < base + SEG) & (local < V)
+                xt = tl.load(x_row + local, mask=hit, other=0.0).to(tl.float32)
+                if SOFTCAP:
+                    xt = cap - (2.0 * cap) / (tl.exp2(xt * (2.0 * LOG2E / cap)) + 1.0)
+                xt = tl.where(hit, xt, 0.0)
+                for k in tl.range(0, SEG_CHUNKS):
+                    cols = base + k * CHUNK + offs
+                    ok = cols < V
+                    x = _load_logits(x_row, cols, ok, cap, SOFTCAP)
+                    m, d = _fold_chunk(m, d, x)
+                    if SMOOTH:
+                        sx += tl.sum(tl.where(ok, x, 0.0), 0)
+                part = ws_ptr + 4 * tl.cast(t, tl.int64)
+                tl.store(part, m)
+                tl.store(part + 1, d)
+                tl.store(part + 2, sx)
+                tl.store(part + 3, xt)
+                tl.debug_barrier()
+                tl.atomic_add(sync_ptr + row, 1, sem="release")
+        t_next = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
+        # (b) segment t - LAG: merge its row's C partials (stats), then re-read it and write the gradient
+        if t >= LAG:
+            w = t - LAG
+            row = w // C
+            seg = w - row * C
+            x_row = x_ptr + tl.cast(row, tl.int64) * stride_x
+            local, valid = _row_target(tgt_ptr, row, ignore_index, offset)
+            if MODE == 2:
+                lse = tl.load(lse_ptr + row)
+            else:
+                _wait_for(sync_ptr + row, C)
+                part = ws_ptr + 4 * (tl.cast(row, tl.int64) * C + pidx)
+                pm = tl.load(part, mask=pidx < C, other=float("-inf"), cache_modifier=".cg")
+                pd = tl.load(part + 1, mask=pidx < C, other=0.0, cache_modifier=".cg")
+                m = tl.max(pm, 0)
+                shift = _guard(m)
+                d = tl.sum(pd * tl.exp2((pm - shift) * LOG2E), 0)
+                lse = shift + tl.log(d)
+                if seg == 0:
+                    sx = tl.sum(tl.load(part + 2, mask=pidx < C, other=0.0, cache_modifier=".cg"), 0)
+                    xt = tl.sum(tl.load(part + 3, mask=pidx < C, other=0.0, cache_modifier=".cg"), 0)
+                    _store_stats(stats_ptr, row, m, d, xt, sx)
+            if MODE != 0:
+                g_row = g_ptr + tl.cast(row, tl.int64) * stride_g
+                for k in tl.range(0, SEG_CHUNKS):
+                    cols = seg * SEG + k * CHUNK + offs
+                    ok = cols < V
+                    x = _load_logits(x_row, cols, ok, cap, SOFTCAP)
+                    p = tl.exp2((x - lse) * LOG2E)
+                    g = _grad(p, x, cols, local, valid, lse, scale, inv_v, eps, z, cap, SOFTCAP)
+                    tl.store(g_row + cols, g.to(g_ptr.dtype.element_ty), mask=ok)
+        t = t_next
+
+
+# ---------------------------------------------------------------------------------------------
+# The backward's scaling by grad_output, skipped on the device where it is 1 (the usual loss.backward())
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def scale_rows_kernel(g_ptr, go_ptr, M, N, stride_g, stride_go, BLOCK: tl.constexpr):
+    """g[row] *= go[row * stride_go] (stride_go = 0: one scalar), rows where that is 1 left untouched."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK)
+    for row in tl.range(pid, M, nprog):
+        s = tl.load(go_ptr + row * stride_go).to(tl.float32)
+        if s != 1.0:
+            g_row = g_ptr + tl.cast(row, tl.int64) * stride_g
+            for c in tl.range(0, N, BLOCK):
+                cols = c + offs
+                ok = cols < N
+                g = tl.load(g_row + cols, mask=ok, other=0.0).to(tl.float32)
+                tl.store(g_row + cols, (g * s).to(g_ptr.dtype.element_ty), mask=ok)
