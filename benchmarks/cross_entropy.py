@@ -97,33 +97,52 @@ def ce_impls(lg):
     return impls
 
 
+KNOBS = ("SPLIT_CHUNK", "SPLIT_SEG_BYTES", "SPLIT_WARPS", "SPLIT_PROGRAMS_PER_SM", "SPLIT_LANES")
+SWEEP = [(4096, 32768, 8, 2, True), (4096, 32768, 8, 2, False), (2048, 32768, 4, 4, True),
+         (8192, 65536, 16, 1, True), (4096, 65536, 8, 2, True), (4096, 16384, 8, 4, True)]
+
+
+def _time_ours(BT, V, dt, rep=40):
+    x = torch.randn(BT, V, device="cuda", dtype=dt, requires_grad=True)
+    t = torch.randint(0, V, (BT,), device="cuda")
+
+    def run():
+        x.grad = None
+        osm.cross_entropy(x, t).backward()
+    ms = bench(run, rep=rep)
+    return ms, 2 * x.numel() * x.element_size() / ms / 1e9 / ANCHOR_TBPS * 100
+
+
 def sweep(out_lines):
-    """A few split configurations at two long rows; the fastest (summed time) stays for the run."""
+    """The split kernel's knobs at two long rows, the fastest (summed time) kept for the run; then, at V = 32000,
+    the rows kernel against the split kernel (ROWS_MAX_V)."""
     shapes = [(8192, 128256, torch.bfloat16), (8192, 256000, torch.float32)]
-    grid = [(4096, 32768, 8), (2048, 32768, 4), (8192, 65536, 16), (8192, 16384, 8)]
     best = None
-    for chunk, seg, warps in grid:
-        rules.SPLIT_CHUNK, rules.SPLIT_SEG_BYTES, rules.SPLIT_WARPS = chunk, seg, warps
+    for knobs in SWEEP:
+        for name, value in zip(KNOBS, knobs):
+            setattr(rules, name, value)
         total, parts = 0.0, []
         for BT, V, dt in shapes:
-            x = torch.randn(BT, V, device="cuda", dtype=dt, requires_grad=True)
-            t = torch.randint(0, V, (BT,), device="cuda")
-
-            def run():
-                x.grad = None
-                osm.cross_entropy(x, t).backward()
-            ms = bench(run, rep=40)
-            pct = 2 * x.numel() * x.element_size() / ms / 1e9 / ANCHOR_TBPS * 100
+            ms, pct = _time_ours(BT, V, dt)
             total += ms
             parts.append(f"{BT}x{V} {str(dt)[6:]} {ms:.3f} ms {pct:.1f}%")
-            del x
-        line = f"sweep CHUNK={chunk} SEG_BYTES={seg} WARPS={warps}: " + "; ".join(parts)
+        line = "sweep " + " ".join(f"{n}={v}" for n, v in zip(KNOBS, knobs)) + ": " + "; ".join(parts)
         print(line, flush=True)
         out_lines.append(line)
         if best is None or total < best[0]:
-            best = (total, chunk, seg, warps)
-    _, rules.SPLIT_CHUNK, rules.SPLIT_SEG_BYTES, rules.SPLIT_WARPS = best
-    line = f"sweep winner: SPLIT_CHUNK={best[1]} SPLIT_SEG_BYTES={best[2]} SPLIT_WARPS={best[3]}"
+            best = (total, knobs)
+    for name, value in zip(KNOBS, best[1]):
+        setattr(rules, name, value)
+    results = {}
+    for rows_max in (32768, 0):
+        rules.ROWS_MAX_V = rows_max
+        results[rows_max] = [_time_ours(BT, 32000, dt) for BT, dt in ((8192, torch.bfloat16), (8192, torch.float32))]
+        line = f"sweep ROWS_MAX_V={rows_max} at V=32000 (bf16, fp32): " + "; ".join(
+            f"{ms:.3f} ms {pct:.1f}%" for ms, pct in results[rows_max])
+        print(line, flush=True)
+        out_lines.append(line)
+    rules.ROWS_MAX_V = min(results, key=lambda k: sum(ms for ms, _ in results[k])) or 0
+    line = "sweep winner: " + " ".join(f"{n}={getattr(rules, n)}" for n in KNOBS + ("ROWS_MAX_V",))
     print(line, flush=True)
     out_lines.append(line)
 
@@ -246,8 +265,7 @@ def main():
         lines.append(f"liger_kernel {getattr(liger_kernel, '__version__', '0.8.5 (wheel)')}")
     if args.sweep:
         sweep(lines)
-    lines.append(f"config: ROWS_MAX_V={rules.ROWS_MAX_V} SPLIT_CHUNK={rules.SPLIT_CHUNK} "
-                 f"SPLIT_SEG_BYTES={rules.SPLIT_SEG_BYTES} SPLIT_WARPS={rules.SPLIT_WARPS}")
+    lines.append("config: " + " ".join(f"{n}={getattr(rules, n)}" for n in KNOBS + ("ROWS_MAX_V",)))
     global FLUSH
     with open(args.out + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["BT", "V", "dtype", "impl", "ms", "pct_floor", "pct_copy",

@@ -39,13 +39,14 @@ def _inputs(kind, M, V, dtype, seed):
     return x.to(dtype), t
 
 
-@pytest.mark.parametrize("regime", ("rows", "split"))
+@pytest.mark.parametrize("regime", ("rows", "split", "split_scalar"))
 @pytest.mark.parametrize("kind", ("random", "huge", "equal", "argmin", "ignored"))
 @pytest.mark.parametrize("opts", range(len(OPTIONS)))
 def test_fused_against_float64(regime, kind, opts, monkeypatch):
-    if regime == "split":
+    if regime != "rows":
         for k, v in SPLIT.items():
             monkeypatch.setattr(R, k, v)
+        monkeypatch.setattr(R, "SPLIT_LANES", regime == "split")
     kw = OPTIONS[opts]
     x, t = _inputs(kind, 5, 37, torch.float32, opts)
     t = torch.where(t == -100, kw.get("ignore_index", -100), t)

@@ -70,7 +70,7 @@ def cross_entropy(x: torch.Tensor, target: torch.Tensor, stats: Optional[torch.T
     sync = torch.zeros(M + 1, dtype=torch.int32, device=x.device)
     _on_device(x, lambda: split_kernel[(progs,)](
         *pointers, ws, sync, M, V, x.stride(0), g.stride(0), cfg.C, lag, **common,
-        CHUNK=cfg.CHUNK, SEG_CHUNKS=cfg.SEG_CHUNKS, PBLOCK=cfg.PBLOCK, **flags,
+        CHUNK=cfg.CHUNK, SEG_CHUNKS=cfg.SEG_CHUNKS, PBLOCK=cfg.PBLOCK, **flags, LANES=cfg.LANES,
         num_warps=cfg.num_warps, num_stages=1))
 
 

@@ -25,6 +25,8 @@ Two kernels:
   earlier ticket, which publishes before it ever waits, so no deadlock whatever the residency, and the
   interpreter works too), merges the row's C partials and re-reads the segment to write its gradient. The
   re-read comes LAG segments after the first read, a window of LAG * SEG * size bytes that stays in L2.
+  The fold of a segment: LANES, per-lane states (softmax_kernels._fold: no block reduction until the segment
+  ends), or a scalar state (the chunk's max, then one exp per element and a sum: two block reductions a chunk).
 
 Semantics: reference.cross_entropy (float64). A nan or +inf logit makes its row's d nan (exp of nan, or
 exp(inf - inf)), so its loss and gradient are nan, as in torch; -inf logits add nothing.
@@ -37,7 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .softmax_kernels import LOG2E, _device_fn, _guard, _wait_for
+from .softmax_kernels import LOG2E, _device_fn, _empty, _fold, _guard, _merge_lanes, _wait_for
 
 
 @_device_fn
@@ -134,7 +136,7 @@ def rows_kernel(x_ptr, g_ptr, tgt_ptr, stats_ptr, lse_ptr, scale_ptr, M, V, stri
 def split_kernel(x_ptr, g_ptr, tgt_ptr, stats_ptr, lse_ptr, scale_ptr, ws_ptr, sync_ptr, M, V, stride_x, stride_g,
                  C, LAG, ignore_index, offset, inv_v, eps, z, cap,
                  CHUNK: tl.constexpr, SEG_CHUNKS: tl.constexpr, PBLOCK: tl.constexpr, MODE: tl.constexpr,
-                 SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr):
+                 SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr, LANES: tl.constexpr):
     offs = tl.arange(0, CHUNK)
     pidx = tl.arange(0, PBLOCK)
     SEG: tl.constexpr = CHUNK * SEG_CHUNKS
@@ -150,8 +152,11 @@ def split_kernel(x_ptr, g_ptr, tgt_ptr, stats_ptr, lse_ptr, scale_ptr, ws_ptr, s
                 row = t // C
                 base = (t - row * C) * SEG
                 x_row = x_ptr + tl.cast(row, tl.int64) * stride_x
-                m = tl.full([], float("-inf"), tl.float32)
-                d = tl.zeros([], tl.float32)
+                if LANES:  # per-lane states, one block reduction per segment
+                    m_vec, d_vec = _empty(CHUNK, False)
+                else:  # a scalar state, the chunk's max and sum reduced per chunk
+                    m = tl.full([], float("-inf"), tl.float32)
+                    d = tl.zeros([], tl.float32)
                 sx = tl.zeros([], tl.float32)
                 # the target logit, by the segment that holds it, before any gradient is written over it
                 # (the gradient may be written in place of the logits)
@@ -165,9 +170,15 @@ def split_kernel(x_ptr, g_ptr, tgt_ptr, stats_ptr, lse_ptr, scale_ptr, ws_ptr, s
                     cols = base + k * CHUNK + offs
                     ok = cols < V
                     x = _load_logits(x_row, cols, ok, cap, SOFTCAP)
-                    m, d = _fold_chunk(m, d, x)
+                    if LANES:
+                        m_vec, d_vec = _fold(m_vec, d_vec, x)
+                    else:
+                        m, d = _fold_chunk(m, d, x)
                     if SMOOTH:
                         sx += tl.sum(tl.where(ok, x, 0.0), 0)
+                if LANES:
+                    m = tl.max(m_vec, 0)
+                    _shift, d = _merge_lanes(m_vec, d_vec)
                 part = ws_ptr + 4 * tl.cast(t, tl.int64)
                 tl.store(part, m)
                 tl.store(part + 1, d)

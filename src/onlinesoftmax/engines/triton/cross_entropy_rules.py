@@ -33,6 +33,7 @@ SPLIT_CHUNK = 4096  # logits per chunk of a split segment (registers: CHUNK / (3
 SPLIT_SEG_BYTES = 32 * 1024  # bytes of logits per segment (one ticket)
 SPLIT_WARPS = 8
 SPLIT_PROGRAMS_PER_SM = 2
+SPLIT_LANES = True  # fold a segment lane by lane (True) or chunk by chunk (False)
 INTERPRETER_SMS = DEFAULT_SMS
 
 FORCE_CHUNK: Optional[int] = None  # tests: chunk of the split kernel (a power of two)
@@ -90,6 +91,7 @@ class SplitConfig:
     C: int  # segments per row
     PBLOCK: int  # pow2 >= C: the partials merged at once
     num_warps: int
+    LANES: bool
 
 
 def split_config(V: int, dtype: torch.dtype) -> SplitConfig:
@@ -97,7 +99,7 @@ def split_config(V: int, dtype: torch.dtype) -> SplitConfig:
     seg_chunks = FORCE_SEG_CHUNKS or max(1, SPLIT_SEG_BYTES // (chunk * dtype.itemsize))
     seg_chunks = min(seg_chunks, cdiv(V, chunk))
     c = cdiv(V, chunk * seg_chunks)
-    return SplitConfig(chunk, seg_chunks, c, pow2ceil(c), SPLIT_WARPS if not FORCE_CHUNK else 4)
+    return SplitConfig(chunk, seg_chunks, c, pow2ceil(c), SPLIT_WARPS if not FORCE_CHUNK else 4, SPLIT_LANES)
 
 
 def split_programs(sms: int, tasks: int) -> int:
