@@ -41,7 +41,9 @@ def bench(fn, rep=60):
     return do_bench(fn, warmup=10, rep=rep, return_mode="median")
 
 
-def peak_extra(fn):
+def peak_extra(fn, clear=None):
+    if clear is not None:
+        clear()  # gradients of an earlier call are not part of the base
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -98,8 +100,10 @@ def ce_impls(lg):
 
 
 KNOBS = ("SPLIT_CHUNK", "SPLIT_SEG_BYTES", "SPLIT_WARPS", "SPLIT_PROGRAMS_PER_SM", "SPLIT_LANES")
-SWEEP = [(4096, 32768, 8, 2, True), (4096, 32768, 8, 2, False), (2048, 32768, 4, 4, True),
-         (8192, 65536, 16, 1, True), (4096, 65536, 8, 2, True), (4096, 16384, 8, 4, True)]
+# (CHUNK, SEG_BYTES, WARPS, PROGRAMS_PER_SM: what fits in the registers (ptxas sm_90: ~94 per thread), LANES)
+SWEEP = [(4096, 32768, 8, 2, False), (2048, 32768, 4, 5, False), (2048, 16384, 4, 5, False),
+         (4096, 65536, 8, 2, False), (8192, 65536, 16, 1, False), (2048, 32768, 4, 4, True),
+         (1024, 16384, 2, 10, False)]
 
 
 def _time_ours(BT, V, dt, rep=40):
@@ -174,6 +178,7 @@ def ce_rows(rows, writer, lines, lg, quick):
             if name == "torch" and quick:
                 continue
             try:
+                x.grad = None
                 mem = peak_extra(lambda: fn(x, t))
                 ms = bench(lambda: fn(x, t))
             except torch.OutOfMemoryError:
@@ -228,7 +233,7 @@ def linear_rows(writer, lines, flce):
         res = {}
         for name, fn in impls.items():
             fn()
-            mem = peak_extra(fn) - grads / 2**20
+            mem = peak_extra(fn, clear) - grads / 2**20
             ms = bench(fn, rep=200)
             res[name] = (ms, mem)
             flops = 6 * BT * H * V

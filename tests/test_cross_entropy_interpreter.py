@@ -89,3 +89,32 @@ def test_scale_rows_skips_ones():
     g = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     engine.scale_rows(g, torch.tensor([1.0, 2.0, 1.0]))
     assert torch.equal(g, torch.tensor([[0, 1, 2, 3], [8, 10, 12, 14], [8, 9, 10, 11]], dtype=torch.float32))
+
+
+def test_target_out_of_range_flagged_by_the_kernel():
+    from onlinesoftmax.ops.cross_entropy import TargetError
+
+    x = torch.randn(3, 9)
+    with pytest.raises(TargetError, match="target 9 out of range"):
+        ce.cross_entropy(x, torch.tensor([0, 9, -100]), backend="triton")
+    with pytest.raises(TargetError, match="target -3 out of range"):
+        ce.cross_entropy(x, torch.tensor([-3, 1, 2]), backend="triton", reduction="none")
+
+
+def test_linear_cross_entropy_triton(monkeypatch):
+    for k, v in SPLIT.items():
+        monkeypatch.setattr(R, k, v)
+    gen = torch.Generator().manual_seed(5)
+    h = torch.randn(13, 6, generator=gen)
+    w = torch.randn(40, 6, generator=gen)
+    t = torch.randint(0, 40, (13,), generator=gen)
+    t[3] = -100
+    a_h, a_w = h.clone().requires_grad_(), w.clone().requires_grad_()
+    loss = ce.linear_cross_entropy(a_h, a_w, t, chunk_tokens=5, backend="triton", label_smoothing=0.1)
+    loss.backward()
+    b_h, b_w = h.double().requires_grad_(), w.double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(b_h @ b_w.t(), t, label_smoothing=0.1)
+    want.backward()
+    assert abs(float(loss.detach()) - float(want.detach())) < 1e-5
+    np.testing.assert_allclose(a_h.grad.double().numpy(), b_h.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(a_w.grad.double().numpy(), b_w.grad.numpy(), rtol=1e-4, atol=1e-6)

@@ -23,8 +23,9 @@ eager with grad (an autograd.Function), torch.compile (custom ops with fake kern
 inplace_grad is eager-only).
 
 Errors (OnlineSoftmaxError, the builtin type where torch raises one): a target out of [0, V) other than
-ignore_index (IndexError, checked with one sync in eager; a device assert under torch.compile), wrong dtypes
-or shapes, a bad reduction / label_smoothing / softcap.
+ignore_index (TargetError, an IndexError; on the GPU a small kernel flags it, and the forward waits for that
+flag's copy to the host only, not for the loss kernel queued behind it), wrong dtypes or shapes, a bad
+reduction / label_smoothing / softcap.
 """
 
 from __future__ import annotations
@@ -87,13 +88,10 @@ def check_logits_target(logits, target, what: str = "logits"):
 
 
 def check_targets(target: torch.Tensor, lo: int, hi: int, ignore_index: int) -> None:
-    """Every target in [lo, hi) or ignore_index: one sync in eager, a device assert under torch.compile."""
+    """Every target in [lo, hi) or ignore_index, or a TargetError naming the first that is not (one sync)."""
     if target.numel() == 0:
         return
     bad = ((target < lo) | (target >= hi)) & (target != ignore_index)
-    if torch.compiler.is_compiling():
-        torch._assert_async(~bad.any(), "cross_entropy: target out of range")
-        return
     if bad.any():
         first = int(target[bad][0])
         raise TargetError(f"target {first} out of range for {hi - lo} classes [{lo}, {hi}) "
@@ -191,10 +189,8 @@ def reference_grad(x, target, lse, scale, ignore_index, label_smoothing, z_loss,
     return out
 
 
-def shard_stats(x, target, backend, *, offset=0, v_total=None, softcap=None, ignore_index=-100,
-                label_smoothing=0.0, z_loss=0.0, grad=None, scale=None) -> torch.Tensor:
-    """The stats (M, 4) of a shard of columns; with `grad` (and `scale`), the gradient of a whole (unsharded)
-    row written in the same pass."""
+def shard_stats(x, target, backend, *, offset=0, softcap=None) -> torch.Tensor:
+    """The stats (M, 4) of a shard of columns (vocab-parallel): one read."""
     M, V = x.shape
     if V == 0 or M == 0:
         st = torch.zeros(M, 4, dtype=accumulator(x.dtype), device=x.device)
@@ -202,15 +198,9 @@ def shard_stats(x, target, backend, *, offset=0, v_total=None, softcap=None, ign
         return st
     if backend == "triton":
         st = torch.empty(M, 4, dtype=torch.float32, device=x.device)
-        triton_engine().cross_entropy(x, target, st, grad=grad, scale=scale, ignore_index=ignore_index,
-                                      offset=offset, v_total=v_total, label_smoothing=label_smoothing,
-                                      z_loss=z_loss, softcap=softcap)
+        triton_engine().cross_entropy(x, target, stats=st, offset=offset, softcap=softcap)
         return st
-    st = reference_stats(x, target, offset, softcap)
-    if grad is not None:
-        reference_grad(x, target, lse_of(st), scale, ignore_index, label_smoothing, z_loss, softcap, offset,
-                       v_total or V, out=grad)
-    return st
+    return reference_stats(x, target, offset, softcap)
 
 
 def shard_grad(x, target, lse, scale, backend, grad, *, offset, v_total, ignore_index, label_smoothing, z_loss,
@@ -219,12 +209,43 @@ def shard_grad(x, target, lse, scale, backend, grad, *, offset, v_total, ignore_
     if x.numel() == 0:
         return grad
     if backend == "triton":
-        triton_engine().cross_entropy(x, target, None, grad=grad, lse=lse.float(), scale=scale,
+        triton_engine().cross_entropy(x, target, grad=grad, lse_in=lse.float(), scale=scale,
                                       ignore_index=ignore_index, offset=offset, v_total=v_total,
                                       label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
         return grad
     return reference_grad(x, target, lse, scale, ignore_index, label_smoothing, z_loss, softcap, offset, v_total,
                           out=grad)
+
+
+class TargetCheck:
+    """The targets' check and the reduction's scale on the GPU without stalling it: one small kernel writes
+    info = (scale, non-ignored rows, any bad target), its copy to pinned memory is queued behind it, and `done()`
+    waits for that copy only (the big kernel queued after it keeps running), then raises a clear TargetError."""
+
+    def __init__(self, target, V: int, ignore_index: int, reduction: str):
+        self.target, self.V, self.ignore_index = target, V, ignore_index
+        self.info = torch.empty(4, dtype=torch.float32, device=target.device)
+        triton_engine().target_info(target, V, ignore_index, reduction == "mean", self.info)
+        self.host, self.event = self.info, None
+        if target.is_cuda:
+            self.host = torch.empty(4, dtype=torch.float32, pin_memory=True)
+            self.host.copy_(self.info, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def done(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+        if float(self.host[2]) != 0.0:
+            check_targets(self.target, 0, self.V, self.ignore_index)
+
+
+def triton_forward(x, target, check: TargetCheck, rows, lse, *, grad=None, ignore_index, label_smoothing, z_loss,
+                   softcap):
+    """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given."""
+    triton_engine().cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
+                                  ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
+                                  softcap=softcap)
 
 
 def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tensor:
@@ -244,17 +265,31 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
             grad_out=None):
     """(loss in x's dtype, lse fp32/fp64 per row, grad or None) for validated (N, V) logits. With want_grad the
     gradient of the loss (the reduced loss's; the sum's for "none") is written in the same pass, into grad_out
-    when given (it may be x: in place)."""
+    when given (it may be x: in place). Raises TargetError for a target out of range."""
     M, V = x.shape
-    acc = accumulator(x.dtype)
-    grad = scale = None
+    grad = None
     if want_grad:
         grad = grad_out if grad_out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
-        scale = grad_scale(target, ignore_index, reduction, torch.float32 if backend == "triton" else acc)
-    st = shard_stats(x, target, backend, v_total=V, softcap=softcap, ignore_index=ignore_index,
-                     label_smoothing=label_smoothing, z_loss=z_loss, grad=grad, scale=scale)
+    opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
+    if backend == "triton" and M and V:
+        check = TargetCheck(target, V, ignore_index, reduction)
+        rows = torch.empty(M, dtype=torch.float32, device=x.device)
+        lse = torch.empty(M, dtype=torch.float32, device=x.device)
+        triton_forward(x, target, check, rows, lse, grad=grad, **opts)
+        if reduction == "none":
+            loss = rows
+        else:
+            loss = rows.sum() * check.info[0] if reduction == "mean" else rows.sum()
+        check.done()
+        return loss.to(x.dtype), lse, grad
+    check_targets(target, 0, V, ignore_index)
+    st = reference_stats(x, target, 0, softcap)
+    lse = lse_of(st)
+    if want_grad:
+        reference_grad(x, target, lse, grad_scale(target, ignore_index, reduction, accumulator(x.dtype)),
+                       ignore_index, label_smoothing, z_loss, softcap, 0, V, out=grad)
     rows = loss_rows(st, target, ignore_index, label_smoothing, z_loss, V)
-    return reduce(rows, target, ignore_index, reduction).to(x.dtype), lse_of(st), grad
+    return reduce(rows, target, ignore_index, reduction).to(x.dtype), lse, grad
 
 
 # ---------------------------------------------------------------------- torch.compile: custom ops
@@ -277,16 +312,13 @@ def _(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction, back
 
 def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(output[2])
-    ctx.backend = inputs[7]
 
 
 def _gradient(ctx, dloss, *_):
+    """The custom op's backward, which only torch.compile takes (eager goes through _CrossEntropy): functional, as
+    the compiler traces it with fake tensors; Inductor fuses the multiply (one more pass over the gradient)."""
     (grad,) = ctx.saved_tensors
-    if torch.compiler.is_compiling():  # functional under the compiler: Inductor fuses the multiply
-        g = grad * (dloss.unsqueeze(-1) if dloss.dim() else dloss)
-    else:
-        g = scale_grad(grad, dloss, ctx.backend)
-    return g, None, None, None, None, None, None, None, None
+    return grad * (dloss.unsqueeze(-1) if dloss.dim() else dloss), None, None, None, None, None, None, None, None
 
 
 cross_entropy_op.register_autograd(_gradient, setup_context=_setup_context)
@@ -307,7 +339,9 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dloss, _dlse):
         grad, ctx.grad = ctx.grad, None
-        return scale_grad(grad, dloss, ctx.backend), None, None, None, None, None, None, None, None
+        # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then
+        # takes as .grad without a copy
+        return scale_grad(grad, dloss, ctx.backend).detach(), None, None, None, None, None, None, None, None
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
@@ -319,7 +353,6 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     gradient is written over the logits (eager only; the logits are garbage afterwards, as with Liger)."""
     check_options(ignore_index, label_smoothing, z_loss, softcap, reduction)
     x, t = check_logits_target(logits, target)
-    check_targets(t, 0, x.shape[1], ignore_index)
     backend = pick_backend(x, backend)
     softcap = None if softcap is None else float(softcap)
     args = (ignore_index, float(label_smoothing), float(z_loss))
@@ -358,7 +391,14 @@ def linear_forward(h, w, t, ignore_index, label_smoothing, z_loss, softcap, redu
     BT, V = h.shape[0], w.shape[0]
     acc = accumulator(h.dtype)
     want = need_h or need_w
-    scale = grad_scale(t, ignore_index, reduction, torch.float32 if backend == "triton" else acc) if want else None
+    opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
+    triton = backend == "triton" and BT > 0
+    if triton:
+        check = TargetCheck(t, V, ignore_index, reduction)
+        scale = check.info
+    else:
+        check_targets(t, 0, V, ignore_index)
+        scale = grad_scale(t, ignore_index, reduction, acc)
     rows = torch.empty(BT, dtype=acc, device=h.device)
     lse = torch.empty(BT, dtype=acc, device=h.device)
     gh = torch.empty_like(h) if need_h else None
@@ -367,16 +407,26 @@ def linear_forward(h, w, t, ignore_index, label_smoothing, z_loss, softcap, redu
         e = min(BT, s + chunk)
         hc, tc = h[s:e], t[s:e]
         logits = hc @ w.t()
-        st = shard_stats(logits, tc, backend, v_total=V, softcap=softcap, ignore_index=ignore_index,
-                         label_smoothing=label_smoothing, z_loss=z_loss, grad=logits if want else None, scale=scale)
-        rows[s:e] = loss_rows(st, tc, ignore_index, label_smoothing, z_loss, V)
-        lse[s:e] = lse_of(st)
+        if triton:
+            triton_forward(logits, tc, check, rows[s:e], lse[s:e], grad=logits if want else None, **opts)
+        else:
+            st = reference_stats(logits, tc, 0, softcap)
+            lse[s:e] = lse_of(st)
+            rows[s:e] = loss_rows(st, tc, ignore_index, label_smoothing, z_loss, V)
+            if want:
+                reference_grad(logits, tc, lse[s:e], scale, ignore_index, label_smoothing, z_loss, softcap, 0, V,
+                               out=logits)
         if need_h:
             torch.matmul(logits, w, out=gh[s:e])
         if need_w:
             gw.addmm_(logits.t(), hc)
         del logits
-    return reduce(rows, t, ignore_index, reduction).to(h.dtype), lse, gh, gw
+    if triton:
+        check.done()
+        loss = rows.sum() * scale[0] if reduction == "mean" else rows.sum()
+    else:
+        loss = reduce(rows, t, ignore_index, reduction)
+    return loss.to(h.dtype), lse, gh, gw
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -421,7 +471,6 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
         raise OnlineSoftmaxError(f"weight {tuple(weight.shape)} {weight.dtype} on {weight.device} does not match "
                                  f"hidden {tuple(h.shape)} {h.dtype} on {h.device} (expected (V, {h.shape[1]}))")
     V = weight.shape[0]
-    check_targets(t, 0, V, ignore_index)
     backend = pick_backend(h, backend)
     chunk = chunk_tokens or linear_chunk(V, h.element_size(), h.shape[0])
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:

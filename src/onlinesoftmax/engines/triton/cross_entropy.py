@@ -1,11 +1,13 @@
 """The Triton cross-entropy launchers, on 2-D logits (M, V) with column stride 1 and any row stride, fp32, fp16
-or bf16; the statistics in fp32 (M, 4) = (m, d, x[target], sum x) per row, the gradient in the logits' dtype
-(it may be the logits themselves: written in place).
+or bf16; the targets (M,) int; fp32 per-row outputs; the gradient in the logits' dtype (it may be the logits
+themselves: written in place).
 
-    cross_entropy(x, target, stats, grad=g, scale=s, ...)            mode "fused": stats and gradient
-    cross_entropy(x, target, stats, ...)                             mode "stats": one read, no gradient
-    cross_entropy(x, target, None, grad=g, lse=l, scale=s, ...)      mode "grad": the gradient from lse
-    scale_rows(g, go)                                                g *= go (per row, or a scalar), not where 1
+    target_info(t, V, ignore_index, mean, info)        info (4,) fp32 <- (scale, non-ignored rows, any bad target)
+    cross_entropy(x, t, grad=g, scale=info, loss=l, lse=s)     fused: loss and lse per row, and the gradient
+    cross_entropy(x, t, loss=l, lse=s)                         loss only: one read, no gradient
+    cross_entropy(x, t, stats=st, offset=o)                    a shard's stats (m, d, x[target], sum x) per row
+    cross_entropy(x, t, grad=g, scale=info, lse_in=s, ...)     the gradient from the rows' lse (vocab-parallel)
+    scale_rows(g, go)                                           g *= go (per row, or a scalar), not where it is 1
 
 Import this module only after TRITON_INTERPRET is set (if it is to be set): it imports the kernels.
 """
@@ -18,7 +20,7 @@ import torch
 
 from ...errors import OnlineSoftmaxError
 from . import cross_entropy_rules as rules
-from .cross_entropy_kernels import rows_kernel, scale_rows_kernel, split_kernel
+from .cross_entropy_kernels import rows_kernel, scale_rows_kernel, split_kernel, target_kernel
 from .softmax import sm_count
 
 
@@ -30,17 +32,28 @@ def _on_device(t: torch.Tensor, launch) -> None:
         launch()
 
 
-def cross_entropy(x: torch.Tensor, target: torch.Tensor, stats: Optional[torch.Tensor], *,
-                  grad: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+def target_info(target: torch.Tensor, V: int, ignore_index: int, mean: bool, info: torch.Tensor) -> torch.Tensor:
+    """info[:3] <- (1 / non-ignored rows if mean else 1, non-ignored rows, 1.0 if a target is out of [0, V) and
+    not ignore_index): one small launch, no sync."""
+    _on_device(target, lambda: target_kernel[(1,)](target, info, target.shape[0], V, ignore_index, MEAN=mean,
+                                                   BLOCK=1024, num_warps=4))
+    return info
+
+
+def cross_entropy(x: torch.Tensor, target: torch.Tensor, *, stats: Optional[torch.Tensor] = None,
+                  loss: Optional[torch.Tensor] = None, lse: Optional[torch.Tensor] = None,
+                  grad: Optional[torch.Tensor] = None, lse_in: Optional[torch.Tensor] = None,
                   scale: Optional[torch.Tensor] = None, ignore_index: int = -100, offset: int = 0,
                   v_total: Optional[int] = None, label_smoothing: float = 0.0, z_loss: float = 0.0,
                   softcap: Optional[float] = None, regime: Optional[str] = None) -> None:
-    """One launch over the rows of x; the mode follows from what is given (see the module docstring).
-    offset: the shard's first column in the full vocabulary of v_total columns (vocab-parallel)."""
+    """One launch over the rows of x (see the module docstring for what each output means). scale: a device
+    tensor whose first element multiplies every gradient (target_info's). offset: the shard's first column in the
+    full vocabulary of v_total columns (vocab-parallel)."""
     if x.dim() != 2 or (x.shape[1] > 1 and x.stride(1) != 1):
-        raise OnlineSoftmaxError(f"logits must be 2-D with column stride 1, got strides {x.stride()}")
+        raise OnlineSoftmaxError(f"logits must be 2-D with column stride 1, got shape {tuple(x.shape)} "
+                                 f"strides {x.stride()}")
     M, V = x.shape
-    mode = rules.MODES["grad" if lse is not None else "fused" if grad is not None else "stats"]
+    mode = rules.MODES["grad" if lse_in is not None else "fused" if grad is not None else "stats"]
     regime = regime or rules.pick_regime(V)
     reason = rules.unsupported(regime, V, x.dtype)
     if reason:
@@ -48,13 +61,13 @@ def cross_entropy(x: torch.Tensor, target: torch.Tensor, stats: Optional[torch.T
     if M == 0 or V == 0:
         return
     sms = sm_count(x.device)
-    dummy = x  # pointers a mode does not use (never dereferenced)
-    g = grad if grad is not None else dummy
+    g = grad if grad is not None else x  # pointers a launch does not use are never dereferenced
     common = dict(ignore_index=ignore_index, offset=offset, inv_v=1.0 / (v_total or V), eps=float(label_smoothing),
                   z=float(z_loss), cap=float(softcap or 1.0))
-    flags = dict(MODE=mode, SOFTCAP=softcap is not None, SMOOTH=label_smoothing != 0.0)
-    pointers = (x, g, target, stats if stats is not None else dummy, lse if lse is not None else dummy,
-                scale if scale is not None else dummy)
+    flags = dict(MODE=mode, SOFTCAP=softcap is not None, SMOOTH=label_smoothing != 0.0, STATS=stats is not None,
+                 LOSS=loss is not None)
+    pointers = (x, g, target, x if stats is None else stats, x if loss is None else loss,
+                lse_in if lse_in is not None else x if lse is None else lse, x if scale is None else scale)
     if regime == "rows":
         cfg = rules.rows_config(V, x.dtype)
         grid = (rules.rows_programs(cfg, sms, M),)
@@ -81,6 +94,7 @@ def scale_rows(g: torch.Tensor, go: torch.Tensor) -> None:
     if M == 0 or N == 0:
         return
     go = go.reshape(-1)
-    stride_go = 0 if go.numel() == 1 else 1
+    scalar = go.numel() == 1
     grid = (rules.programs(sm_count(g.device), 4, M),)
-    _on_device(g, lambda: scale_rows_kernel[grid](g, go, M, N, g.stride(0), stride_go, BLOCK=2048, num_warps=8))
+    _on_device(g, lambda: scale_rows_kernel[grid](g, go, M, N, g.stride(0), 0 if scalar else 1, BLOCK=2048,
+                                                  SCALAR=scalar, num_warps=8))
