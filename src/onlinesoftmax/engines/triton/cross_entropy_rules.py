@@ -6,8 +6,7 @@ import).
 2. "split"  longer rows: segments of SEG_CHUNKS x CHUNK logits handed out in order by a ticket; the
             segment is folded (1 read), and LAG segments later re-read and its gradient written. The
             re-read falls inside a window of LAG segments (LAG = C + programs: ~10 MB at the defaults),
-            which stays in L2 (50 MB on the H200): 1 read from HBM + 1 from L2 + 1 write. What the second
-            read costs where the row cannot stay on chip is measured in benchmarks/cross_entropy.py.
+            which stays in L2 (50 MB on the H200): 1 read from HBM + 1 from L2 + 1 write.
 
 The tuning knobs are module constants (benchmarks/cross_entropy.py --sweep sets them); FORCE_* let the
 interpreter tests drive the split kernel with tiny shapes.
@@ -27,12 +26,16 @@ from ...runtime import DEFAULT_SMS
 REGIMES = ("rows", "split")
 MODES = {"stats": 0, "fused": 1, "grad": 2}
 
-ROWS_MAX_V = 32768  # rows in registers up to this many logits (fp32 in registers: 32 per thread at 32 warps)
+ROWS_MAX_V = 32768  # rows in registers up to this many logits (fp32 in registers: 32 per thread at 32 warps;
+# measured at V = 32000 against the split kernel: bf16 0.93 vs 1.03 ms, fp32 1.13 vs 1.07 ms, commit 8db66d9)
 ROWS_PIPELINE_BYTES = 64 * 1024  # prefetch the next row through shared memory up to this many bytes
+# The split knobs: the winner of benchmarks/cross_entropy.py --sweep on the H200 at commit 8db66d9
+# (benchmarks/results/h200-cross-entropy-8db66d9.txt: 8192 x 128256 bf16 2.90 ms, 8192 x 256000 fp32 6.96 ms).
+# The kernel changed after that run (the next chunk's load issued first; not re-measured): re-run the sweep.
 SPLIT_CHUNK = 4096  # logits per chunk of a split segment (registers: CHUNK / (32 * warps) per thread)
-SPLIT_SEG_BYTES = 32 * 1024  # bytes of logits per segment (one ticket)
+SPLIT_SEG_BYTES = 16 * 1024  # bytes of logits per segment (one ticket)
 SPLIT_WARPS = 8
-SPLIT_PROGRAMS_PER_SM = 2
+SPLIT_PROGRAMS_PER_SM = 4
 SPLIT_LANES = True  # fold a segment lane by lane (True) or chunk by chunk (False)
 INTERPRETER_SMS = DEFAULT_SMS
 
