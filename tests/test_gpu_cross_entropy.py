@@ -1,16 +1,23 @@
-"""The Triton cross-entropy kernels on the GPU (pytest -m gpu): both kernels, every mode, every dtype, the options,
-in place, linear CE and torch.compile, against the float64 reference on adversarial logits."""
+"""The Triton cross-entropy kernels on the GPU (pytest -m gpu tests/test_gpu_cross_entropy.py): both kernels, every
+dtype, the options, in place, loss only, linear CE and torch.compile, against the float64 reference on adversarial
+logits. The vocab-parallel op on two GPUs with NCCL: benchmarks/vocab_parallel_nccl.py (torchrun)."""
+
+import os
 
 import numpy as np
 import pytest
 import torch
 
-import onlinesoftmax as osm
-from onlinesoftmax import reference
-from onlinesoftmax.engines.triton import cross_entropy_rules as R
+pytestmark = pytest.mark.gpu
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+if not torch.cuda.is_available():  # skip the module whole: no dozens of skipped items on CPU
+    pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET") == "1":
+    pytest.skip("TRITON_INTERPRET=1: these are the compiled kernels' tests", allow_module_level=True)
+
+import onlinesoftmax as osm  # noqa: E402
+from onlinesoftmax import reference  # noqa: E402
+from onlinesoftmax.engines.triton import cross_entropy_rules as R  # noqa: E402
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
 
 
