@@ -56,7 +56,7 @@ def copy_gbps(nbytes):
     a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
     b = torch.empty_like(a)
     ms = bench(lambda: b.copy_(a))
-    del a, b
+    a = b = None  # noqa: F841 (free them before the next allocation)
     return 2 * nbytes / ms / 1e6
 
 
@@ -187,7 +187,8 @@ def ce_rows(rows, writer, lines, lg, quick):
                 continue
             results[name] = ms
             gbps = nbytes / ms / 1e6
-            row = dict(BT=BT, V=V, dtype=str(dt)[6:], impl=name, ms=round(ms, 4), pct_floor=round(gbps / ANCHOR_TBPS / 10, 1),
+            row = dict(BT=BT, V=V, dtype=str(dt)[6:], impl=name, ms=round(ms, 4),
+                       pct_floor=round(gbps / ANCHOR_TBPS / 10, 1),
                        pct_copy=round(gbps / copy * 100, 1), copy_gbps=round(copy, 1), extra_mb=round(mem),
                        rel_err_loss=rel_loss, max_err_grad=max_grad)
             writer.writerow(row)
@@ -202,7 +203,7 @@ def ce_rows(rows, writer, lines, lg, quick):
         print(line, flush=True)
         lines.append(line)
         FLUSH()
-        del x
+        x = None  # noqa: F841 (free the logits before the next row's)
         torch.cuda.empty_cache()
 
 
@@ -250,7 +251,7 @@ def linear_rows(writer, lines, flce):
         print(line, flush=True)
         lines.append(line)
         FLUSH()
-        del h, w
+        h = w = None  # noqa: F841
         torch.cuda.empty_cache()
 
 

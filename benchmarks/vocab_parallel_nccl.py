@@ -7,7 +7,6 @@ against a Megatron-style baseline (three all-reduces: max, target logit, sum of 
 
 import argparse
 import json
-import os
 
 import torch
 import torch.distributed as dist

@@ -111,7 +111,8 @@ def test_return_lse_and_grad_output_scaling(seed):
     loss, lse = osm.cross_entropy(x, t, return_lse=True, reduction="none")
     assert torch.allclose(lse, torch.logsumexp(x, 1))
     # a grad_output other than 1, per row for "none", a scalar for "mean"
-    for reduction, go in (("none", torch.arange(5, dtype=torch.float64)), ("mean", torch.tensor(2.5, dtype=torch.float64))):
+    f64 = torch.float64
+    for reduction, go in (("none", torch.arange(5, dtype=f64)), ("mean", torch.tensor(2.5, dtype=f64))):
         a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
         osm.cross_entropy(a, t, reduction=reduction).backward(go)
         F.cross_entropy(b, t, reduction=reduction).backward(go)
