@@ -25,11 +25,12 @@ Two kernels:
   (as the softmax split regime): ticket t folds segment t, publishes its partial (m, d, sum x, and x[target]
   if it holds it) to ws and counts it in sync[row]; it then takes segment t - LAG (LAG >= C: every partial it
   waits for comes from an earlier ticket, which publishes before it ever waits, so no deadlock whatever the
-  residency, and the interpreter works too), merges the row's C partials and re-reads the segment to write its gradient. The
-  re-read comes LAG segments after the first read, a window of LAG * SEG * size bytes that stays in L2.
-  Each loop loads its next chunk before it converts and uses the current one (two chunks in flight; Triton 3.6
-  does not software-pipeline these loops itself). The fold of a segment: LANES, per-lane states (softmax_kernels._fold: no block reduction until the segment
-  ends), or a scalar state (the chunk's max, then one exp per element and a sum: two block reductions a chunk).
+  residency, and the interpreter works too), merges the row's C partials and re-reads the segment to write its
+  gradient. The re-read comes LAG segments after the first read, a window of LAG * SEG * size bytes that stays in
+  L2. Each loop loads its next chunk before it converts and uses the current one (two chunks in flight; Triton
+  3.6 does not software-pipeline these loops itself). The fold of a segment: LANES, per-lane states
+  (softmax_kernels._fold: no block reduction until the segment ends), or a scalar state (the chunk's max, then one
+  exp per element and a sum: two block reductions a chunk).
 
 Semantics: reference.cross_entropy (float64). A nan or +inf logit makes its row's d nan (exp of nan, or
 exp(inf - inf)), so its loss and gradient are nan, as in torch; -inf logits add nothing.
