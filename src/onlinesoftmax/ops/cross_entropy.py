@@ -231,7 +231,7 @@ class TargetCheck:
             self.host = torch.empty(4, dtype=torch.float32, pin_memory=True)
             self.host.copy_(self.info, non_blocking=True)
             self.event = torch.cuda.Event()
-            self.event.record()
+            self.event.record(torch.cuda.current_stream(target.device))
 
     def done(self) -> None:
         if self.event is not None:
