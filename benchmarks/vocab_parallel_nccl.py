@@ -3,14 +3,18 @@ loss and gradient, the collective count (every torch.distributed collective wrap
 against a Megatron-style baseline (three all-reduces: max, target logit, sum of exp).
 
     torchrun --nproc_per_node 2 benchmarks/vocab_parallel_nccl.py --out benchmarks/results/h200x2-vocab-parallel
+    torchrun --nproc_per_node 2 benchmarks/vocab_parallel_nccl.py --cpu --out /tmp/vp    # gloo smoke run, small
+
+Every rank runs the same number of iterations (fixed warmup and repetitions, timed with events), so the
+collectives always pair up.
 """
 
 import argparse
 import json
+import time
 
 import torch
 import torch.distributed as dist
-from triton.testing import do_bench
 
 import onlinesoftmax as osm
 
@@ -43,6 +47,7 @@ class Megatron(torch.autograd.Function):
         loss = torch.log(s) - pred
         e.div_(s.unsqueeze(-1))
         ctx.save_for_backward(e, hit, idx)
+        ctx.dtype = logits.dtype
         return loss.mean()
 
     @staticmethod
@@ -50,24 +55,52 @@ class Megatron(torch.autograd.Function):
         p, hit, idx = ctx.saved_tensors
         rows = hit.nonzero(as_tuple=True)[0]
         p[rows, idx[rows]] -= 1.0
-        return (p * (g / p.shape[0])).to(torch.bfloat16), None, None, None
+        return (p * (g / p.shape[0])).to(ctx.dtype), None, None, None
+
+
+def _time(fn, dev, warmup=3, reps=20):
+    """The mean time of a fixed number of calls, the same number on every rank (the collectives pair up)."""
+    for _ in range(warmup):
+        fn()
+    dist.barrier()
+    if dev.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / reps
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) * 1e3 / reps
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--cpu", action="store_true", help="gloo on CPU tensors, small shapes: a smoke run")
     args = ap.parse_args()
-    dist.init_process_group("nccl")
+    dist.init_process_group("gloo" if args.cpu else "nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(rank)
-    out = {"world": world, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+    if args.cpu:
+        dev = torch.device("cpu")
+        out = {"world": world, "backend": "gloo", "torch": torch.__version__}
+    else:
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+        out = {"world": world, "backend": "nccl", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
     # agreement: uneven shards, every option, against the single-GPU loss and gradient
-    BT, V = 1024, 50257
-    widths = [20000, V - 20000]
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(BT, V, device="cuda", generator=g) * 3
-    t = torch.randint(0, V, (BT,), device="cuda", generator=g)
+    BT, V = (64, 1000) if args.cpu else (1024, 50257)
+    even = V // world
+    widths = [even - even // 4] + [even] * (world - 2)  # uneven: the first shard a quarter narrower
+    widths.append(V - sum(widths))
+    g = torch.Generator(device=dev).manual_seed(0)  # the same logits and targets on every rank
+    x = torch.randn(BT, V, device=dev, generator=g) * 3
+    t = torch.randint(0, V, (BT,), device=dev, generator=g)
     t[::7] = -100
     kw = dict(label_smoothing=0.1, z_loss=1e-4, softcap=30.0)
     start = sum(widths[:rank])
@@ -83,18 +116,21 @@ def main():
     ref = x.double().requires_grad_()
     ref_loss = osm.cross_entropy(ref, t, **kw)
     ref_loss.backward()
+    mine = slice(start, start + widths[rank])
     out["agreement"] = dict(
         BT=BT, V=V, widths=widths, forward_collectives=fwd_calls, backward_collectives=bwd_calls,
-        loss=float(loss), single_gpu_loss=float(want), float64_loss=float(ref_loss),
-        loss_diff_vs_single=abs(float(loss) - float(want)),
-        grad_max_diff_vs_single=float((shard.grad - full.grad[:, start:start + widths[rank]]).abs().max()),
-        grad_max_diff_vs_float64=float((shard.grad.double() - ref.grad[:, start:start + widths[rank]]).abs().max()))
+        loss=float(loss.detach()), single_gpu_loss=float(want.detach()), float64_loss=float(ref_loss.detach()),
+        loss_diff_vs_single=abs(float(loss.detach()) - float(want.detach())),
+        grad_max_diff_vs_single=float((shard.grad - full.grad[:, mine]).abs().max()),
+        grad_max_diff_vs_float64=float((shard.grad.double() - ref.grad[:, mine]).abs().max()))
     assert fwd_calls == ["all_gather"] and bwd_calls == [], (fwd_calls, bwd_calls)
-    # time: BT 8192, V 128256 bf16 split over the GPUs
-    BT, V = 8192, 128256
+    # time: BT 8192, V 128256 bf16 split over the GPUs (the same targets on every rank)
+    BT, V = (256, 4096) if args.cpu else (8192, 128256)
     Vr = V // world
-    xs = (torch.randn(BT, Vr, device="cuda", dtype=torch.bfloat16) * 2).requires_grad_()
-    t = torch.randint(0, V, (BT,), device="cuda")
+    dtype = torch.float32 if args.cpu else torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(1)
+    t = torch.randint(0, V, (BT,), device=dev, generator=g)
+    xs = (torch.randn(BT, Vr, device=dev, dtype=dtype) * 2).requires_grad_()
 
     def ours():
         xs.grad = None
@@ -109,9 +145,8 @@ def main():
     mega_calls = list(CALLS)
     times = {}
     for name, fn in (("onlinesoftmax (1 all_gather)", ours), ("megatron-style (3 all_reduce)", megatron)):
-        dist.barrier()
-        times[name] = do_bench(fn, warmup=10, rep=100, return_mode="median")
-    out["timing"] = dict(BT=BT, V=V, dtype="bfloat16", shard=Vr, ms=times, megatron_collectives=mega_calls)
+        times[name] = _time(fn, dev)
+    out["timing"] = dict(BT=BT, V=V, dtype=str(dtype)[6:], shard=Vr, ms=times, megatron_collectives=mega_calls)
     if rank == 0:
         print(json.dumps(out, indent=1))
         with open(args.out + ".json", "w") as f:
