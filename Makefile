@@ -28,7 +28,7 @@ bench: $(VENV)/.installed  ## the main job: the CUDA ladder on a GPU, the CPU la
 test: $(VENV)/.installed  ## the CPU tests, as CI runs them (GPU tests skip without CUDA)
 	$(PY) -m pytest -rs || [ $$? -eq 5 ]
 	TRITON_INTERPRET=1 $(PY) -m pytest -rs tests/test_triton_interpreter.py tests/test_opinfo_triton.py \
-		tests/test_attention_interpreter.py
+		tests/test_attention_interpreter.py tests/test_cross_entropy_interpreter.py
 
 gpu-test: $(VENV)/.installed  ## on a GPU machine: the tests marked gpu
 	$(PY) -m pytest -rs -m gpu

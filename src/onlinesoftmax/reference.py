@@ -148,3 +148,45 @@ assert set(_BY_OP) == set(OPS)
 def reference(op: str, inputs: tuple) -> np.ndarray:
     """The float64 answer for `op` on `inputs` (the registry's calling convention)."""
     return _BY_OP[op](*inputs)
+
+
+# ------------------------------------------------------------------------------- cross-entropy
+def cross_entropy(logits, target, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
+                  softcap=None, reduction: str = "mean"):
+    """(loss, dloss/dlogits) in float64 for logits (M, V) and integer targets (M,): F.cross_entropy's meaning
+    (ignore_index, label_smoothing, reduction "none" / "sum" / "mean" over the non-ignored rows: NaN when every
+    row is ignored, as torch), plus z_loss * lse^2 per row and softcap (x -> cap * tanh(x / cap) first).
+
+        lse_r  = log sum_j exp(x_rj)
+        loss_r = lse_r - (1 - eps) x_r,t - eps / V sum_j x_rj + z lse_r^2       (0 for an ignored row)
+        dloss_r / dx_rj = (1 + 2 z lse_r) softmax_rj - eps / V - (1 - eps) [j = t] (times 1 - tanh^2 under softcap)
+
+    The gradient is that of the reduced loss (of the sum for "none"); an ignored row's is 0."""
+    x, t = as_float64(logits), np.asarray(torch.as_tensor(target).cpu(), dtype=np.int64)
+    M, V = x.shape
+    if softcap is not None:
+        th = np.tanh(x / softcap)
+        x = softcap * th
+    valid = t != ignore_index
+    cols = np.where(valid, t, 0)
+    m = x.max(axis=-1, keepdims=True)
+    shift = np.where(m == -np.inf, 0.0, m)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        e = np.exp(x - shift)
+        d = e.sum(axis=-1, keepdims=True)
+        lse = shift + np.log(d)
+        xt = np.take_along_axis(x, cols[:, None], axis=-1)
+        rows = lse - (1 - label_smoothing) * xt - label_smoothing / V * x.sum(-1, keepdims=True) + z_loss * lse ** 2
+        grad = (1 + 2 * z_loss * lse) * (e / d) - label_smoothing / V
+    grad[np.arange(M), cols] -= 1 - label_smoothing
+    if softcap is not None:
+        grad = grad * (1 - th ** 2)
+    rows = np.where(valid[:, None], rows, 0.0)[:, 0]
+    grad = np.where(valid[:, None], grad, 0.0)
+    if reduction == "none":
+        return rows, grad
+    if reduction == "sum":
+        return np.array(rows.sum()), grad
+    n = valid.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.array(rows.sum() / n), grad / n if n else grad

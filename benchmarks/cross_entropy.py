@@ -1,0 +1,292 @@
+"""Cross-entropy forward + backward on one GPU: onlinesoftmax against torch, torch.compile and Liger, at the
+anchor rows (BT x V x dtype, ../shared/anchors/h200-wave2.md); then linear + cross-entropy; CSV + text out.
+
+    python benchmarks/cross_entropy.py --out benchmarks/results/h200x2-cross-entropy [--sweep] [--quick]
+
+% of 1R+1W = (one read of the logits + one write of their gradient) / time / the same-run copy's bandwidth, and
+also against the 4.249 TB/s of the anchors. torch and torch.compile upcast with .float() first (as the anchors,
+as HF models do). Extra memory = peak allocated during forward + backward above what was allocated before
+(the inputs), the logits' gradient included: ours out of place (+1x logits) and in place (inplace_grad: +0).
+--sweep first times a few split-kernel configurations at two long-row shapes and keeps the fastest for the
+rest of the run (the winner is printed; rules' defaults are set from it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench
+
+import onlinesoftmax as osm
+from onlinesoftmax.engines.triton import cross_entropy_rules as rules
+
+ANCHOR_TBPS = 4.249
+ROWS = [(8192, 32000, torch.bfloat16), (8192, 32000, torch.float32), (32768, 32000, torch.bfloat16),
+        (32768, 32000, torch.float32), (8192, 128256, torch.bfloat16), (8192, 128256, torch.float32),
+        (32768, 128256, torch.bfloat16), (8192, 256000, torch.bfloat16), (8192, 256000, torch.float32),
+        (32768, 256000, torch.bfloat16)]
+COMPILE_ROWS = {(8192, 32000, torch.bfloat16)}  # each shape costs a compile (the other rows: the anchors)
+LINEAR_ROWS = [(8192, 4096, 128256), (8192, 4096, 256000)]
+FLUSH = None  # writes the CSV and text so far (set in main)
+
+
+def bench(fn, rep=60):
+    return do_bench(fn, warmup=10, rep=rep, return_mode="median")
+
+
+def peak_extra(fn, clear=None):
+    if clear is not None:
+        clear()  # gradients of an earlier call are not part of the base
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def copy_gbps(nbytes):
+    a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty_like(a)
+    ms = bench(lambda: b.copy_(a))
+    a = b = None  # noqa: F841 (free them before the next allocation)
+    return 2 * nbytes / ms / 1e6
+
+
+def liger():
+    try:
+        from liger_kernel.transformers.cross_entropy import LigerCrossEntropyLoss
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+        return LigerCrossEntropyLoss(), LigerFusedLinearCrossEntropyLoss()
+    except Exception as exc:  # noqa: BLE001
+        print("Liger unavailable:", exc)
+        return None, None
+
+
+def ce_impls(lg):
+    def ours(x, t):
+        x.grad = None
+        osm.cross_entropy(x, t).backward()
+
+    def ours_inplace(x, t):
+        x.grad = None
+        osm.cross_entropy(x, t, inplace_grad=True).backward()
+
+    def torch_ce(x, t):
+        x.grad = None
+        F.cross_entropy(x.float(), t).backward()
+
+    compiled = torch.compile(lambda x, t: F.cross_entropy(x.float(), t))
+
+    def compile_ce(x, t):
+        x.grad = None
+        compiled(x, t).backward()
+
+    impls = {"onlinesoftmax": ours, "onlinesoftmax inplace": ours_inplace, "torch": torch_ce,
+             "torch.compile": compile_ce}
+    if lg is not None:
+        def liger_ce(x, t):
+            x.grad = None
+            lg(x, t).backward()
+        impls["liger"] = liger_ce
+    return impls
+
+
+KNOBS = ("SPLIT_CHUNK", "SPLIT_SEG_BYTES", "SPLIT_WARPS", "SPLIT_PROGRAMS_PER_SM", "SPLIT_LANES")
+# (CHUNK, SEG_BYTES, WARPS, PROGRAMS_PER_SM: what fits in the registers (ptxas sm_90: ~94 per thread), LANES)
+SWEEP = [(4096, 32768, 8, 2, False), (2048, 32768, 4, 5, False), (2048, 16384, 4, 5, False),
+         (4096, 65536, 8, 2, False), (8192, 65536, 16, 1, False), (2048, 32768, 4, 4, True),
+         (1024, 16384, 2, 10, False)]
+
+
+def _time_ours(BT, V, dt, rep=40):
+    x = torch.randn(BT, V, device="cuda", dtype=dt, requires_grad=True)
+    t = torch.randint(0, V, (BT,), device="cuda")
+
+    def run():
+        x.grad = None
+        osm.cross_entropy(x, t).backward()
+    ms = bench(run, rep=rep)
+    return ms, 2 * x.numel() * x.element_size() / ms / 1e9 / ANCHOR_TBPS * 100
+
+
+def sweep(out_lines):
+    """The split kernel's knobs at two long rows, the fastest (summed time) kept for the run; then, at V = 32000,
+    the rows kernel against the split kernel (ROWS_MAX_V)."""
+    shapes = [(8192, 128256, torch.bfloat16), (8192, 256000, torch.float32)]
+    best = None
+    for knobs in SWEEP:
+        for name, value in zip(KNOBS, knobs):
+            setattr(rules, name, value)
+        total, parts = 0.0, []
+        for BT, V, dt in shapes:
+            ms, pct = _time_ours(BT, V, dt)
+            total += ms
+            parts.append(f"{BT}x{V} {str(dt)[6:]} {ms:.3f} ms {pct:.1f}%")
+        line = "sweep " + " ".join(f"{n}={v}" for n, v in zip(KNOBS, knobs)) + ": " + "; ".join(parts)
+        print(line, flush=True)
+        out_lines.append(line)
+        if best is None or total < best[0]:
+            best = (total, knobs)
+    for name, value in zip(KNOBS, best[1]):
+        setattr(rules, name, value)
+    results = {}
+    for rows_max in (32768, 0):
+        rules.ROWS_MAX_V = rows_max
+        results[rows_max] = [_time_ours(BT, 32000, dt) for BT, dt in ((8192, torch.bfloat16), (8192, torch.float32))]
+        line = f"sweep ROWS_MAX_V={rows_max} at V=32000 (bf16, fp32): " + "; ".join(
+            f"{ms:.3f} ms {pct:.1f}%" for ms, pct in results[rows_max])
+        print(line, flush=True)
+        out_lines.append(line)
+    rules.ROWS_MAX_V = min(results, key=lambda k: sum(ms for ms, _ in results[k])) or 0
+    line = "sweep winner: " + " ".join(f"{n}={getattr(rules, n)}" for n in KNOBS + ("ROWS_MAX_V",))
+    print(line, flush=True)
+    out_lines.append(line)
+
+
+def check(x, t):
+    """Loss and gradient against float64 on the first 64 rows."""
+    xs, ts = x[:64].detach().clone().requires_grad_(), t[:64]
+    osm.cross_entropy(xs, ts, reduction="sum").backward()
+    ref = xs.detach().double().requires_grad_()
+    loss = F.cross_entropy(ref, ts, reduction="sum")
+    loss.backward()
+    got = osm.cross_entropy(xs.detach(), ts, reduction="sum").double()
+    return float((got - loss).abs() / loss.abs()), float((xs.grad.double() - ref.grad).abs().max())
+
+
+def ce_rows(rows, writer, lines, lg, quick):
+    for BT, V, dt in rows:
+        x = torch.randn(BT, V, device="cuda", dtype=dt) * 2
+        x.requires_grad_()
+        t = torch.randint(0, V, (BT,), device="cuda")
+        t[::17] = -100
+        nbytes = 2 * x.numel() * x.element_size()
+        copy = copy_gbps(nbytes // 2)
+        rel_loss, max_grad = check(x, t)
+        results = {}
+        for name, fn in ce_impls(lg).items():
+            if name == "torch.compile" and ((BT, V, dt) not in COMPILE_ROWS or quick):
+                continue
+            if name == "torch" and quick:
+                continue
+            try:
+                x.grad = None
+                mem = peak_extra(lambda: fn(x, t))
+                ms = bench(lambda: fn(x, t))
+            except torch.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                results[name] = None
+                continue
+            results[name] = ms
+            gbps = nbytes / ms / 1e6
+            row = dict(BT=BT, V=V, dtype=str(dt)[6:], impl=name, ms=round(ms, 4),
+                       pct_floor=round(gbps / ANCHOR_TBPS / 10, 1),
+                       pct_copy=round(gbps / copy * 100, 1), copy_gbps=round(copy, 1), extra_mb=round(mem),
+                       rel_err_loss=rel_loss, max_err_grad=max_grad)
+            writer.writerow(row)
+            FLUSH()
+            x.grad = None
+        ours, lig = results.get("onlinesoftmax"), results.get("liger")
+        line = (f"{BT} x {V} {str(dt)[6:]:>8}: " + ", ".join(
+            f"{k} {v:.3f} ms ({nbytes / v / 1e6 / ANCHOR_TBPS / 10:.1f}%)" for k, v in results.items() if v)
+            + (f"; ours vs Liger {lig / ours:.2f}x" if ours and lig else "")
+            + f"; copy {copy:.0f} GB/s; ours = {nbytes / ours / 1e6 / copy * 100:.1f}% of copy"
+            + f"; err loss {rel_loss:.1e} grad {max_grad:.1e}")
+        print(line, flush=True)
+        lines.append(line)
+        FLUSH()
+        x = None  # noqa: F841 (free the logits before the next row's)
+        torch.cuda.empty_cache()
+
+
+def linear_rows(writer, lines, flce):
+    for BT, H, V in LINEAR_ROWS:
+        h = (torch.randn(BT, H, device="cuda", dtype=torch.bfloat16) * 0.5).requires_grad_()
+        w = (torch.randn(V, H, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+        t = torch.randint(0, V, (BT,), device="cuda")
+
+        def clear():
+            h.grad = w.grad = None
+
+        def ours():
+            clear()
+            osm.linear_cross_entropy(h, w, t).backward()
+
+        def torch_lin():
+            clear()
+            F.cross_entropy((h @ w.t()).float(), t).backward()
+
+        impls = {"onlinesoftmax": ours, "torch": torch_lin}
+        if flce is not None:
+            def liger_lin():
+                clear()
+                flce(w, h, t).backward()
+            impls["liger"] = liger_lin
+        grads = h.numel() * 2 + w.numel() * 2  # the gradients themselves, not counted as extra
+        res = {}
+        for name, fn in impls.items():
+            fn()
+            mem = peak_extra(fn, clear) - grads / 2**20
+            ms = bench(fn, rep=200)
+            res[name] = (ms, mem)
+            flops = 6 * BT * H * V
+            writer.writerow(dict(BT=BT, V=V, dtype=f"linear H={H} bfloat16", impl=name, ms=round(ms, 3),
+                                 pct_floor=round(flops / ms / 1e9, 1), pct_copy="", copy_gbps="", extra_mb=round(mem),
+                                 rel_err_loss="", max_err_grad=""))
+        clear()
+        lo = osm.linear_cross_entropy(h.detach(), w.detach(), t).float()
+        lt = F.cross_entropy((h.detach() @ w.detach().t()).float(), t)
+        line = (f"linear BT={BT} H={H} V={V}: " + ", ".join(
+            f"{k} {ms:.2f} ms +{mem:.0f} MB ({6 * BT * H * V / ms / 1e9:.0f} TFLOP/s)" for k, (ms, mem) in res.items())
+            + f"; ours/torch time {res['onlinesoftmax'][0] / res['torch'][0]:.3f}, memory "
+            f"{res['onlinesoftmax'][1] / res['torch'][1]:.4f}; loss ours {float(lo):.5f} torch {float(lt):.5f}")
+        print(line, flush=True)
+        lines.append(line)
+        FLUSH()
+        h = w = None  # noqa: F841
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+             f"commit {os.environ.get('COMMIT', '?')}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+             "command: " + " ".join(sys.argv)]
+    print(lines[0], flush=True)
+    lg, flce = liger()
+    if lg is not None:
+        import liger_kernel
+        lines.append(f"liger_kernel {getattr(liger_kernel, '__version__', '0.8.5 (wheel)')}")
+    if args.sweep:
+        sweep(lines)
+    lines.append("config: " + " ".join(f"{n}={getattr(rules, n)}" for n in KNOBS + ("ROWS_MAX_V",)))
+    global FLUSH
+    with open(args.out + ".csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["BT", "V", "dtype", "impl", "ms", "pct_floor", "pct_copy",
+                                               "copy_gbps", "extra_mb", "rel_err_loss", "max_err_grad"])
+        writer.writeheader()
+
+        def flush():  # what is measured survives a timeout
+            f.flush()
+            with open(args.out + ".txt", "w") as txt:
+                txt.write("\n".join(lines) + "\n")
+        FLUSH = flush
+        ce_rows(ROWS, writer, lines, lg, args.quick)
+        linear_rows(writer, lines, flce)
+    flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""cross_entropy and linear_cross_entropy on CPU (the reference path): against F.cross_entropy and the float64
+specification (reference.cross_entropy) on adversarial logits, every option, the errors, torch.compile."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import onlinesoftmax as osm
+from onlinesoftmax import reference
+from onlinesoftmax.errors import ArgumentTypeError, OnlineSoftmaxError
+from onlinesoftmax.ops import cross_entropy as ce
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def adversarial(kind, M, V, gen, dtype=torch.float64):
+    """Logits and targets: 'random', 'huge' (+-1e4), 'equal' (all-equal rows), 'argmin' (the target at the
+    row's minimum), 'ignored' (every row ignore_index), 'some_ignored'."""
+    x = torch.randn(M, V, generator=gen, dtype=torch.float64) * 3
+    t = torch.randint(0, V, (M,), generator=gen)
+    if kind == "huge":
+        x = torch.where(torch.rand(M, V, generator=gen) < 0.5, -1e4, 1e4) + x
+    elif kind == "equal":
+        x = torch.full((M, V), 7.5, dtype=torch.float64)
+    elif kind == "argmin":
+        t = x.argmin(1)
+    elif kind == "ignored":
+        t = torch.full((M,), -100)
+    elif kind == "some_ignored":
+        t[::2] = -100
+    return x.to(dtype), t
+
+
+KINDS = ("random", "huge", "equal", "argmin", "ignored", "some_ignored")
+OPTIONS = [dict(), dict(label_smoothing=0.1), dict(z_loss=1e-3), dict(softcap=20.0),
+           dict(label_smoothing=0.2, z_loss=1e-2, softcap=5.0, ignore_index=3)]
+
+
+def _run(fn, x, t, **kw):
+    x = x.clone().requires_grad_()
+    loss = fn(x, t, **kw)
+    loss.sum().backward()
+    return loss.detach(), x.grad
+
+
+def _close(got, want, tol):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+@pytest.mark.parametrize("opts", range(len(OPTIONS)))
+def test_float64_against_reference(kind, reduction, opts, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, t = adversarial(kind, 6, 13, gen)
+    kw = dict(OPTIONS[opts], reduction=reduction)
+    t = torch.where(t == -100, kw.get("ignore_index", -100), t)
+    loss, grad = _run(osm.cross_entropy, x, t, **kw)
+    want_loss, want_grad = reference.cross_entropy(x, t, **kw)
+    _close(loss, want_loss, 1e-9 * max(1.0, np.nanmax(np.abs(want_loss))))
+    _close(grad, want_grad, 1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+def test_matches_torch(kind, dtype, reduction, seed):
+    """Identical in meaning to F.cross_entropy, NaN for an all-ignored mean included, with zero gradient."""
+    gen = torch.Generator().manual_seed(seed)
+    x, t = adversarial(kind, 5, 17, gen, dtype)
+    for ls in (0.0, 0.15):
+        kw = dict(reduction=reduction, label_smoothing=ls)
+        loss, grad = _run(osm.cross_entropy, x, t, **kw)
+        want_loss, want_grad = _run(F.cross_entropy, x, t, **kw)
+        assert loss.dtype == want_loss.dtype and loss.shape == want_loss.shape
+        # fp32 against fp32: both round x - lse at |x|'s ulp (6e-4 at 1e4)
+        tol = 1e-12 if dtype == torch.float64 else 2e-5 * max(1.0, float(x.abs().max()) * 1e-2)
+        scale = max(1.0, float(want_loss.abs().nan_to_num(0).max()))
+        _close(loss, want_loss, tol * scale)
+        _close(grad, want_grad, tol)
+
+
+def test_all_ignored_mean_is_nan_with_zero_gradient():
+    x = torch.randn(4, 9, requires_grad=True)
+    t = torch.full((4,), -100)
+    loss = osm.cross_entropy(x, t)
+    loss.backward()
+    assert torch.isnan(loss) and torch.isnan(F.cross_entropy(x, t))
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    assert osm.cross_entropy(x.detach(), t, reduction="sum") == 0
+
+
+def test_one_dim_logits_and_bf16():
+    x = torch.randn(11, dtype=torch.float64)
+    t = torch.tensor(4)
+    assert torch.allclose(osm.cross_entropy(x, t), F.cross_entropy(x, t))
+    assert osm.cross_entropy(x, t, reduction="none").shape == ()
+    xb = torch.randn(3, 50).to(torch.bfloat16)
+    tb = torch.tensor([0, 49, 7])
+    got = osm.cross_entropy(xb, tb)
+    assert got.dtype == torch.bfloat16
+    assert abs(float(got) - float(F.cross_entropy(xb.float(), tb))) < 0.02
+
+
+def test_return_lse_and_grad_output_scaling(seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, t = adversarial("some_ignored", 5, 8, gen)
+    loss, lse = osm.cross_entropy(x, t, return_lse=True, reduction="none")
+    assert torch.allclose(lse, torch.logsumexp(x, 1))
+    # a grad_output other than 1, per row for "none", a scalar for "mean"
+    f64 = torch.float64
+    for reduction, go in (("none", torch.arange(5, dtype=f64)), ("mean", torch.tensor(2.5, dtype=f64))):
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        osm.cross_entropy(a, t, reduction=reduction).backward(go)
+        F.cross_entropy(b, t, reduction=reduction).backward(go)
+        assert torch.allclose(a.grad, b.grad)
+
+
+def test_inplace_grad():
+    x = torch.randn(4, 10, dtype=torch.float64)
+    t = torch.tensor([1, 2, -100, 9])
+    want, want_grad = _run(F.cross_entropy, x, t)
+    leaf = x.clone().requires_grad_()
+    loss = osm.cross_entropy(leaf, t, inplace_grad=True)
+    assert torch.allclose(loss, want)
+    assert torch.allclose(leaf.detach(), want_grad)  # the logits now hold the gradient
+    loss.backward()
+    assert torch.allclose(leaf.grad, want_grad)
+
+
+@pytest.mark.parametrize("bad, err, match", [
+    (dict(target=torch.tensor([0, 5, 1])), IndexError, "target 5 out of range"),
+    (dict(target=torch.tensor([0, -1, 1])), IndexError, "target -1 out of range"),
+    (dict(target=torch.tensor([0.0, 1.0, 1.0])), OnlineSoftmaxError, "integer dtype"),
+    (dict(target=torch.tensor([0, 1])), OnlineSoftmaxError, "does not match"),
+    (dict(logits=torch.randn(3, 5).to(torch.int32)), OnlineSoftmaxError, "not supported"),
+    (dict(logits=torch.randn(3, 5, 2)), OnlineSoftmaxError, r"\(N, V\)"),
+    (dict(logits=[1.0]), ArgumentTypeError, "torch.Tensor"),
+    (dict(reduction="avg"), OnlineSoftmaxError, "reduction"),
+    (dict(label_smoothing=1.5), OnlineSoftmaxError, "label_smoothing"),
+    (dict(softcap=0.0), OnlineSoftmaxError, "softcap"),
+    (dict(z_loss=-1.0), OnlineSoftmaxError, "z_loss"),
+    (dict(ignore_index=1.5), ArgumentTypeError, "ignore_index"),
+    (dict(backend="cuda"), OnlineSoftmaxError, "backend"),
+])
+def test_errors(bad, err, match):
+    kw = dict(logits=torch.randn(3, 5), target=torch.tensor([0, 4, -100]))
+    kw.update(bad)
+    with pytest.raises(err, match=match):
+        osm.cross_entropy(kw.pop("logits"), kw.pop("target"), **kw)
+
+
+def test_torch_compile_cpu():
+    """torch.compile(fullgraph=True) traces through the custom op, forward and backward."""
+    x = torch.randn(6, 12, dtype=torch.float64)
+    t = torch.tensor([0, 11, -100, 3, 3, 5])
+
+    def f(x, t):
+        return osm.cross_entropy(x, t, label_smoothing=0.1, z_loss=1e-3, softcap=4.0)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    loss, grad = _run(compiled, x, t)
+    want_loss, want_grad = reference.cross_entropy(x, t, label_smoothing=0.1, z_loss=1e-3, softcap=4.0)
+    _close(loss, want_loss, 1e-12)
+    _close(grad, want_grad, 1e-12)
+    torch.library.opcheck(ce.cross_entropy_op, (x, t, -100, 0.1, 0.0, 0.0, "mean", "reference", True))
+
+
+@pytest.mark.parametrize("reduction", ("mean", "sum"))
+def test_linear_cross_entropy(reduction, seed):
+    gen = torch.Generator().manual_seed(seed)
+    h = torch.randn(37, 8, generator=gen, dtype=torch.float64)
+    w = torch.randn(29, 8, generator=gen, dtype=torch.float64)
+    t = torch.randint(0, 29, (37,), generator=gen)
+    t[::5] = -100
+    kw = dict(reduction=reduction, label_smoothing=0.1, z_loss=1e-3, softcap=6.0)
+    a_h, a_w = h.clone().requires_grad_(), w.clone().requires_grad_()
+    loss = osm.linear_cross_entropy(a_h, a_w, t, chunk_tokens=10, **kw)
+    (loss * 3).backward()
+    b_h, b_w = h.clone().requires_grad_(), w.clone().requires_grad_()
+    (osm.cross_entropy(b_h @ b_w.t(), t, **kw) * 3).backward()
+    assert torch.allclose(loss, osm.cross_entropy(h @ w.t(), t, **kw))
+    assert torch.allclose(a_h.grad, b_h.grad) and torch.allclose(a_w.grad, b_w.grad)
+
+
+def test_linear_cross_entropy_errors():
+    h, w, t = torch.randn(4, 8), torch.randn(10, 8), torch.tensor([1, 2, 3, 4])
+    with pytest.raises(OnlineSoftmaxError, match="'mean' or 'sum'"):
+        osm.linear_cross_entropy(h, w, t, reduction="none")
+    with pytest.raises(OnlineSoftmaxError, match="does not match"):
+        osm.linear_cross_entropy(h, torch.randn(10, 7), t)
+    with pytest.raises(IndexError, match="out of range"):
+        osm.linear_cross_entropy(h, w, torch.tensor([1, 2, 3, 10]))
+    assert ce.linear_chunk(128256, 2, 8192) == 1024

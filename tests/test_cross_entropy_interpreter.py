@@ -1,0 +1,120 @@
+"""The Triton cross-entropy kernels on CPU tensors under TRITON_INTERPRET=1 (a process of its own: see the
+Makefile): the rows kernel and the split kernel (tiny chunks and segments, a grid of 2 so reads and writes
+interleave), every mode (fused, loss only, gradient from a given lse), against the float64 reference."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("run with TRITON_INTERPRET=1 in a process of its own", allow_module_level=True)
+pytest.importorskip("triton")
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+from onlinesoftmax import reference  # noqa: E402
+from onlinesoftmax.engines.triton import cross_entropy_rules as R  # noqa: E402
+from onlinesoftmax.ops import cross_entropy as ce  # noqa: E402
+
+SPLIT = dict(FORCE_CHUNK=16, FORCE_SEG_CHUNKS=2, FORCE_PROGRAMS=2)
+OPTIONS = [dict(), dict(label_smoothing=0.1, z_loss=0.01, softcap=3.0), dict(reduction="sum", ignore_index=2),
+           dict(reduction="none", label_smoothing=0.3)]
+
+
+def _inputs(kind, M, V, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, V, generator=gen, dtype=torch.float64) * 3
+    t = torch.randint(0, V, (M,), generator=gen)
+    if kind == "huge":
+        x = torch.where(torch.rand(M, V, generator=gen) < 0.5, -1e4, 1e4) + x
+    elif kind == "equal":
+        x[:] = 2.0
+    elif kind == "argmin":
+        t = x.argmin(1)
+    elif kind == "ignored":
+        t[:] = -100
+    t[1] = -100
+    return x.to(dtype), t
+
+
+@pytest.mark.parametrize("regime", ("rows", "split", "split_scalar"))
+@pytest.mark.parametrize("kind", ("random", "huge", "equal", "argmin", "ignored"))
+@pytest.mark.parametrize("opts", range(len(OPTIONS)))
+def test_fused_against_float64(regime, kind, opts, monkeypatch):
+    if regime != "rows":
+        for k, v in SPLIT.items():
+            monkeypatch.setattr(R, k, v)
+        monkeypatch.setattr(R, "SPLIT_LANES", regime == "split")
+    kw = OPTIONS[opts]
+    x, t = _inputs(kind, 5, 37, torch.float32, opts)
+    t = torch.where(t == -100, kw.get("ignore_index", -100), t)
+    xg = x.clone().requires_grad_()
+    loss = ce.cross_entropy(xg, t, backend="triton", **kw)
+    loss.sum().backward()
+    want_loss, want_grad = reference.cross_entropy(x, t, **kw)
+    tol = 1e-5 * (1e3 if kind == "huge" else 1)
+    np.testing.assert_allclose(loss.detach().double().numpy(), want_loss, rtol=tol, atol=tol, equal_nan=True)
+    np.testing.assert_allclose(xg.grad.double().numpy(), want_grad, rtol=2e-3 if kind == "huge" else 1e-4,
+                               atol=tol * 1e-2)
+
+
+@pytest.mark.parametrize("regime", ("rows", "split"))
+def test_loss_only_inplace_bf16_and_grad_mode(regime, monkeypatch):
+    if regime == "split":
+        for k, v in SPLIT.items():
+            monkeypatch.setattr(R, k, v)
+    x, t = _inputs("random", 4, 70, torch.bfloat16, 7)
+    want_loss, want_grad = reference.cross_entropy(x, t, reduction="none")
+    got = ce.cross_entropy(x, t, backend="triton", reduction="none")  # stats only
+    np.testing.assert_allclose(got.double().numpy(), want_loss, rtol=2e-2, atol=2e-2)
+    xg = x.clone().requires_grad_()
+    ce.cross_entropy(xg, t, backend="triton", inplace_grad=True).backward()
+    _, want_grad = reference.cross_entropy(x, t)
+    np.testing.assert_allclose(xg.detach().double().numpy(), want_grad, rtol=2e-2, atol=1e-3)
+    # mode "grad": the gradient of a shard of columns from the rows' lse (vocab-parallel's second step)
+    lse = torch.logsumexp(x.double(), 1).float()
+    g = torch.empty(4, 30, dtype=torch.float32)
+    x32 = x.float()
+    ce.shard_grad(x32[:, 20:50].contiguous(), t, lse, torch.tensor(0.25), "triton", g, offset=20, v_total=70,
+                  ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None)
+    _, want = reference.cross_entropy(x32, t, reduction="sum")
+    np.testing.assert_allclose(g.double().numpy(), 0.25 * want[:, 20:50], rtol=1e-4, atol=1e-6)
+
+
+def test_scale_rows_skips_ones():
+    from onlinesoftmax.engines.triton import cross_entropy as engine
+
+    g = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    engine.scale_rows(g, torch.tensor([1.0, 2.0, 1.0]))
+    assert torch.equal(g, torch.tensor([[0, 1, 2, 3], [8, 10, 12, 14], [8, 9, 10, 11]], dtype=torch.float32))
+
+
+def test_target_out_of_range_flagged_by_the_kernel():
+    from onlinesoftmax.ops.cross_entropy import TargetError
+
+    x = torch.randn(3, 9)
+    with pytest.raises(TargetError, match="target 9 out of range"):
+        ce.cross_entropy(x, torch.tensor([0, 9, -100]), backend="triton")
+    with pytest.raises(TargetError, match="target -3 out of range"):
+        ce.cross_entropy(x, torch.tensor([-3, 1, 2]), backend="triton", reduction="none")
+
+
+def test_linear_cross_entropy_triton(monkeypatch):
+    for k, v in SPLIT.items():
+        monkeypatch.setattr(R, k, v)
+    gen = torch.Generator().manual_seed(5)
+    h = torch.randn(13, 6, generator=gen)
+    w = torch.randn(40, 6, generator=gen)
+    t = torch.randint(0, 40, (13,), generator=gen)
+    t[3] = -100
+    a_h, a_w = h.clone().requires_grad_(), w.clone().requires_grad_()
+    loss = ce.linear_cross_entropy(a_h, a_w, t, chunk_tokens=5, backend="triton", label_smoothing=0.1)
+    loss.backward()
+    b_h, b_w = h.double().requires_grad_(), w.double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(b_h @ b_w.t(), t, label_smoothing=0.1)
+    want.backward()
+    assert abs(float(loss.detach()) - float(want.detach())) < 1e-5
+    np.testing.assert_allclose(a_h.grad.double().numpy(), b_h.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(a_w.grad.double().numpy(), b_w.grad.numpy(), rtol=1e-4, atol=1e-6)
