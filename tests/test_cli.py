@@ -191,7 +191,7 @@ def test_plot_without_matplotlib_names_its_pip_line(tmp_path, capsys, monkeypatc
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
-@pytest.mark.parametrize("command", ["ladder", "attention-ladder", "sweep", "extras"])
+@pytest.mark.parametrize("command", ["ladder", "attention-ladder", "attention-sweep", "sweep", "extras"])
 def test_gpu_commands_without_gpu_say_so(capsys, command):
     line = run_bad(capsys, command)
     assert "no CUDA GPU" in line and f"`{command}` needs one" in line
@@ -227,3 +227,22 @@ def test_sweep_shapes_from_row_lengths_or_mxn():
     assert [(g.M, g.N) for g in groups] == [(32768, 4096), (32, 131072)]
     shapes = [(g.M, g.N) for g in sweep_groups(("softmax",), ("float32",))]
     assert len(shapes) == len(SWEEP_N) + len(FEW_ROWS) and shapes[-len(FEW_ROWS):] == FEW_ROWS
+
+
+def test_attention_sweep_report_and_plot_from_its_csv(tmp_path, capsys):
+    """report and plot recognise an attention-sweep CSV by its columns: the table has ours over flash and cuDNN,
+    an empty backend (efficient has no GQA kernel) reads as a dash, and a CSV of another kind is refused."""
+    from onlinesoftmax.harness import attention_sweep as sweep
+
+    rows = [dict(S=4096, D=128, causal=c, H=16, Hkv=hk, ours_fwd=460.0, ours_bwd=331.0, flash_fwd=341.0,
+                 flash_bwd=289.0, cudnn_fwd=614.0, cudnn_bwd=508.0, efficient_fwd=166.0 if hk == 16 else "",
+                 efficient_bwd="", max_abs_diff_O_vs_flash=0.002, device="GPU", commit="abc")
+            for c in (False, True) for hk in (16, 4)]
+    path = results.write_csv(rows, tmp_path / "a.csv", fields=sweep.FIELDS)
+    code, out = run(capsys, "report", str(path))
+    assert code == 0 and "| 4096 | 128 | no | 16/16 | 460 | 341 | 614 | 166 |" in out
+    assert "1.35 / 0.75" in out and "| 16/4 | 460 | 341 | 614 | – |" in out
+    pytest.importorskip("matplotlib")
+    code, out = run(capsys, "plot", str(path), "--out", str(tmp_path / "a.png"))
+    assert code == 0 and (tmp_path / "a.png").stat().st_size > 1000
+    assert "not an attention sweep CSV" in run_bad(capsys, "report", "--attention", str(bench_csv(tmp_path / "b.csv")))

@@ -1,4 +1,5 @@
-"""onlinesoftmax list | check | bench | ladder | attention-ladder | sweep | extras | inspect | report | plot
+"""onlinesoftmax list | check | bench | ladder | attention-ladder | attention-sweep | sweep | extras | inspect |
+report | plot
 
 Every command enumerates the registry; none keeps its own list of variants. Bad input gives one
 `error:` line on stderr and exit code 2, never a traceback.
@@ -165,11 +166,15 @@ def _save(rows: list[dict], out, kind: str) -> Path:
 
 
 def _plot(csv_path, out=None) -> None:
+    from .harness import attention_sweep
     from .harness.plot import plot, png_path
 
     png = png_path(csv_path, out)
     replaced = png.exists()
-    plot(csv_path, png)
+    if _is_attention_sweep(csv_path):
+        attention_sweep.plot(attention_sweep.read(csv_path), png)
+    else:
+        plot(csv_path, png)
     console.print(f"plot written to {png}" + (" (replacing the previous plot)" if replaced else ""))
 
 
@@ -229,6 +234,24 @@ def cmd_attention_ladder(args) -> int:
     console.print(f"results written to {path} and {md} ({len(rows)} rows)"
                   + (f"; the file there before is now {kept}" if kept else ""))
     return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
+def cmd_attention_sweep(args) -> int:
+    _require_cuda("attention-sweep")
+    from .harness import attention_sweep as sweep
+
+    with _Steps("timing") as step:
+        rows = sweep.sweep(tuple(args.s or sweep.LENGTHS), tuple(args.d or sweep.DIMS), step=step)
+    table = sweep.markdown(rows)
+    console.print(table)
+    out = args.out or Path("results") / f"attention-sweep-{_slug(rows[0]['device'])[:40]}.csv"
+    kept = results.keep_previous(out)
+    path = results.write_csv(rows, out, fields=sweep.FIELDS)
+    path.with_suffix(".md").write_text(table + "\n" + sweep.autotuned())
+    console.print(f"results written to {path}, its .md and .png ({len(rows)} rows)"
+                  + (f"; the file there before is now {kept}" if kept else ""))
+    _plot(path)
+    return 0
 
 
 def cmd_bench(args) -> int:
@@ -351,9 +374,22 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def _is_attention_sweep(csv_path) -> bool:
+    """A CSV written by attention-sweep (its own columns), told apart by its header."""
+    try:
+        with open(csv_path, encoding="utf-8") as f:
+            return "ours_fwd" in f.readline().split(",")
+    except (OSError, UnicodeDecodeError):
+        return False  # the row-op reader says what is wrong
+
+
 def cmd_report(args) -> int:
+    from .harness import attention_sweep
     from .harness.report import ladder_markdown, sweep_markdown, targets_markdown
 
+    if args.attention or _is_attention_sweep(args.csv):
+        print(attention_sweep.markdown(attention_sweep.read(args.csv)))
+        return 0
     print((targets_markdown if args.targets else sweep_markdown if args.sweep else ladder_markdown)(args.csv))
     return 0
 
@@ -420,6 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
     out_option(sp)
     sp.set_defaults(fn=cmd_attention_ladder)
 
+    sp = sub.add_parser("attention-sweep", help="onlinesoftmax.attention forward and backward beside SDPA's flash, "
+                                                "cuDNN and efficient backends, bf16, S x D x causal x GQA (needs a GPU)")
+    sp.add_argument("--s", type=int, action="append", help="sequence length(s) (default 1024, 4096, 16384)")
+    sp.add_argument("--d", type=int, action="append", choices=[64, 128], help="head dim(s) (default both)")
+    out_option(sp)
+    sp.set_defaults(fn=cmd_attention_sweep)
+
     sp = sub.add_parser("sweep", help="ours vs torch, torch.compile, Triton, Liger over N and dtypes (GPU)")
     sp.add_argument("--op", action="append", choices=list(SWEEP_OPS))
     sp.add_argument("--dtype", action="append", choices=list(SWEEP_DTYPES))
@@ -442,8 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_inspect)
 
     sp = sub.add_parser("report", help="Markdown tables from a results CSV (ladder layout, or --sweep, --targets)")
-    sp.add_argument("csv", help="a results CSV written by bench, ladder, sweep or extras")
+    sp.add_argument("csv", help="a results CSV written by bench, ladder, sweep, extras or attention-sweep")
     sp.add_argument("--sweep", action="store_true", help="one table per (op, dtype), %% copy per implementation")
+    sp.add_argument("--attention", action="store_true",
+                    help="an attention-sweep CSV: TFLOP/s per implementation, ours over flash and cuDNN (the "
+                         "default for such a CSV)")
     sp.add_argument("--targets", action="store_true",
                     help="a sweep CSV against the production ops' targets on the H200 (set in issue 4): forward "
                          ">= 92%%, backward >= 95%% of the copy bandwidth at every M x N = 2^27 shape, at least as "
@@ -451,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_report)
 
     sp = sub.add_parser("plot", help="GB/s against N from a results CSV (PNG): a line per variant and problem size")
-    sp.add_argument("csv", help="a results CSV written by bench, ladder or sweep")
+    sp.add_argument("csv", help="a results CSV written by bench, ladder, sweep or attention-sweep")
     sp.add_argument("--out", type=_out_file, help="PNG path (default: the CSV's path with .png)")
     sp.set_defaults(fn=cmd_plot)
     return p
