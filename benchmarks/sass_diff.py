@@ -245,6 +245,21 @@ def short_diff(a: str, b: str, label: str, lines: int) -> list[str]:
     return diff[:lines] + ([f"... ({len(diff) - lines} more diff lines)"] if len(diff) > lines else [])
 
 
+OLD_ARITY = {"fwd_warp": 5, "bwd_warp": 5, "fwd_row": 7, "bwd_row": 7}  # before the P and DTO arguments
+
+
+def old_name(name: str):
+    """The base's name of a head kernel (--old-names): a warp or row kernel with P = 0 and no DTO loses its last
+    argument; every other kernel keeps its name; None for a kernel with no twin (P > 0, or a DTO)."""
+    family, _, rest = name.partition("<")
+    args = rest[:-1].split(",")
+    if family not in OLD_ARITY:
+        return name
+    if len(args) == OLD_ARITY[family] + 1 and args[-1] == "0":
+        return f"{family}<{','.join(args[:-1])}>"
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="git revision or directory")
@@ -256,6 +271,10 @@ def main(argv=None) -> int:
     ap.add_argument("--diff-lines", type=int, default=30, help="diff lines shown per different kernel")
     ap.add_argument("--cuobjdump", default=None)
     ap.add_argument("-v", "--verbose", action="store_true", help="list identical kernels too")
+    ap.add_argument("--old-names", action="store_true",
+                    help="the base predates the warp and row kernels' P and DTO arguments (7c23874 and before): "
+                         "each head kernel with P = 0 and no DTO is compared with the base kernel named without its "
+                         "last argument; the others (window path, fused cast) have no twin and are left out")
     args = ap.parse_args(argv)
 
     repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel").strip())
@@ -263,17 +282,22 @@ def main(argv=None) -> int:
     names = sorted(instantiations())
     if args.only:
         names = [n for n in names if re.search(args.only, n)]
+    twin = {n: n for n in names}
+    if args.old_names:
+        twin = {n: old for n in names if (old := old_name(n))}
+        print(f"{len(twin)} of {len(names)} kernels have a twin under the old names", file=sys.stderr)
+        names = sorted(twin)
     if not names:
         raise SystemExit("no instantiation matches --only")
     with tempfile.TemporaryDirectory(prefix="sass_diff.") as tmp:
         base = Tree(args.base, repo, Path(tmp), args.arch)
         head = Tree(args.head or str(repo), repo, Path(tmp), args.arch)
-        a = base.results(names, args.batch, args.jobs, tool)
+        a = base.results(sorted(set(twin.values())), args.batch, args.jobs, tool)
         b = head.results(names, args.batch, args.jobs, tool)
 
     different, unhealthy = [], []
     for name in names:
-        x, y = a[name], b[name]
+        x, y = a[twin[name]], b[name]
         parts = [p for p in ("sass", "elf", "report") if x[p] != y[p]]
         if y["report"]["stack"] or y["report"]["spill_stores"] or y["report"]["spill_loads"]:
             unhealthy.append(name)
@@ -290,7 +314,7 @@ def main(argv=None) -> int:
                 print("\n".join("    " + line for line in short_diff(x[p], y[p], f"{name} {p}", args.diff_lines)))
     for name in unhealthy:
         print(f"STACK/SPILL {name} (head): {b[name]['report']}")
-    data_a = sorted({d for n in names for d in a[n]["module"]})
+    data_a = sorted({d for n in names for d in a[twin[n]]["module"]})
     data_b = sorted({d for n in names for d in b[n]["module"]})
     if data_a != data_b:
         print(f"MODULE DATA differs: base {data_a}; head {data_b}")
