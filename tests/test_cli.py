@@ -246,3 +246,21 @@ def test_attention_sweep_report_and_plot_from_its_csv(tmp_path, capsys):
     code, out = run(capsys, "plot", str(path), "--out", str(tmp_path / "a.png"))
     assert code == 0 and (tmp_path / "a.png").stat().st_size > 1000
     assert "not an attention sweep CSV" in run_bad(capsys, "report", "--attention", str(bench_csv(tmp_path / "b.csv")))
+
+
+def test_extras_layouts_loop_on_cpu(monkeypatch):
+    """The layouts benchmark's loop (harness/extras.py) on small CPU layouts: torch's rows are checked against
+    float64 along the dim for all four ops and the sliced view, and ours (CUDA, Triton: no GPU here) are rows with
+    a note, not a crash; a known-wrong implementation (softmax over the other dim) fails the same check."""
+    from onlinesoftmax.harness import extras
+
+    layouts = (("dim 0", (33, 7), 0, False), ("channels", (2, 5, 3, 4), 1, False), ("sliced", (6, 9), 1, True))
+    rows = extras.layout_rows(1000.0, layouts=layouts, dtypes=(torch.float32,), device="cpu")
+    torch_rows = [r for r in rows if r["backend"] == "baseline"]
+    assert len(torch_rows) == 3 * 4 and all(r["ok"] for r in torch_rows), torch_rows
+    assert all(not r["ok"] and "error" in r["note"] for r in rows if r["backend"] != "baseline")
+    monkeypatch.setattr(extras, "_layout_impls",
+                        lambda op, dim: {"wrong": ("baseline", lambda x: torch.softmax(x, 1 - dim))})
+    (bad,) = extras.layout_rows(1000.0, layouts=layouts[:1], dtypes=(torch.float32,), op_names=("softmax",),
+                                device="cpu")
+    assert not bad["ok"]

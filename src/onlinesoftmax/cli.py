@@ -303,15 +303,17 @@ def print_sweep(rows: list[dict]) -> None:
 
 
 def cmd_extras(args) -> int:
-    """Softmax and its backward over dim 0 of 8192 x 8192, and the host overhead per eager call (harness/extras.py)."""
-    from .harness.extras import dim0_rows, host_rows
+    """The layouts (non-last dims, a sliced view; every op and dtype) and the host overhead per eager call
+    (harness/extras.py)."""
+    from .harness.extras import host_rows, layout_rows
 
     _require_cuda("extras")
     env = results.environment("cuda")
     copy = copy_gbps("cuda")
     console.print(f"{env['device']}: copy ceiling {copy:.0f} GB/s (read + write, same run)")
-    rows = [dict(r, **env) for r in dim0_rows(copy) + dim0_rows(copy, op="softmax_backward") + host_rows()]
-    table = Table(title="softmax and its backward over dim 0, and host overhead per eager call")
+    with _Steps("timing") as step:
+        rows = [dict(r, **env) for r in layout_rows(copy, step=step) + host_rows()]
+    table = Table(title="layouts (non-last dims, a sliced view) and host overhead per eager call")
     for col in ("group", "variant", "how", "kernel", "% copy / wall", "host overhead", "ok"):
         table.add_column(col, justify="left" if col in ("group", "variant", "how") else "right")
     for r in rows:
@@ -474,8 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     out_option(sp)
     sp.set_defaults(fn=cmd_sweep)
 
-    sp = sub.add_parser("extras", help="softmax and its backward over dim 0 of 8192x8192, host overhead per eager "
-                                       "1x1024 call (GPU)")
+    sp = sub.add_parser("extras", help="every op and dtype over non-last dims (dim 0 of 8192x8192, channel "
+                                       "softmax) and a sliced view; host overhead per eager 1x1024 call (GPU)")
     out_option(sp)
     sp.set_defaults(fn=cmd_extras)
 

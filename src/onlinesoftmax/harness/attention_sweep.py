@@ -70,17 +70,19 @@ def _measure(impl: str, S: int, D: int, causal: bool, gqa: bool):
     return outputs, flops / fwd_ms / 1e9, 2.5 * flops / bwd_ms / 1e9
 
 
-def sweep(lengths=LENGTHS, dims=DIMS, step: Optional[Callable[[str], None]] = None) -> list[dict]:
-    """One row per configuration: TFLOP/s of each implementation forward and backward, ours against flash."""
+def sweep(lengths=LENGTHS, dims=DIMS, step: Optional[Callable[[str, int, int], None]] = None) -> list[dict]:
+    """One row per configuration: TFLOP/s of each implementation forward and backward, ours against flash.
+    step(label, done, total) reports progress (the CLI's progress bar)."""
     import torch
 
     from .results import environment
 
     env = environment("cuda")
     rows = []
-    for n, (S, D, causal, gqa) in enumerate(configurations(lengths, dims)):
+    todo = configurations(lengths, dims)
+    for n, (S, D, causal, gqa) in enumerate(todo):
         if step:
-            step(f"S={S} D={D} causal={causal} gqa={gqa} ({n} of {len(configurations(lengths, dims))} done)")
+            step(f"S={S} D={D} causal={causal} gqa={gqa}", n, len(todo))
         row = dict(S=S, D=D, causal=causal, H=WIDTH // D, Hkv=WIDTH // D // (GQA_RATIO if gqa else 1), **env)
         outputs = {}
         for impl in IMPLS:

@@ -1,9 +1,10 @@
-"""Two targets of the production op that are not rows of the sweep (issue 4), on the GPU:
+"""What the sweep's rows of N do not cover, on the GPU:
 
-- softmax over dim 0 of an 8192 x 8192 fp32 tensor: ours (the columns kernel, no transpose copy), the Triton
-  backend (which moves the dim last with a copy each way) and torch.softmax(x, 0); % of copy bandwidth on the ideal
-  bytes (one read + one write), each output checked against float64 on a strip of columns; the same for the
-  softmax backward over dim 0 (ours: the two-pass strided kernel; 2 reads + 1 write), which has no target;
+- layouts (issue 12): softmax, log_softmax and their backward over a non-last dim (the columns and strided
+  kernels) and on a sliced, unaligned view (x[:, 1:]: the window path with element stores), in fp32, bf16 and
+  fp16, ours (CUDA), the Triton backend (which moves the dim last with a copy each way) and torch; % of copy
+  bandwidth on the ideal bytes (one read + one write forward, two reads + one write backward); each output checked
+  against float64 on a sample of its rows along the dim;
 - host overhead per eager call on a 1 x 1024 input: mean wall time per call (many calls back to back, one
   synchronize at the end; median of 5 runs) minus the kernel time. The kernel time is the GPU time of the same
   calls queued behind a sleeping kernel (bench.queued_ms: the GPU runs them back to back whatever the host does).
@@ -23,55 +24,89 @@ from ..reference import reference
 from .bench import gbps, median_ms, queued_ms
 from .check import compare, error_scale
 
-DIM0_SHAPE = (8192, 8192)
-DIM0_CHECK_COLUMNS = 64
+# (label, shape, dim, sliced): the tensor is randn(shape) (with one more column, then [:, 1:], when sliced)
+LAYOUTS = (
+    ("dim 0 of 8192 x 8192", (8192, 8192), 0, False),
+    ("dim 0 of an odd-width matrix", (4097, 1001), 0, False),
+    ("channels, C = 19", (16, 19, 512, 1024), 1, False),  # a segmentation map's classes
+    ("channels, C = 21", (16, 21, 256, 512), 1, False),
+    ("channels, C = 150", (8, 150, 256, 256), 1, False),
+    ("channels, C = 1000", (8, 1000, 64, 64), 1, False),
+    ("sliced x[:, 1:] of 32768 x 4097", (32768, 4096), 1, True),
+)
+LAYOUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+LAYOUT_OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
+CHECK_ROWS = 64  # rows along the dim checked against float64
 HOST_SHAPE = (1, 1024)
 HOST_CALLS = 2000
 HOST_TRIALS = 5
 
 
-def _dim0_impls(op: str) -> dict:
-    if op == "softmax":
-        return {
-            "api.cuda.softmax": ("cuda", lambda x: ops.softmax(x, 0, backend="cuda")),
-            "api.triton.softmax": ("triton", lambda x: ops.softmax(x, 0, backend="triton")),
-            "torch.softmax": ("baseline", lambda x: torch.softmax(x, 0)),
-        }
-    return {  # softmax_backward: the inputs are (y, dy)
-        "api.cuda.softmax_backward": ("cuda", lambda y, dy: ops.backward(y, dy, 0, False, "cuda")),
-        "api.triton.softmax_backward": ("triton", lambda y, dy: ops.backward(y, dy, 0, False, "triton")),
-        "torch.softmax_backward": ("baseline", lambda y, dy: torch._softmax_backward_data(dy, y, 0, y.dtype)),
-    }
+def _layout_impls(op: str, dim: int) -> dict:
+    """variant -> (backend, fn(*inputs)); inputs are (x,) forward and (y, dy) backward."""
+    log = op.startswith("log")
+    if op in ("softmax", "log_softmax"):
+        fn = torch.log_softmax if log else torch.softmax
+        return {f"api.{b}.{op}": (b, lambda x, b=b: ops.forward(x, dim, log, b)) for b in ("cuda", "triton")} | {
+            f"torch.{op}": ("baseline", lambda x: fn(x, dim))}
+    data = torch._log_softmax_backward_data if log else torch._softmax_backward_data
+    return {f"api.{b}.{op}": (b, lambda y, dy, b=b: ops.backward(y, dy, dim, log, b)) for b in ("cuda", "triton")} | {
+        f"torch.{op}": ("baseline", lambda y, dy: data(dy, y, dim, y.dtype))}
 
 
-def dim0_rows(copy: float, seed: int = 0, op: str = "softmax") -> list[dict]:
-    """`op` (softmax or softmax_backward) over dim 0 of DIM0_SHAPE fp32: one row per implementation (results.FIELDS
-    keys). Ideal bytes: 1 read + 1 write forward, 2 reads + 1 write backward."""
-    R, C = DIM0_SHAPE
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(DIM0_SHAPE, generator=gen, device="cuda")
-    ins = (x,) if op == "softmax" else (torch.softmax(x, 0), torch.randn(DIM0_SHAPE, generator=gen, device="cuda"))
-    strips = tuple(t[:, :DIM0_CHECK_COLUMNS].T.contiguous().cpu() for t in ins)  # columns as rows for float64
-    ref = reference(op, strips)
-    nbytes = (1 + len(ins)) * R * C * 4
+def _rows_along(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """The first CHECK_ROWS rows along dim, as a (rows, N) CPU tensor."""
+    return t.movedim(dim, -1).reshape(-1, t.shape[dim])[:CHECK_ROWS].cpu()
+
+
+def _layout_inputs(op: str, shape, dim: int, sliced: bool, dtype, gen) -> tuple:
+    def randn():
+        if not sliced:
+            return torch.randn(shape, generator=gen, device=gen.device).to(dtype)
+        return torch.randn(shape[0], shape[1] + 1, generator=gen, device=gen.device).to(dtype)[:, 1:]
+
+    x = randn()
+    if op in ("softmax", "log_softmax"):
+        return (x,)
+    y = (torch.log_softmax if op.startswith("log") else torch.softmax)(x.float(), dim).to(dtype)
+    return y, randn()
+
+
+def layout_rows(copy: float, seed: int = 0, layouts=LAYOUTS, dtypes=LAYOUT_DTYPES, op_names=LAYOUT_OPS,
+                step=None, device: str = "cuda") -> list[dict]:
+    """One row per (layout, dtype, op, implementation) (results.FIELDS keys); step(label, done, total) reports
+    progress. (device="cpu" runs the same loop on small layouts in the tests: torch's rows, ours refused.)"""
     rows = []
-    for name, (backend, fn) in _dim0_impls(op).items():
-        row = dict(op=f"{op}_dim0", variant=name, backend=backend, rung=f"{op} over dim 0 (strided)",
-                   M=C, N=R, dtype="float32", copy_gbps=copy, group=f"{op} dim 0 of {R} x {C} float32",
-                   ideal_bytes=nbytes, algo_bytes=nbytes)
-        try:
-            out = fn(*ins)
-            rep = compare(out[:, :DIM0_CHECK_COLUMNS].T.contiguous().cpu(), ref, torch.float32,
-                          error_scale(op, strips, ref))
-            ms = median_ms(lambda: fn(*ins), "cuda")
-        except Exception as exc:  # a backend missing here is a row with a note, not a crash
-            row.update(note=f"error: {type(exc).__name__}: {exc}", ok=False)
+    todo = [(lay, d, o) for lay in layouts for d in dtypes for o in op_names]
+    for n, ((label, shape, dim, sliced), dtype, op) in enumerate(todo):
+        if step:
+            step(f"{op} {label} {dtype}", n, len(todo))
+        gen = torch.Generator(device=device).manual_seed(seed)
+        ins = _layout_inputs(op, shape, dim, sliced, dtype, gen)
+        strips = tuple(_rows_along(t, dim) for t in ins)
+        ref = reference(op, strips)
+        numel = ins[0].numel()
+        nbytes = (1 + len(ins)) * numel * ins[0].element_size()
+        name = str(dtype).replace("torch.", "")
+        for variant, (backend, fn) in _layout_impls(op, dim).items():
+            row = dict(op=f"{op}_layout", variant=variant, backend=backend, rung=f"{op}, {label}",
+                       M=numel // shape[dim], N=shape[dim], dtype=name, copy_gbps=copy,
+                       group=f"{op} {label} {'x'.join(map(str, shape))} dim {dim} {name}",
+                       ideal_bytes=nbytes, algo_bytes=nbytes)
+            try:
+                out = fn(*ins)
+                rep = compare(_rows_along(out, dim), ref, dtype, error_scale(op, strips, ref))
+                ms = median_ms(lambda: fn(*ins), device)
+            except Exception as exc:  # a backend missing here is a row with a note, not a crash
+                row.update(note=f"error: {type(exc).__name__}: {exc}", ok=False)
+                rows.append(row)
+                continue
+            row.update(time_ms=ms, gbps_ideal=gbps(nbytes, ms), gbps_algo=gbps(nbytes, ms),
+                       pct_copy=100 * gbps(nbytes, ms) / copy, rel_err=rep.rel_err, max_abs_err=rep.max_abs_err,
+                       ok=rep.ok)
             rows.append(row)
-            continue
-        row.update(time_ms=ms, gbps_ideal=gbps(nbytes, ms), gbps_algo=gbps(nbytes, ms),
-                   pct_copy=100 * gbps(nbytes, ms) / copy, rel_err=rep.rel_err, max_abs_err=rep.max_abs_err,
-                   ok=rep.ok)
-        rows.append(row)
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
