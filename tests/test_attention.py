@@ -284,3 +284,27 @@ def test_custom_op_fake_kernels():
     o, lse, lse2 = attention_forward_op(q, k, v, True, 0.3, "reference")
     torch.library.opcheck(attention_backward_op, (q, k, v, o, lse2, torch.randn_like(o), torch.randn_like(lse), True,
                                                   0.3, "reference"))
+
+
+def test_custom_op_fake_kernels_on_a_bshd_layout():
+    """The (B, S, H, D) layout seen as (B, H, S, D): the fake kernels give what the real ones give (contiguous
+    gradients), so torch.compile's stride assertions hold; a fake that kept q's strides failed here."""
+    from onlinesoftmax.ops.attention import attention_backward_op, attention_forward_op
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, s, h, 16, generator=g, dtype=F64).transpose(1, 2)  # (B, S, H, D) storage
+               for s, h in ((5, 4), (6, 2), (6, 2)))
+    torch.library.opcheck(attention_forward_op, (q, k, v, False, 0.25, "reference"))
+    o, lse, lse2 = attention_forward_op(q, k, v, False, 0.25, "reference")
+    torch.library.opcheck(attention_backward_op, (q, k, v, o, lse2, torch.randn_like(o), None, False, 0.25,
+                                                  "reference"))
+
+
+def test_batch_times_heads_beyond_the_grid_is_refused():
+    """B x H rides on the kernels' grid axis 1 (at most 65535 programs): beyond it a clear error, not a failed
+    launch (meta tensors: no memory)."""
+    from onlinesoftmax.engines.triton import attention as engine
+
+    engine._check((("q", torch.empty(2, 32767, 4, 64, device="meta")),), 64, False)
+    with pytest.raises(OnlineSoftmaxError, match="split the batch"):
+        engine._check((("q", torch.empty(2, 40000, 4, 64, device="meta")),), 64, False)

@@ -264,3 +264,8 @@ def test_extras_layouts_loop_on_cpu(monkeypatch):
     (bad,) = extras.layout_rows(1000.0, layouts=layouts[:1], dtypes=(torch.float32,), op_names=("softmax",),
                                 device="cpu")
     assert not bad["ok"]
+
+
+@pytest.mark.parametrize("bad", ["0", "-4", "3000", "32768", "x"])
+def test_attention_sweep_refuses_lengths_that_do_not_divide_its_tokens(capsys, bad):
+    assert "divides the sweep's 16384 tokens" in run_bad(capsys, "attention-sweep", "--s", bad)

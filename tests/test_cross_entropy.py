@@ -195,3 +195,13 @@ def test_linear_cross_entropy_errors():
     with pytest.raises(IndexError, match="out of range"):
         osm.linear_cross_entropy(h, w, torch.tensor([1, 2, 3, 10]))
     assert ce.linear_chunk(128256, 2, 8192) == 1024
+
+
+def test_a_second_backward_says_why():
+    """The gradient is made in the forward and handed over once: a second backward (retain_graph) raises the
+    package's error, not an AttributeError."""
+    x = torch.randn(4, 10, requires_grad=True)
+    loss = osm.cross_entropy(x, torch.randint(0, 10, (4,)))
+    loss.backward(retain_graph=True)
+    with pytest.raises(OnlineSoftmaxError, match="second backward"):
+        loss.backward()

@@ -118,3 +118,43 @@ def test_linear_cross_entropy_triton(monkeypatch):
     assert abs(float(loss.detach()) - float(want.detach())) < 1e-5
     np.testing.assert_allclose(a_h.grad.double().numpy(), b_h.grad.numpy(), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(a_w.grad.double().numpy(), b_w.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_shard_stats_match_the_reference_for_targets_in_other_shards():
+    """A shard's stats (vocab-parallel) carry the row sum whatever the options, and a target in a later shard whose
+    local column falls in the kernel's padding (V_r .. the block) is no hit: x[target] = 0, not the padding's
+    -inf (which made the merged loss +inf)."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 20, generator=gen)  # block 32: columns 20..31 are padding
+    t = torch.tensor([1, 25, 35, -100])  # 25 and 35 belong to later shards
+    got = ce.shard_stats(x, t, "triton")
+    want = ce.reference_stats(x, t, 0, None)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_narrow_targets_keep_the_mean():
+    """uint8 targets: the target kernel's padding lanes must not count as rows (their `other` is -100 cast to
+    uint8, 156, which is no ignore_index)."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 200, generator=gen, requires_grad=True)
+    t = torch.randint(0, 200, (6,), generator=gen)
+    loss = ce.cross_entropy(x, t.to(torch.uint8), backend="triton")
+    want = torch.nn.functional.cross_entropy(x.detach().double(), t)
+    assert abs(float(loss) - float(want)) < 1e-5
+    loss.backward()
+    xd = x.detach().double().requires_grad_()
+    torch.nn.functional.cross_entropy(xd, t).backward()
+    np.testing.assert_allclose(x.grad.double().numpy(), xd.grad.numpy(), rtol=1e-4, atol=1e-7)
+
+
+def test_scale_rows_of_a_transposed_gradient():
+    """A gradient buffer whose columns are not at unit stride (a transposed weight's, strides (1, M)) is scaled
+    element by element right, not along the wrong axis."""
+    from onlinesoftmax.engines.triton import cross_entropy as engine
+
+    g = torch.arange(12, dtype=torch.float32).reshape(4, 3).t()  # (3, 4), strides (1, 3)
+    want = g * torch.tensor([[1.0], [2.0], [3.0]])
+    engine.scale_rows(g, torch.tensor([1.0, 2.0, 3.0]))
+    assert torch.equal(g, want)
+    engine.scale_rows(g, torch.tensor(0.5))
+    assert torch.equal(g, want * 0.5)

@@ -13,14 +13,14 @@
 from .errors import ArgumentTypeError, DimError, OnlineSoftmaxError, Unavailable
 from .ops.attention import attention, merge_attention
 from .ops.dropin import disable, enable, enabled, is_enabled
-from .ops.cross_entropy import cross_entropy, linear_cross_entropy
+from .ops.cross_entropy import TargetError, cross_entropy, linear_cross_entropy
 from .ops.softmax import LogSoftmax, Softmax, log_softmax, softmax
 from .ops.vocab_parallel import vocab_parallel_cross_entropy
 from .registry import Variant, get, variants
 from .harness import catalog as _catalog  # noqa: F401, E402  (registers every variant)
 
-__all__ = ["ArgumentTypeError", "DimError", "LogSoftmax", "OnlineSoftmaxError", "Softmax", "Unavailable",
-           "Variant", "attention", "cross_entropy", "disable", "enable", "enabled", "get", "is_enabled",
+__all__ = ["ArgumentTypeError", "DimError", "LogSoftmax", "OnlineSoftmaxError", "Softmax", "TargetError",
+           "Unavailable", "Variant", "attention", "cross_entropy", "disable", "enable", "enabled", "get", "is_enabled",
            "linear_cross_entropy", "log_softmax", "merge_attention", "softmax", "variants",
            "vocab_parallel_cross_entropy"]
 __version__ = "0.1.0"

@@ -414,6 +414,19 @@ def _out_file(text: str) -> Path:
     return path
 
 
+def _sweep_length(text: str) -> int:
+    """argparse type of attention-sweep's --s: B = 16384 / S sequences of S tokens, so S divides 16384."""
+    from .harness.attention_sweep import TOKENS
+
+    try:
+        s = int(text)
+    except ValueError:
+        s = 0
+    if s < 1 or TOKENS % s:
+        raise argparse.ArgumentTypeError(f"{text!r}: a sequence length that divides the sweep's {TOKENS} tokens")
+    return s
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="onlinesoftmax", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -460,7 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("attention-sweep", help="onlinesoftmax.attention forward and backward beside SDPA's flash, "
                                                 "cuDNN and efficient backends, bf16, S x D x causal x GQA (needs a GPU)")
-    sp.add_argument("--s", type=int, action="append", help="sequence length(s) (default 1024, 4096, 16384)")
+    sp.add_argument("--s", type=_sweep_length, action="append",
+                    help="sequence length(s), dividing the sweep's 16384 tokens (default 1024, 4096, 16384)")
     sp.add_argument("--d", type=int, action="append", choices=[64, 128], help="head dim(s) (default both)")
     out_option(sp)
     sp.set_defaults(fn=cmd_attention_sweep)

@@ -112,7 +112,8 @@ def forward(q, k, v, causal: bool, scale: float, backend: str):
 
 
 def backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float, backend: str):
-    """(dQ, dK, dV) from the forward's inputs, O and LSE2, and the gradients of O and LSE (dlse None: zero)."""
+    """(dQ, dK, dV), contiguous, from the forward's inputs, O and LSE2, and the gradients of O and LSE (dlse None:
+    zero)."""
     return _BACKWARD[backend](q, k, v, o, lse2, do.to(q.dtype), dlse, causal, scale)
 
 
@@ -191,7 +192,7 @@ def _empty_forward(q, k, v, causal, scale):
 
 
 def _empty_backward(q, k, v, o, lse2, do, dlse, causal, scale):
-    return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    return q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
 
 
 _FORWARD = {"triton": _triton_forward, "reference": _reference_forward, "empty": _empty_forward}
@@ -220,8 +221,8 @@ def attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: 
 
 
 @attention_backward_op.register_fake
-def _(q, k, v, o, lse2, do, dlse, causal, scale, backend):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _(q, k, v, o, lse2, do, dlse, causal, scale, backend):  # every backend's gradients are contiguous
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 # ---------------------------------------------------------------- one autograd rule, two ways in

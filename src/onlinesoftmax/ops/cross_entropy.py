@@ -339,6 +339,9 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dloss, _dlse):
         grad, ctx.grad = ctx.grad, None
+        if grad is None:
+            raise OnlineSoftmaxError("cross_entropy's gradient is made in the forward and handed over once: a "
+                                     "second backward through the same loss (retain_graph) is not supported")
         # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then
         # takes as .grad without a copy
         return scale_grad(grad, dloss, ctx.backend).detach(), None, None, None, None, None, None, None, None
@@ -402,7 +405,7 @@ def linear_forward(h, w, t, ignore_index, label_smoothing, z_loss, softcap, redu
     rows = torch.empty(BT, dtype=acc, device=h.device)
     lse = torch.empty(BT, dtype=acc, device=h.device)
     gh = torch.empty_like(h) if need_h else None
-    gw = torch.zeros_like(w) if need_w else None
+    gw = torch.zeros_like(w, memory_format=torch.contiguous_format) if need_w else None  # scale_rows: unit columns
     for s in range(0, BT, chunk):
         e = min(BT, s + chunk)
         hc, tc = h[s:e], t[s:e]
@@ -472,7 +475,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
                                  f"hidden {tuple(h.shape)} {h.dtype} on {h.device} (expected (V, {h.shape[1]}))")
     V = weight.shape[0]
     backend = pick_backend(h, backend)
-    chunk = chunk_tokens or linear_chunk(V, h.element_size(), h.shape[0])
+    chunk = linear_chunk(V, h.element_size(), h.shape[0]) if chunk_tokens is None else chunk_tokens
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise OnlineSoftmaxError(f"chunk_tokens must be a positive int, got {chunk_tokens!r}")
     softcap = None if softcap is None else float(softcap)

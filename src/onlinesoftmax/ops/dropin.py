@@ -14,7 +14,8 @@ the Library, and the dispatcher serves torch's kernels again. CPU tensors are ne
 
 The kernels call ops.py's launchers, below autograd (autograd's own nodes call the backward ops):
 - float32, float16, bfloat16: the CUDA backend (Triton where it cannot run);
-- half_to_float (torch's fused 16-bit in, fp32 out): the input is cast to fp32 first, then the fp32 kernel;
+- half_to_float (torch's fused 16-bit in, fp32 out): the CUDA kernels' fused cast (ops.softmax's "cuda_f32"),
+  or the input cast to fp32 first where no plan fuses it;
 - float64: the reference path, torch elementwise ops in float64 on the GPU (never aten::_softmax,
   which would come back here);
 - 0-d and empty tensors as torch;

@@ -115,8 +115,8 @@ def _gpu_backend() -> str:
 
 # ------------------------------------------------------------------------------ the launchers
 def forward(x: torch.Tensor, dim: int, log: bool, backend: str) -> torch.Tensor:
-    """softmax(x) over dim (log_softmax when log) by `backend`, as _resolve returns them: contiguous, x's dtype.
-    A 0-d x is one row of one element."""
+    """softmax(x) over dim (log_softmax when log) by `backend`, as resolve returns them: contiguous, x's dtype
+    (float32 for "cuda_f32"). A 0-d x is one row of one element."""
     if x.dim() == 0:
         return _FORWARD[backend](x.reshape(1), 0, log).reshape(())
     return _FORWARD[backend](x, dim, log)

@@ -50,14 +50,18 @@ def forward(x, target, vocab_start, vocab_size, group, ignore_index, label_smoot
     """(loss, lse, grad of this shard or None) for validated (N, V_r) logits."""
     M, V = x.shape
     acc = ce.accumulator(x.dtype)
-    st = ce.shard_stats(x, target, backend, offset=vocab_start, softcap=softcap).to(acc)
-    header = torch.tensor([[vocab_start, V, M, vocab_size]], dtype=acc, device=x.device)
-    packed = torch.cat([st, header])
+    st = ce.shard_stats(x, target, backend, offset=vocab_start, softcap=softcap)
+    # float64: the header's integers stay exact beyond 2^24 (fp32 would round them)
+    header = torch.tensor([[vocab_start, V, M, vocab_size]], dtype=torch.float64, device=x.device)
+    packed = torch.cat([st.double(), header])
     world = dist.get_world_size(group)
     parts = [torch.empty_like(packed) for _ in range(world)]
     dist.all_gather(parts, packed, group=group)  # the one collective
     gathered = torch.stack(parts)  # (world, M + 1, 4)
     _check_shards(gathered[:, M], vocab_size, M)
+    # after the collective, so that every rank raises alike (a rank raising alone would leave the others waiting)
+    ce.check_targets(target, 0, vocab_size, ignore_index)
+    gathered = gathered.to(acc)
     m, d = gathered[0, :M, 0], gathered[0, :M, 1]
     for r in range(1, world):
         m, d = state.merge((m, d), (gathered[r, :M, 0], gathered[r, :M, 1]))
@@ -87,6 +91,9 @@ class _VocabParallel(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dloss, _dlse):
         grad, ctx.grad = ctx.grad, None
+        if grad is None:
+            raise OnlineSoftmaxError("the shard's gradient is made in the forward and handed over once: a second "
+                                     "backward through the same loss (retain_graph) is not supported")
         return (ce.scale_grad(grad, dloss, ctx.backend),) + (None,) * 10
 
 
@@ -104,9 +111,8 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, voc
     for name, v in (("vocab_start", vocab_start), ("vocab_size", vocab_size)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise OnlineSoftmaxError(f"{name} must be an int, got {type(v).__name__}")
-    # a shard outside [0, vocab_size) is caught after the collective, from the gathered headers, on every rank
+    # a shard outside [0, vocab_size) and targets out of range are caught after the collective, on every rank
     # alike (raising here, on one rank, would leave the others waiting in the all_gather)
-    ce.check_targets(t, 0, vocab_size, ignore_index)
     backend = ce.pick_backend(x, backend)
     softcap = None if softcap is None else float(softcap)
     args = (vocab_start, vocab_size, group, ignore_index, float(label_smoothing), float(z_loss), softcap,

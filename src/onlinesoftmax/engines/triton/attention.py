@@ -13,6 +13,7 @@ Import this module only after TRITON_INTERPRET is set (if it is to be set): it i
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 
@@ -23,12 +24,19 @@ from . import attention_rules as rules
 
 LOG2E = 1.4426950408889634
 PREPROCESS_BLOCK = 64
-
+MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, which carries the (batch, head) pairs
+# Triton's autotuner keeps per-call state (its nargs) while it benchmarks a new key: one tuned launch at a time.
+# (A first call at a new key also synchronises to time its candidates: call once before capturing a CUDA graph.)
+_TUNING = threading.Lock()
 
 def _check(names_tensors, head_dim: int, backward: bool) -> None:
     reason = rules.unsupported(head_dim, backward)
     if reason:
         raise OnlineSoftmaxError(reason)
+    q = names_tensors[0][1]
+    if q.dim() == 4 and q.shape[0] * q.shape[1] > MAX_GRID_Y:
+        raise OnlineSoftmaxError(f"batch x heads = {q.shape[0] * q.shape[1]} exceeds the {MAX_GRID_Y} programs the "
+                                 "kernels' second grid axis takes: split the batch")
     for name, t in names_tensors:
         if t.dim() != 4 or t.stride(-1) != 1:
             raise OnlineSoftmaxError(f"{name} must be 4-D (B, H, S, D) with unit stride along D, "
@@ -66,7 +74,7 @@ def attention_forward(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor
     if o.numel() == 0:
         return o, lse, lse2
     kernel, meta, (bm, _) = _tiles(K.fwd_tuned, K.fwd_kernel)
-    with _on_device(q):
+    with _on_device(q), _TUNING:
         kernel[lambda m: (cdiv(SQ, bm(m)), B * H)](
             q, k, v, o, lse, lse2, scale * LOG2E, *_strides(q), *_strides(k), *_strides(v), *_strides(o),
             H, H // HKV, SQ, SK, rules.length_bucket(SQ), rules.length_bucket(SK),
@@ -75,12 +83,12 @@ def attention_forward(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor
 
 
 def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
-    """(dQ, dK, dV) in the inputs' dtypes and shapes, given the forward's O and base-2 LSE, dO and the (natural)
-    LSE's own gradient dlse (None: zero)."""
+    """(dQ, dK, dV) in the inputs' dtypes and shapes, contiguous, given the forward's O and base-2 LSE, dO and the
+    (natural) LSE's own gradient dlse (None: zero)."""
     _check((("q", q), ("k", k), ("v", v), ("o", o), ("do", do)), q.shape[-1], backward=True)
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))  # contiguous whatever the inputs' layout (the fake's)
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     delta = torch.empty((B, H, SQ), dtype=torch.float32, device=q.device)
@@ -88,7 +96,7 @@ def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
     keys = (rules.length_bucket(SQ), rules.length_bucket(SK))
-    with _on_device(q):
+    with _on_device(q), _TUNING:
         K.bwd_preprocess[(cdiv(SQ, PREPROCESS_BLOCK), B * H)](
             o, do, lse2.contiguous(), dlse, delta, mlog2, *_strides(o), *_strides(do), H, SQ,
             HEAD_D=D, BLOCK_M=PREPROCESS_BLOCK)

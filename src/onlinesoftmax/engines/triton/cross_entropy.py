@@ -64,8 +64,9 @@ def cross_entropy(x: torch.Tensor, target: torch.Tensor, *, stats: Optional[torc
     g = grad if grad is not None else x  # pointers a launch does not use are never dereferenced
     common = dict(ignore_index=ignore_index, offset=offset, inv_v=1.0 / (v_total or V), eps=float(label_smoothing),
                   z=float(z_loss), cap=float(softcap or 1.0))
-    flags = dict(MODE=mode, SOFTCAP=softcap is not None, SMOOTH=label_smoothing != 0.0, STATS=stats is not None,
-                 LOSS=loss is not None)
+    # SMOOTH: the rows' sum of logits; the stats of a shard always carry it (vocab-parallel merges them first)
+    flags = dict(MODE=mode, SOFTCAP=softcap is not None, SMOOTH=label_smoothing != 0.0 or stats is not None,
+                 STATS=stats is not None, LOSS=loss is not None)
     pointers = (x, g, target, x if stats is None else stats, x if loss is None else loss,
                 lse_in if lse_in is not None else x if lse is None else lse, x if scale is None else scale)
     if regime == "rows":
@@ -95,6 +96,9 @@ def scale_rows(g: torch.Tensor, go: torch.Tensor) -> None:
         return
     go = go.reshape(-1)
     scalar = go.numel() == 1
+    if g.stride(1) != 1:  # the kernel walks a row's elements at unit stride
+        g.mul_(go.to(g.dtype) if scalar else go.to(g.dtype).reshape(-1, 1))
+        return
     grid = (rules.programs(sm_count(g.device), 4, M),)
     _on_device(g, lambda: scale_rows_kernel[grid](g, go, M, N, g.stride(0), 0 if scalar else 1, BLOCK=2048,
                                                   SCALAR=scalar, num_warps=8))

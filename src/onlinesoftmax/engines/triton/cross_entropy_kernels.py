@@ -118,7 +118,7 @@ def target_kernel(tgt_ptr, info_ptr, M, V, ignore_index, MEAN: tl.constexpr, BLO
     for start in tl.range(0, M, BLOCK):
         i = start + offs
         t = tl.load(tgt_ptr + i, mask=i < M, other=ignore_index)
-        valid = t != ignore_index
+        valid = (i < M) & (t != ignore_index)  # `other` takes the targets' dtype: -100 is no ignore_index in uint8
         count += valid.to(tl.int32)
         bad = tl.maximum(bad, (valid & ((t < 0) | (t >= V))).to(tl.int32))
     n = tl.sum(count, 0).to(tl.float32)
@@ -155,7 +155,7 @@ def rows_kernel(x_ptr, g_ptr, tgt_ptr, stats_ptr, loss_ptr, lse_ptr, scale_ptr, 
             m = tl.max(x, 0)
             shift = _guard(m)
             d = tl.sum(tl.exp2((x - shift) * LOG2E), 0)
-            xt = tl.sum(tl.where(cols == local, x, 0.0), 0)
+            xt = tl.sum(tl.where((cols == local) & ok, x, 0.0), 0)  # a later shard's target lands past V
             if SMOOTH:
                 sx = tl.sum(tl.where(ok, x, 0.0), 0)
             else:

@@ -21,7 +21,6 @@ import torch
 
 from ...intmath import cdiv, pow2ceil
 from ...opdefs import GPU_DTYPES
-from ...runtime import DEFAULT_SMS
 
 REGIMES = ("rows", "split")
 MODES = {"stats": 0, "fused": 1, "grad": 2}
@@ -37,7 +36,6 @@ SPLIT_SEG_BYTES = 16 * 1024  # bytes of logits per segment (one ticket)
 SPLIT_WARPS = 8
 SPLIT_PROGRAMS_PER_SM = 4
 SPLIT_LANES = True  # fold a segment lane by lane (True) or chunk by chunk (False)
-INTERPRETER_SMS = DEFAULT_SMS
 
 FORCE_CHUNK: Optional[int] = None  # tests: chunk of the split kernel (a power of two)
 FORCE_SEG_CHUNKS: Optional[int] = None  # tests: chunks per segment
