@@ -36,7 +36,8 @@ from typing import Optional
 import torch
 
 from .. import state
-from ..errors import ArgumentTypeError, OnlineSoftmaxError, Unavailable
+from . import engines
+from ..errors import ArgumentTypeError, OnlineSoftmaxError
 
 BACKENDS = ("auto", "triton", "reference")
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
@@ -117,25 +118,17 @@ def backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float, backend: st
     return _BACKWARD[backend](q, k, v, o, lse2, do.to(q.dtype), dlse, causal, scale)
 
 
-def _triton():
-    try:
-        from ..engines.triton import attention as triton_attention
-    except ImportError as exc:
-        raise Unavailable(f"the Triton backend needs triton: {exc}") from None
-    return triton_attention
-
-
 def _unit_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def _triton_forward(q, k, v, causal, scale):
-    return _triton().attention_forward(_unit_stride(q), _unit_stride(k), _unit_stride(v), causal, scale)
+    return engines.triton("attention").attention_forward(_unit_stride(q), _unit_stride(k), _unit_stride(v), causal, scale)
 
 
 def _triton_backward(q, k, v, o, lse2, do, dlse, causal, scale):
     q, k, v, o, do = (_unit_stride(t) for t in (q, k, v, o, do))
-    return _triton().attention_backward(q, k, v, o, lse2, do, dlse, causal, scale)
+    return engines.triton("attention").attention_backward(q, k, v, o, lse2, do, dlse, causal, scale)
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:

@@ -35,7 +35,8 @@ import os
 import torch
 
 from .. import state
-from ..errors import ArgumentTypeError, OnlineSoftmaxError, Unavailable
+from . import engines
+from ..errors import ArgumentTypeError, OnlineSoftmaxError
 from ..opdefs import GPU_DTYPES
 
 BACKENDS = ("auto", "triton", "reference")
@@ -109,14 +110,6 @@ def pick_backend(x: torch.Tensor, backend: str) -> str:
         if x.dtype == torch.float64:
             return "reference"  # the kernels take 16 and 32 bits
     return backend
-
-
-def triton_engine():
-    try:
-        from ..engines.triton import cross_entropy as engine
-    except ImportError as exc:
-        raise Unavailable(f"the Triton backend needs triton: {exc}") from None
-    return engine
 
 
 # --------------------------------------------------------------- the pieces: stats, loss, gradient
@@ -198,7 +191,7 @@ def shard_stats(x, target, backend, *, offset=0, softcap=None) -> torch.Tensor:
         return st
     if backend == "triton":
         st = torch.empty(M, 4, dtype=torch.float32, device=x.device)
-        triton_engine().cross_entropy(x, target, stats=st, offset=offset, softcap=softcap)
+        engines.triton("cross_entropy").cross_entropy(x, target, stats=st, offset=offset, softcap=softcap)
         return st
     return reference_stats(x, target, offset, softcap)
 
@@ -209,7 +202,7 @@ def shard_grad(x, target, lse, scale, backend, grad, *, offset, v_total, ignore_
     if x.numel() == 0:
         return grad
     if backend == "triton":
-        triton_engine().cross_entropy(x, target, grad=grad, lse_in=lse.float(), scale=scale,
+        engines.triton("cross_entropy").cross_entropy(x, target, grad=grad, lse_in=lse.float(), scale=scale,
                                       ignore_index=ignore_index, offset=offset, v_total=v_total,
                                       label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
         return grad
@@ -225,7 +218,7 @@ class TargetCheck:
     def __init__(self, target, V: int, ignore_index: int, reduction: str):
         self.target, self.V, self.ignore_index = target, V, ignore_index
         self.info = torch.empty(4, dtype=torch.float32, device=target.device)
-        triton_engine().target_info(target, V, ignore_index, reduction == "mean", self.info)
+        engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
         self.host, self.event = self.info, None
         if target.is_cuda:
             self.host = torch.empty(4, dtype=torch.float32, pin_memory=True)
@@ -243,9 +236,19 @@ class TargetCheck:
 def triton_forward(x, target, check: TargetCheck, rows, lse, *, grad=None, ignore_index, label_smoothing, z_loss,
                    softcap):
     """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given."""
-    triton_engine().cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
+    engines.triton("cross_entropy").cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
                                   ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
                                   softcap=softcap)
+
+
+def handed_grad(ctx, dloss: torch.Tensor, whose: str) -> torch.Tensor:
+    """The gradient an autograd Function's forward made (ctx.grad, on ctx.backend), scaled by grad_output: handed
+    over once, so a second backward through the same loss (retain_graph) raises instead of reusing it."""
+    grad, ctx.grad = ctx.grad, None
+    if grad is None:
+        raise OnlineSoftmaxError(f"{whose} gradient is made in the forward and handed over once: a second backward "
+                                 "through the same loss (retain_graph) is not supported")
+    return scale_grad(grad, dloss, ctx.backend)
 
 
 def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tensor:
@@ -254,7 +257,7 @@ def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tens
         return grad
     g2 = grad.view(-1, grad.shape[-1]) if grad.dim() else grad.view(1, 1)
     if backend == "triton" and grad.is_cuda:
-        triton_engine().scale_rows(g2, go.detach().to(torch.float32).contiguous())
+        engines.triton("cross_entropy").scale_rows(g2, go.detach().to(torch.float32).contiguous())
     else:
         g2.mul_(go.reshape(-1, 1).to(grad.dtype) if go.numel() > 1 else go.to(grad.dtype))
     return grad
@@ -338,13 +341,9 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, _dlse):
-        grad, ctx.grad = ctx.grad, None
-        if grad is None:
-            raise OnlineSoftmaxError("cross_entropy's gradient is made in the forward and handed over once: a "
-                                     "second backward through the same loss (retain_graph) is not supported")
         # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then
         # takes as .grad without a copy
-        return scale_grad(grad, dloss, ctx.backend).detach(), None, None, None, None, None, None, None, None
+        return handed_grad(ctx, dloss, "cross_entropy's").detach(), None, None, None, None, None, None, None, None
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,

@@ -45,7 +45,8 @@ import os
 import torch
 
 from .. import state
-from ..errors import ArgumentTypeError, DimError, OnlineSoftmaxError, Unavailable
+from . import engines
+from ..errors import ArgumentTypeError, DimError, OnlineSoftmaxError
 from ..opdefs import GPU_DTYPES as KERNEL_DTYPES  # what the CUDA and Triton kernels take
 
 BACKENDS = ("auto", "cuda", "triton", "cpu", "reference")
@@ -156,22 +157,14 @@ def _cuda_backward(y, dy, dim, log):
 
 def _triton_forward(x, dim, log):
     out = torch.empty_like(x, memory_format=CONTIGUOUS)
-    _triton_rows(lambda a, o: _triton().softmax_forward(a[0], o, log=log), (x,), out, dim)
+    _triton_rows(lambda a, o: engines.triton("softmax").softmax_forward(a[0], o, log=log), (x,), out, dim)
     return out
 
 
 def _triton_backward(y, dy, dim, log):
     out = torch.empty_like(y, memory_format=CONTIGUOUS)
-    _triton_rows(lambda a, o: _triton().softmax_backward(a[0], a[1], o, log=log), (y, dy.to(y.dtype)), out, dim)
+    _triton_rows(lambda a, o: engines.triton("softmax").softmax_backward(a[0], a[1], o, log=log), (y, dy.to(y.dtype)), out, dim)
     return out
-
-
-def _triton():
-    try:
-        from ..engines.triton import softmax as triton_softmax
-    except ImportError as exc:
-        raise Unavailable(f"the Triton backend needs triton: {exc}") from None
-    return triton_softmax
 
 
 def _triton_rows(launch, tensors, out, dim) -> None:

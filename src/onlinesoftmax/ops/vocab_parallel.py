@@ -90,11 +90,7 @@ class _VocabParallel(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, _dlse):
-        grad, ctx.grad = ctx.grad, None
-        if grad is None:
-            raise OnlineSoftmaxError("the shard's gradient is made in the forward and handed over once: a second "
-                                     "backward through the same loss (retain_graph) is not supported")
-        return (ce.scale_grad(grad, dloss, ctx.backend),) + (None,) * 10
+        return (ce.handed_grad(ctx, dloss, "the shard's"),) + (None,) * 10
 
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, vocab_start: int, vocab_size: int, *,
