@@ -236,11 +236,4 @@ def resources(name: str, D: int, dtype: torch.dtype, causal: bool, arch: Optiona
     for filename, kname, block, dyn in rung(name).kernels(D, dtype, causal):
         r = ladder.module(filename, arch).resources(kname)
         rows.append(dict(r, kernel=kname, block=block, smem=r["smem"] + dyn))
-    return {
-        "kernel": " + ".join(r["kernel"] for r in rows),
-        "registers": max(r["registers"] for r in rows),
-        "smem": max(r["smem"] for r in rows),
-        "stack": max(r["stack"] for r in rows),
-        "spill_stores": sum(r["spill_stores"] for r in rows),
-        "spill_loads": sum(r["spill_loads"] for r in rows),
-    }
+    return ladder.combined_report(rows, " + ")

@@ -307,6 +307,19 @@ def _run_3pass(inputs, out):
 # ---- resources -----------------------------------------------------------------------------------
 
 
+def combined_report(rows: list[dict], joiner: str = "+") -> dict:
+    """The ptxas reports of several kernels launched together as one: the kernels' names joined, the largest
+    registers, shared memory and stack, the spills summed."""
+    return {
+        "kernel": joiner.join(r["kernel"] for r in rows),
+        "registers": max(r["registers"] for r in rows),
+        "smem": max(r["smem"] for r in rows),
+        "stack": max(r["stack"] for r in rows),
+        "spill_stores": sum(r["spill_stores"] for r in rows),
+        "spill_loads": sum(r["spill_loads"] for r in rows),
+    }
+
+
 def _resources_of(launches, arch: Optional[str] = None) -> dict:
     """ptxas report of the kernels a plan launches; several kernels: max registers/smem/stack,
     summed spills, and each kernel's own report under "per_kernel"."""
@@ -322,12 +335,7 @@ def _resources_of(launches, arch: Optional[str] = None) -> dict:
     if len(rows) == 1:
         return rows[0]
     return {
-        "kernel": "+".join(r["kernel"] for r in rows),
-        "registers": max(r["registers"] for r in rows),
-        "smem": max(r["smem"] for r in rows),
-        "stack": max(r["stack"] for r in rows),
-        "spill_stores": sum(r["spill_stores"] for r in rows),
-        "spill_loads": sum(r["spill_loads"] for r in rows),
+        **combined_report(rows),
         "block": max(r["block"] for r in rows),
         "dynamic_smem": max(r["dynamic_smem"] for r in rows),
         "per_kernel": {r["kernel"]: r for r in rows},
