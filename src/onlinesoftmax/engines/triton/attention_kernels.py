@@ -81,6 +81,30 @@ def _key_stages(start_m, SQ, SK, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, C
 
 
 @triton.jit
+def _visible(offs_m, cols, SQ, SK, CAUSAL: tl.constexpr):
+    """(queries, keys) of a masked tile: a key exists (col < SK) and, causal, query i sees key j iff
+    j <= i + SK - SQ (bottom-right aligned)."""
+    keep = cols[None, :] < SK
+    if CAUSAL:
+        keep = keep & (cols[None, :] <= offs_m[:, None] + (SK - SQ))
+    return keep
+
+
+@triton.jit
+def _query_tile(H, GROUP, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """The program's (batch * head, batch, query head, key/value head, first query row): grid axis 0 the query
+    tiles (causal: the longest first, so the last wave is short ones), axis 1 batch * heads."""
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    pid_bh = tl.program_id(1)
+    off_b = (pid_bh // H).to(tl.int64)
+    off_h = pid_bh % H
+    off_hk = (off_h // GROUP).to(tl.int64)
+    return pid_bh, off_b, off_h.to(tl.int64), off_hk, pid_m * BLOCK_M
+
+
+@triton.jit
 def _fwd_stage(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, offs_d, lo, hi, qk_scale,
                SQ, SK, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
@@ -95,10 +119,7 @@ def _fwd_stage(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, offs_m, o
             k = tl.load(k_ptrs)
         qk = tl.dot(q, tl.trans(k))
         if MASKED:
-            keep = cols[None, :] < SK
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + (SK - SQ))
-            s = tl.where(keep, qk * qk_scale, float("-inf"))
+            s = tl.where(_visible(offs_m, cols, SQ, SK, CAUSAL), qk * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # state.safe_shift: an empty row stays empty
             p = tl.math.exp2(s - shift[:, None])
@@ -126,15 +147,7 @@ def _fwd(Q, K, V, O, LSE, LSE2, qk_scale,
          stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
          H, GROUP, SQ, SK, SQ_KEY, SK_KEY,
          HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if CAUSAL:  # the longest tiles first: the last wave is short ones
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
-    off_b = (pid_bh // H).to(tl.int64)
-    off_h = pid_bh % H
-    off_hk = (off_h // GROUP).to(tl.int64)
-    off_h = off_h.to(tl.int64)
-    start_m = pid_m * BLOCK_M
+    pid_bh, off_b, off_h, off_hk, start_m = _query_tile(H, GROUP, BLOCK_M, CAUSAL)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :],
@@ -275,10 +288,7 @@ def _dq_stage(dq, q, do, m, delta, k_base, v_base, stride_ks, stride_vs, offs_m,
             v = tl.load(v_ptrs)
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - m[:, None])
         if MASKED:  # a padded key must give P = 0 (its score 0 may exceed the row max)
-            keep = cols[None, :] < SK
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= offs_m[:, None] + (SK - SQ))
-            p = tl.where(keep, p, 0.0)
+            p = tl.where(_visible(offs_m, cols, SQ, SK, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v))
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)
@@ -292,15 +302,7 @@ def _bwd_dq(Q, K, V, DO, DQ, MLOG2, DELTA, qk_scale, sm_scale,
             stride_dqb, stride_dqh, stride_dqs,
             H, GROUP, SQ, SK, SQ_KEY, SK_KEY,
             HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
-    off_b = (pid_bh // H).to(tl.int64)
-    off_h = pid_bh % H
-    off_hk = (off_h // GROUP).to(tl.int64)
-    off_h = off_h.to(tl.int64)
-    start_m = pid_m * BLOCK_M
+    pid_bh, off_b, off_h, off_hk, start_m = _query_tile(H, GROUP, BLOCK_M, CAUSAL)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     rows = offs_m < SQ
