@@ -190,7 +190,6 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     device = _device_index(x, op)
     n_sms = sms(device)
     V = vec_width(x.dtype)
-    aligned = all(t.data_ptr() % 16 == 0 for t in ins + (out,))
     al = _alignment(x.data_ptr(), ins[1].data_ptr() if len(ins) > 1 else 0, out.data_ptr())
     N = shape[dim] if shape else 1
     strides = [tuple(t.stride()) for t in ins]
@@ -218,7 +217,7 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
         vec, window = _row_access(al, outer, N, V, (N,) * len(ins))
         p = _fitted_plan(outer, N, x.dtype, op, vec, window, 1, "rows", n_sms, regime, device, "split")
         return p, device, contig, (N,) * len(ins), N
-    p = _fitted_plan(outer, N, x.dtype, op, aligned, 0, inner, "strided", n_sms, regime, device, "strided")
+    p = _fitted_plan(outer, N, x.dtype, op, al & 15 == 0, 0, inner, "strided", n_sms, regime, device, "strided")
     return p, device, contig, (0,) * len(ins), 0
 
 
