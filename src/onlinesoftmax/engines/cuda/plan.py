@@ -144,8 +144,8 @@ def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
 def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
     """(threads, slots) of one CTA per row holding the row in registers: half the register budget per thread
     when the threads suffice (more CTAs per SM, shorter per-thread chains), the whole budget up to 512 threads.
-    The threads are the row's accesses over the slots rounded up to a warp, not to a power of two: a row of
-    N = 3000 or 4097 leaves at most one warp's slots empty, not nearly half the CTA."""
+    The threads are the row's accesses over the slots rounded up to a pair of warps, not to a power of two: a row of
+    N = 3000 or 4097 leaves at most two warps' slots empty, not nearly half the CTA."""
     nv = cdiv(N, W)
     rs = reg_slots(op, dtype, W)
     for slots in (max(1, rs // 2), rs):
@@ -510,39 +510,29 @@ def _probe_instantiations() -> dict[str, set]:
     layout. Maps name -> {regimes that use it}."""
     seen: dict[str, set] = {}
 
-    def add(p: Plan) -> None:
+    def add(M: int, N: int, dtype, op: str, **kw) -> None:
+        try:
+            p = plan(M, N, dtype, op, **kw)
+        except Unsupported:
+            return
         for l in p.launches:
             seen.setdefault(l.kernel, set()).add(p.regime)
 
+    rows = (1, 9, 17, 33, 64, 1 << 20)  # few rows: every cluster width of cluster_config; many rows
     for op in ENGINE_OPS:
         for dtype in GPU_DTYPES:
             for vec, window in ((True, 0), (False, 1), (False, 2), (False, 0)):
                 W = vec_width(dtype) if (vec or window) else 1
                 for N in _probe_ns(W, window):
-                    for M in (1, 9, 17, 33, 64, 1 << 20):  # few rows: every cluster width of cluster_config
-                        try:
-                            add(plan(M, N, dtype, op, vec=vec, window=window))
-                        except Unsupported:
-                            pass
+                    for M in rows:
+                        add(M, N, dtype, op, vec=vec, window=window)
                     for regime, M in itertools.product(("warp", "block", "cluster", "split", "columns"), (2, 1 << 20)):
-                        try:
-                            add(plan(M, N, dtype, op, vec=vec, window=window, regime=regime))
-                        except Unsupported:
-                            pass
+                        add(M, N, dtype, op, vec=vec, window=window, regime=regime)
                 if window:
                     continue
-                for N in _probe_ns(W, True) if vec and dtype != torch.float32 and op in ("softmax", "log_softmax") \
-                        else ():
-                    for M in (1, 9, 17, 33, 64, 1 << 20):  # the fused cast: 16-bit in, fp32 out
-                        try:
-                            add(plan(M, N, dtype, op, window=1, out_dtype=torch.float32))
-                        except Unsupported:
-                            pass
-                for inner in (1, 3, W, 64 * W):
-                    for N in _probe_ns(W)[::3]:
-                        for regime in (None, "strided"):
-                            try:
-                                add(plan(4, N, dtype, op, vec=vec, inner=inner, layout="strided", regime=regime))
-                            except Unsupported:
-                                pass
+                if vec and dtype != torch.float32 and not OPS[op].backward:  # the fused cast: 16-bit in, fp32 out
+                    for N, M in itertools.product(_probe_ns(W, True), rows):
+                        add(M, N, dtype, op, window=1, out_dtype=torch.float32)
+                for inner, N, regime in itertools.product((1, 3, W, 64 * W), _probe_ns(W)[::3], (None, "strided")):
+                    add(4, N, dtype, op, vec=vec, inner=inner, layout="strided", regime=regime)
     return seen
