@@ -123,7 +123,8 @@ def _unit_stride(t: torch.Tensor) -> torch.Tensor:
 
 
 def _triton_forward(q, k, v, causal, scale):
-    return engines.triton("attention").attention_forward(_unit_stride(q), _unit_stride(k), _unit_stride(v), causal, scale)
+    q, k, v = (_unit_stride(t) for t in (q, k, v))
+    return engines.triton("attention").attention_forward(q, k, v, causal, scale)
 
 
 def _triton_backward(q, k, v, o, lse2, do, dlse, causal, scale):

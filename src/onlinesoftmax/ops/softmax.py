@@ -163,7 +163,8 @@ def _triton_forward(x, dim, log):
 
 def _triton_backward(y, dy, dim, log):
     out = torch.empty_like(y, memory_format=CONTIGUOUS)
-    _triton_rows(lambda a, o: engines.triton("softmax").softmax_backward(a[0], a[1], o, log=log), (y, dy.to(y.dtype)), out, dim)
+    _triton_rows(lambda a, o: engines.triton("softmax").softmax_backward(a[0], a[1], o, log=log),
+                 (y, dy.to(y.dtype)), out, dim)
     return out
 
 
