@@ -1,7 +1,10 @@
-"""Cross-entropy forward + backward on one GPU: onlinesoftmax against torch, torch.compile and Liger, at the
-anchor rows (BT x V x dtype, ../shared/anchors/h200-wave2.md); then linear + cross-entropy; CSV + text out.
+"""Cross-entropy forward + backward on one GPU: onlinesoftmax (its default: the CUDA row kernel where it applies;
+"inplace": the gradient over the logits; "triton": the Triton kernels alone) against torch, torch.compile and
+Liger, at the anchor rows (BT x V x dtype, ../shared/anchors/h200-wave2.md) and an odd GPT-2 vocabulary; then
+linear + cross-entropy; CSV + text out.
 
     python benchmarks/cross_entropy.py --out benchmarks/results/h200x2-cross-entropy [--sweep] [--quick]
+    python benchmarks/cross_entropy.py --profile 8192x32000:bfloat16      where the op's time goes beyond its kernel
 
 % of 1R+1W = (one read of the logits + one write of their gradient) / time / the same-run copy's bandwidth, and
 also against the 4.249 TB/s of the anchors. torch and torch.compile upcast with .float() first (as the anchors,
@@ -28,7 +31,8 @@ import onlinesoftmax as osm
 from onlinesoftmax.engines.triton import cross_entropy_rules as rules
 
 ANCHOR_TBPS = 4.249
-ROWS = [(8192, 32000, torch.bfloat16), (8192, 32000, torch.float32), (32768, 32000, torch.bfloat16),
+ROWS = [(8192, 32000, torch.bfloat16), (8192, 32000, torch.float32), (8192, 50257, torch.bfloat16),
+        (32768, 32000, torch.bfloat16),
         (32768, 32000, torch.float32), (8192, 128256, torch.bfloat16), (8192, 128256, torch.float32),
         (32768, 128256, torch.bfloat16), (8192, 256000, torch.bfloat16), (8192, 256000, torch.float32),
         (32768, 256000, torch.bfloat16)]
@@ -79,6 +83,10 @@ def ce_impls(lg):
         x.grad = None
         osm.cross_entropy(x, t, inplace_grad=True).backward()
 
+    def ours_triton(x, t):
+        x.grad = None
+        osm.cross_entropy(x, t, backend="triton").backward()
+
     def torch_ce(x, t):
         x.grad = None
         F.cross_entropy(x.float(), t).backward()
@@ -89,7 +97,8 @@ def ce_impls(lg):
         x.grad = None
         compiled(x, t).backward()
 
-    impls = {"onlinesoftmax": ours, "onlinesoftmax inplace": ours_inplace, "torch": torch_ce,
+    impls = {"onlinesoftmax": ours, "onlinesoftmax inplace": ours_inplace, "onlinesoftmax triton": ours_triton,
+             "torch": torch_ce,
              "torch.compile": compile_ce}
     if lg is not None:
         def liger_ce(x, t):
@@ -162,6 +171,16 @@ def check(x, t):
     return float((got - loss).abs() / loss.abs()), float((xs.grad.double() - ref.grad).abs().max())
 
 
+def ce_row_only(x, t):
+    """The CUDA cross-entropy kernel alone (loss, lse and gradient of every row), or None where it has no plan."""
+    from onlinesoftmax.engines.cuda import run as cuda_run
+
+    g, rows, lse, info = torch.empty_like(x), torch.empty(x.shape[0], device="cuda"), torch.empty(
+        x.shape[0], device="cuda"), torch.ones(4, device="cuda")
+    launch = lambda: cuda_run.cross_entropy(x, t, g, rows, lse, info, -100, 0.0, 0.0)  # noqa: E731
+    return bench(launch) if launch() else None
+
+
 def ce_rows(rows, writer, lines, lg, quick):
     for BT, V, dt in rows:
         x = torch.randn(BT, V, device="cuda", dtype=dt) * 2
@@ -194,6 +213,12 @@ def ce_rows(rows, writer, lines, lg, quick):
             writer.writerow(row)
             FLUSH()
             x.grad = None
+        kernel_ms = ce_row_only(x.detach(), t)
+        if kernel_ms:  # what the op adds around its kernel: the target check, the loss's sum, the backward's launch
+            results["ce_row kernel only"] = kernel_ms
+            writer.writerow(dict(BT=BT, V=V, dtype=str(dt)[6:], impl="ce_row kernel only", ms=round(kernel_ms, 4),
+                                 pct_floor=round(nbytes / kernel_ms / 1e6 / ANCHOR_TBPS / 10, 1),
+                                 pct_copy=round(nbytes / kernel_ms / 1e6 / copy * 100, 1), copy_gbps=round(copy, 1)))
         ours, lig = results.get("onlinesoftmax"), results.get("liger")
         line = (f"{BT} x {V} {str(dt)[6:]:>8}: " + ", ".join(
             f"{k} {v:.3f} ms ({nbytes / v / 1e6 / ANCHOR_TBPS / 10:.1f}%)" for k, v in results.items() if v)
@@ -255,14 +280,59 @@ def linear_rows(writer, lines, flce):
         torch.cuda.empty_cache()
 
 
+def profile(spec: str) -> None:
+    """One shape's forward + backward: host time per call (no sync) against the wall time per call, and the GPU
+    kernels of 20 calls (torch.profiler), with and without the target check's wait."""
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    shape, dt = spec.split(":")
+    BT, V = (int(n) for n in shape.split("x"))
+    x = torch.randn(BT, V, device="cuda", dtype=getattr(torch, dt), requires_grad=True)
+    t = torch.randint(0, V, (BT,), device="cuda")
+
+    def step():
+        x.grad = None
+        osm.cross_entropy(x, t).backward()
+
+    def timed(label):
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(50):
+            step()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        print(f"{label}: host {1e6 * (t1 - t0) / 50:.1f} us per call, wall {1e6 * (t2 - t0) / 50:.1f} us per call",
+              flush=True)
+
+    timed(f"{spec}")
+    done = ce.TargetCheck.done
+    ce.TargetCheck.done = lambda self: None  # what the wait for the target check's flag costs
+    timed(f"{spec} without the target check's wait")
+    ce.TargetCheck.done = done
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            step()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--profile", metavar="BTxV:DTYPE")
+    ap.add_argument("--out")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    if args.profile:
+        return profile(args.profile)
+    if not args.out:
+        ap.error("--out is required (or --profile)")
     lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-             f"commit {os.environ.get('COMMIT', '?')}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+             f"commit {os.environ.get('ONLINESOFTMAX_COMMIT', '?')}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
              "command: " + " ".join(sys.argv)]
     print(lines[0], flush=True)
     lg, flce = liger()

@@ -144,7 +144,8 @@ def test_inplace_grad():
     (dict(softcap=0.0), OnlineSoftmaxError, "softcap"),
     (dict(z_loss=-1.0), OnlineSoftmaxError, "z_loss"),
     (dict(ignore_index=1.5), ArgumentTypeError, "ignore_index"),
-    (dict(backend="cuda"), OnlineSoftmaxError, "backend"),
+    (dict(backend="cuda"), OnlineSoftmaxError, "needs a CUDA tensor"),
+    (dict(backend="cudnn"), OnlineSoftmaxError, "unknown backend"),
 ])
 def test_errors(bad, err, match):
     kw = dict(logits=torch.randn(3, 5), target=torch.tensor([0, 4, -100]))

@@ -1,6 +1,7 @@
-"""The Triton cross-entropy kernels on the GPU (pytest -m gpu tests/test_gpu_cross_entropy.py): both kernels, every
-dtype, the options, in place, loss only, linear CE and torch.compile, against the float64 reference on adversarial
-logits. The vocab-parallel op on two GPUs with NCCL: benchmarks/vocab_parallel_nccl.py (torchrun)."""
+"""The cross-entropy kernels on the GPU (pytest -m gpu tests/test_gpu_cross_entropy.py): the CUDA row kernel (ce_row)
+and both Triton kernels, every dtype, the options, in place, unaligned rows, few rows, loss only, linear CE and
+torch.compile, against the float64 reference on adversarial logits. The vocab-parallel op on two GPUs with NCCL:
+benchmarks/vocab_parallel_nccl.py (torchrun)."""
 
 import os
 
@@ -17,7 +18,10 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 import onlinesoftmax as osm  # noqa: E402
 from onlinesoftmax import reference  # noqa: E402
+from onlinesoftmax.engines.cuda import run as cuda_run  # noqa: E402
+from onlinesoftmax.engines.triton import cross_entropy as triton_ce  # noqa: E402
 from onlinesoftmax.engines.triton import cross_entropy_rules as R  # noqa: E402
+
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
 
 
@@ -36,21 +40,41 @@ def _inputs(kind, M, V, dtype, gen):
     return x.to(dtype).cuda(), t.cuda()
 
 
+def _triton_loss_only(monkeypatch):
+    """The Triton launcher refuses a gradient: the backend "cuda" test fails if its gradient pass fell back."""
+    launch = triton_ce.cross_entropy
+
+    def no_grad(*args, grad=None, **kw):
+        assert grad is None, "the gradient pass went to the Triton kernel, not ce_row"
+        return launch(*args, **kw)
+
+    monkeypatch.setattr(triton_ce, "cross_entropy", no_grad)
+
+
+OPTIONS = (dict(), dict(label_smoothing=0.1, z_loss=1e-4, reduction="sum"),
+           dict(label_smoothing=0.1, z_loss=1e-4, softcap=30.0, reduction="sum"))
+
+
 @pytest.mark.parametrize("V", (1000, 32000, 50257, 128256))
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16))
 @pytest.mark.parametrize("kind", ("random", "huge", "equal", "argmin", "ignored"))
-def test_against_float64(V, dtype, kind):
+@pytest.mark.parametrize("backend", ("cuda", "triton"))
+def test_against_float64(V, dtype, kind, backend, monkeypatch):
     gen = torch.Generator().manual_seed(V + len(kind))
     x, t = _inputs(kind, 67, V, dtype, gen)
-    for kw in (dict(), dict(label_smoothing=0.1, z_loss=1e-4, softcap=30.0, reduction="sum")):
+    if backend == "cuda":
+        _triton_loss_only(monkeypatch)
+    for kw in OPTIONS[:2] if backend == "cuda" else OPTIONS[::2]:  # softcap: Triton kernels only
         xg = x.clone().requires_grad_()
-        loss = osm.cross_entropy(xg, t, **kw)
+        loss = osm.cross_entropy(xg, t, backend=backend, **kw)
         loss.backward()
         want_loss, want_grad = reference.cross_entropy(x, t, **kw)
         scale = 1e-2 if kind == "huge" and dtype != torch.float32 else 1.0  # x - lse at 1e4 in 16 bits
         got = float(loss.detach())
         if np.isnan(want_loss):
             assert np.isnan(got)
+        elif abs(float(want_loss)) > torch.finfo(dtype).max:  # the loss comes in the logits' dtype, as torch's
+            assert got == float(torch.tensor(float(want_loss)).to(dtype))
         else:
             assert abs(got - float(want_loss)) <= TOL[dtype] * max(1.0, abs(float(want_loss))) / scale
         np.testing.assert_allclose(xg.grad.double().cpu().numpy(), want_grad, atol=TOL[dtype] / scale * 5e-2,
@@ -98,3 +122,51 @@ def test_linear_cross_entropy_gpu():
     assert abs(float(loss) - float(want)) < 2e-2
     assert float((h.grad.double() - hd.grad).abs().max()) < 1e-3 * float(hd.grad.abs().max()) * 20
     assert float((w.grad.double() - wd.grad).abs().max()) < 1e-3 * float(wd.grad.abs().max()) * 20
+
+
+@pytest.mark.parametrize("M,V", ((67, 1000), (67, 32000), (2, 32000), (67, 50257), (3, 128256), (40, 128256),
+                                 (9, 256000)))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("layout", ("contiguous", "offset", "inplace"))
+def test_cuda_row_kernel(M, V, dtype, layout):
+    """ce_row directly, outputs poisoned with NaN: one CTA, clusters (few rows: wider ones), rows starting off a
+    16-byte boundary (a view x[:, 1:]: the window path, stores element by element), the gradient over the logits;
+    label smoothing and z-loss, a row per five ignored, one target out of range (reads nothing outside the row)."""
+    gen = torch.Generator().manual_seed(M * V)
+    x, t = _inputs("random", M, V, dtype, gen)
+    if layout == "offset":
+        wide = torch.randn(M, V + 1, generator=gen).to(dtype).cuda()
+        wide[:, 1:] = x
+        x = wide[:, 1:]
+    opts = dict(ignore_index=-100, label_smoothing=0.1, z_loss=1e-4)
+    want_loss, want_grad = reference.cross_entropy(x, t, reduction="sum", **opts)
+    want_rows, _ = reference.cross_entropy(x, t, reduction="none", **opts)
+    want_lse = torch.logsumexp(x.double(), 1).cpu().numpy()  # before "inplace" overwrites x
+    bad = t.clone()
+    bad[0] = V + 7  # out of range: its loss is garbage (the op raises TargetError), nothing else may change
+    grad = x if layout == "inplace" else torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
+    loss = torch.full((M,), float("nan"), device="cuda")
+    lse = torch.full((M,), float("nan"), device="cuda")
+    scale = torch.ones(4, device="cuda")
+    assert cuda_run.cross_entropy(x, bad, grad, loss, lse, scale, *opts.values())
+    torch.cuda.synchronize()
+    g = grad.double().cpu().numpy()
+    tol = TOL[dtype]
+    rows = slice(1, None)  # row 0 has the bad target
+    np.testing.assert_allclose(g[rows], want_grad[rows], atol=tol * 5e-2, rtol=tol)
+    assert not np.isnan(g[0]).any()
+    np.testing.assert_allclose(loss.double().cpu().numpy()[rows], want_rows[rows], rtol=tol, atol=tol)
+    np.testing.assert_allclose(lse.double().cpu().numpy(), want_lse, rtol=1e-5)
+
+
+def test_cuda_kernel_fallback():
+    """Rows longer than a cluster holds launch nothing and say so; the op then runs the Triton kernels."""
+    M, V = 3, 600000
+    x, t = _inputs("random", M, V, torch.bfloat16, torch.Generator().manual_seed(5))
+    grad = torch.empty_like(x)
+    out = torch.empty(M, device="cuda")
+    assert not cuda_run.cross_entropy(x, t, grad, out, out.clone(), torch.ones(4, device="cuda"), -100, 0.0, 0.0)
+    xg = x.clone().requires_grad_()
+    osm.cross_entropy(xg, t).backward()
+    want_loss, want_grad = reference.cross_entropy(x, t)
+    np.testing.assert_allclose(xg.grad.double().cpu().numpy(), want_grad, atol=1e-3 * 5e-2, rtol=2e-2)

@@ -65,7 +65,7 @@ def _block_of(name: str) -> int:
     if fam.endswith("_warp"):
         return P.WARP_THREADS
     if fam.endswith("_row"):
-        return args[3]
+        return args[2] if fam == "ce_row" else args[3]  # ce_row has no op code
     if "split" in fam:
         return P.SPLIT_THREADS
     return P.STRIDED_THREADS

@@ -15,8 +15,13 @@ return_lse also gives each row's log-sum-exp (fp32, no gradient).
 How it runs: the forward computes per row the state (m, d), the target logit and the row sum (for label
 smoothing), and, when a gradient is wanted, writes the gradient of the reduced loss in the same pass (scaled by
 1 / non-ignored rows for "mean", from a device scalar: no sync). The backward only multiplies by grad_output,
-in place, and skips that on the device where grad_output is 1. Backends: "triton" (CUDA tensors; "auto"), and
-"reference" (torch ops in fp32 / fp64: CPU tensors, float64, and the specification).
+in place, and skips that on the device where grad_output is 1. Backends:
+- "cuda" (CUDA tensors; "auto"): the gradient pass by the production CUDA row kernel (engines/cuda, ce_row: the
+  row held in registers and shared memory of one CTA or a cluster, as softmax's forward), where its plan holds the
+  rows on chip and there is no softcap; the Triton kernels for the rest (the loss-only pass, softcap, rows too long
+  or unaligned for a cluster);
+- "triton": the Triton kernels only;
+- "reference": torch ops in fp32 / fp64 (CPU tensors, float64, and the specification).
 
 Three ways in, one implementation, as softmax: eager without grad (loss only: one read, no gradient written),
 eager with grad (an autograd.Function), torch.compile (custom ops with fake kernels and registered autograd;
@@ -30,6 +35,7 @@ reduction / label_smoothing / softcap.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -39,7 +45,8 @@ from . import engines
 from ..errors import ArgumentTypeError, OnlineSoftmaxError
 from ..opdefs import GPU_DTYPES
 
-BACKENDS = ("auto", "triton", "reference")
+BACKENDS = ("auto", "cuda", "triton", "reference")
+GPU_BACKENDS = ("cuda", "triton")
 REDUCTIONS = ("mean", "sum", "none")
 DTYPES = GPU_DTYPES + (torch.float64,)
 INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -99,17 +106,28 @@ def check_targets(target: torch.Tensor, lo: int, hi: int, ignore_index: int) -> 
                           f"(and not ignore_index = {ignore_index})")
 
 
-def pick_backend(x: torch.Tensor, backend: str) -> str:
+def pick_backend(x: torch.Tensor, backend: str, cuda: bool = True) -> str:
+    """The backend for x: "auto" is "cuda" for CUDA tensors (where the CUDA kernels can run, and `cuda`: the
+    vocab-parallel op has Triton kernels only), else "reference"."""
     if backend not in BACKENDS:
         raise OnlineSoftmaxError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "auto":
-        backend = "triton" if x.is_cuda else "reference"
-    if backend == "triton":
-        if not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-            raise OnlineSoftmaxError(f"backend 'triton' needs a CUDA tensor; got one on {x.device}")
+        backend = ("cuda" if cuda and _cuda_runs() else "triton") if x.is_cuda else "reference"
+    if backend == "cuda" and not cuda:
+        backend = "triton"
+    if backend in GPU_BACKENDS:
+        if not x.is_cuda and (backend == "cuda" or os.environ.get("TRITON_INTERPRET") != "1"):
+            raise OnlineSoftmaxError(f"backend {backend!r} needs a CUDA tensor; got one on {x.device}")
         if x.dtype == torch.float64:
             return "reference"  # the kernels take 16 and 32 bits
     return backend
+
+
+@functools.cache
+def _cuda_runs() -> bool:
+    from ..runtime import available
+
+    return available() is None
 
 
 # --------------------------------------------------------------- the pieces: stats, loss, gradient
@@ -233,9 +251,16 @@ class TargetCheck:
             check_targets(self.target, 0, self.V, self.ignore_index)
 
 
-def triton_forward(x, target, check: TargetCheck, rows, lse, *, grad=None, ignore_index, label_smoothing, z_loss,
-                   softcap):
-    """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given."""
+def fused_forward(x, target, check: TargetCheck, rows, lse, *, backend, grad=None, ignore_index, label_smoothing,
+                  z_loss, softcap):
+    """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given; the
+    CUDA row kernel where backend "cuda" has one (a gradient, no softcap, rows on chip), else the Triton one."""
+    if backend == "cuda" and grad is not None and softcap is None:
+        from ..engines.cuda import run as cuda_engine
+
+        t = target if target.dtype == torch.int64 and target.is_contiguous() else target.to(torch.int64).contiguous()
+        if cuda_engine.cross_entropy(x, t, grad, rows, lse, check.info, ignore_index, label_smoothing, z_loss):
+            return
     engines.triton("cross_entropy").cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
                                   ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
                                   softcap=softcap)
@@ -256,7 +281,7 @@ def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tens
     if grad.numel() == 0:
         return grad
     g2 = grad.view(-1, grad.shape[-1]) if grad.dim() else grad.view(1, 1)
-    if backend == "triton" and grad.is_cuda:
+    if backend in GPU_BACKENDS and grad.is_cuda:
         engines.triton("cross_entropy").scale_rows(g2, go.detach().to(torch.float32).contiguous())
     else:
         g2.mul_(go.reshape(-1, 1).to(grad.dtype) if go.numel() > 1 else go.to(grad.dtype))
@@ -274,11 +299,11 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
     if want_grad:
         grad = grad_out if grad_out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
     opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
-    if backend == "triton" and M and V:
+    if backend in GPU_BACKENDS and M and V:
         check = TargetCheck(target, V, ignore_index, reduction)
         rows = torch.empty(M, dtype=torch.float32, device=x.device)
         lse = torch.empty(M, dtype=torch.float32, device=x.device)
-        triton_forward(x, target, check, rows, lse, grad=grad, **opts)
+        fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, **opts)
         if reduction == "none":
             loss = rows
         else:
@@ -394,8 +419,8 @@ def linear_forward(h, w, t, ignore_index, label_smoothing, z_loss, softcap, redu
     acc = accumulator(h.dtype)
     want = need_h or need_w
     opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
-    triton = backend == "triton" and BT > 0
-    if triton:
+    gpu = backend in GPU_BACKENDS and BT > 0
+    if gpu:
         check = TargetCheck(t, V, ignore_index, reduction)
         scale = check.info
     else:
@@ -409,8 +434,9 @@ def linear_forward(h, w, t, ignore_index, label_smoothing, z_loss, softcap, redu
         e = min(BT, s + chunk)
         hc, tc = h[s:e], t[s:e]
         logits = hc @ w.t()
-        if triton:
-            triton_forward(logits, tc, check, rows[s:e], lse[s:e], grad=logits if want else None, **opts)
+        if gpu:
+            fused_forward(logits, tc, check, rows[s:e], lse[s:e], backend=backend, grad=logits if want else None,
+                          **opts)
         else:
             st = reference_stats(logits, tc, 0, softcap)
             lse[s:e] = lse_of(st)
@@ -423,7 +449,7 @@ def linear_forward(h, w, t, ignore_index, label_smoothing, z_loss, softcap, redu
         if need_w:
             gw.addmm_(logits.t(), hc)
         del logits
-    if triton:
+    if gpu:
         check.done()
         loss = rows.sum() * scale[0] if reduction == "mean" else rows.sum()
     else:

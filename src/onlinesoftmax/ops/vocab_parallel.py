@@ -109,7 +109,7 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, voc
             raise OnlineSoftmaxError(f"{name} must be an int, got {type(v).__name__}")
     # a shard outside [0, vocab_size) and targets out of range are caught after the collective, on every rank
     # alike (raising here, on one rank, would leave the others waiting in the all_gather)
-    backend = ce.pick_backend(x, backend)
+    backend = ce.pick_backend(x, backend, cuda=False)  # its kernels (stats, gradient from lse) are Triton
     softcap = None if softcap is None else float(softcap)
     args = (vocab_start, vocab_size, group, ignore_index, float(label_smoothing), float(z_loss), softcap,
             reduction, backend)

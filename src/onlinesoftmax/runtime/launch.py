@@ -270,9 +270,9 @@ class PreparedLaunch:
     """One launch of a LoadedKernel (no cluster) with everything but its leading pointer arguments fixed, straight
     through cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every
     argument on each call, ~7 us on the H200). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
-    exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current stream.
-    rows(grid, first, *pointers) launches with another x-grid and first scalar (a row count), so one prepared
-    launch serves every row count of a geometry."""
+    / np.float32 exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current
+    stream. rows(grid, first, *pointers) launches with another x-grid and first scalar (a row count), so one
+    prepared launch serves every row count of a geometry."""
 
     __slots__ = ("lk", "device", "dims", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_ok")
 
@@ -285,11 +285,16 @@ class PreparedLaunch:
         self.lk, self.device = lk, lk.device
         self.dims = (lk.kernel.handle,) + (g + (1, 1))[:3] + (b + (1, 1))[:3] + (smem,)
         self._ptrs = (ctypes.c_uint64 * npointers)()
-        kinds = {np.dtype(np.int64): ctypes.c_int64, np.dtype(np.int32): ctypes.c_int32}
+        kinds = {np.dtype(np.int64): (ctypes.c_int64, int), np.dtype(np.int32): (ctypes.c_int32, int),
+                 np.dtype(np.float32): (ctypes.c_float, float)}
+        self._vals = []
         try:
-            self._vals = [kinds[np.asarray(v).dtype](int(v)) for v in tail]
+            for v in tail:
+                ctype, conv = kinds[np.asarray(v).dtype]
+                self._vals.append(ctype(conv(v)))
         except KeyError:
-            raise OnlineSoftmaxError(f"{lk.name}: prepared launches take np.int32 / np.int64 scalars") from None
+            raise OnlineSoftmaxError(f"{lk.name}: prepared launches take np.int32 / np.int64 / np.float32 "
+                                     "scalars") from None
         addrs = [ctypes.addressof(self._ptrs) + 8 * i for i in range(npointers)]
         addrs += [ctypes.addressof(v) for v in self._vals]
         self._first = int(tail[0]) if len(tail) else None

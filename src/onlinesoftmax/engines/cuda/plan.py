@@ -307,7 +307,7 @@ class Launch:
     block: tuple  # (x,) or (x, y)
     cluster: int = 1
     smem: int = 0  # dynamic shared memory bytes
-    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided
+    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | ce (ce_row)
     per: tuple = (1, 1, 0)  # the grid rule: grid = grid_for(M, per)
 
 
@@ -378,6 +378,22 @@ def fused_cast(p: Plan, out_dtype) -> Plan:
                           f"W = {p.W}, window {p.window}): cast first")
     return replace(p, out_dtype=out_dtype, launches=tuple(replace(l, kernel=l.kernel[:-1] + ",0>")
                                                           for l in p.launches))
+
+
+def cross_entropy_plan(M: int, N: int, dtype, *, vec: bool = True, window: int = 0, sms: int = DEFAULT_SMS) -> Plan:
+    """The cross-entropy kernel (softmax.cu's ce_row: the loss, lse and gradient of each row from one read) on M
+    rows of N logits: softmax's forward plan, whose row kernel it shares, in the regimes that hold a row on one
+    CTA or one cluster, on the 16-byte path (one input: its rows always have a window, run._row_access); short rows
+    take one CTA each (the warp kernels have no cross-entropy). Unsupported where the rows do not stay on chip
+    (split: the caller's Triton kernels take those) or on the scalar path."""
+    p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms)
+    if p.regime == "warp":
+        p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms, regime="block")
+    if p.regime not in ("block", "cluster") or p.W == 1:
+        raise Unsupported(f"cross-entropy over {M} x {N} ({p.regime}, W = {p.W}): the rows do not stay on chip "
+                          "with 16-byte accesses")
+    return replace(p, op="cross_entropy", launches=tuple(replace(l, kernel=l.kernel.replace("fwd_row<0,", "ce_row<"),
+                                                                 sig="ce") for l in p.launches))
 
 
 def window_path(N: int, V: int, vec: bool, window: int) -> tuple[int, int, int]:
@@ -512,7 +528,7 @@ def _probe_instantiations() -> dict[str, set]:
 
     def add(M: int, N: int, dtype, op: str, **kw) -> None:
         try:
-            p = plan(M, N, dtype, op, **kw)
+            p = plan(M, N, dtype, op, **kw) if op != "cross_entropy" else cross_entropy_plan(M, N, dtype, **kw)
         except Unsupported:
             return
         for l in p.launches:
@@ -526,6 +542,8 @@ def _probe_instantiations() -> dict[str, set]:
                 for N in _probe_ns(W, window):
                     for M in rows:
                         add(M, N, dtype, op, vec=vec, window=window)
+                        if op == "softmax":
+                            add(M, N, dtype, "cross_entropy", vec=vec, window=window)
                     for regime, M in itertools.product(("warp", "block", "cluster", "split", "columns"), (2, 1 << 20)):
                         add(M, N, dtype, op, vec=vec, window=window, regime=regime)
                 if window:

@@ -4,6 +4,7 @@ strides; `dim` in [0, ndim); `out` contiguous with the input's shape and dtype, 
 
     forward(x, out, dim, log)           out = softmax(x, dim), or log_softmax when log
     backward(y, dy, out, dim, log)      out = dx from the forward output y (probabilities, or log-probabilities)
+    cross_entropy(x, t, grad, loss, lse, scale, ...)   the loss, lse and gradient of rows of logits (ce_row)
     plan_for(op, *tensors, dim=...)     the plan a call would use (inspection)
 
 Kernel sources are compiled per instantiation on first use (compiled.py); nothing here needs a GPU to import.
@@ -26,7 +27,7 @@ from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
 from .compiled import kernel, sms
-from .plan import Plan, Unsupported, grid_for, plan, stable_rows, vec_width
+from .plan import Plan, Unsupported, cross_entropy_plan, grid_for, plan, stable_rows, vec_width
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
 PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
@@ -221,16 +222,17 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     return p, device, contig, (0,) * len(ins), 0
 
 
-def _row_access(al: int, M: int, N: int, V: int, rss: tuple) -> tuple[bool, int]:
-    """(vec, window) for plan() of rows with these input row strides (out rows are N apart), from the pointers'
-    _alignment: vec, every pointer aligned and every stride a multiple of the vector; window 1, every row of every
-    tensor starts as far from a 16-byte boundary as its out row; 2, the inputs' rows alike, the out rows otherwise;
-    0, the inputs' rows start differently."""
+def _row_access(al: int, M: int, N: int, V: int, rss: tuple, so: Optional[int] = None) -> tuple[bool, int]:
+    """(vec, window) for plan() of rows with these input row strides (out rows so apart, N by default), from the
+    pointers' _alignment: vec, every pointer aligned and every stride a multiple of the vector; window 1, every row
+    of every tensor starts as far from a 16-byte boundary as its out row; 2, the inputs' rows alike, the out rows
+    otherwise; 0, the inputs' rows start differently."""
     one = M == 1
-    vec = al & 15 == 0 and (one or all(rs % V == 0 for rs in rss))
+    so = N if so is None else so
+    vec = al & 15 == 0 and (one or all(rs % V == 0 for rs in rss + (so,)))
     if al >> 8 or not (one or all((rs - rss[0]) % V == 0 for rs in rss)):
         return vec, 0
-    return vec, 1 if (al >> 4 & 15 == 0 and (one or (rss[0] - N) % V == 0)) else 2
+    return vec, 1 if (al >> 4 & 15 == 0 and (one or (rss[0] - so) % V == 0)) else 2
 
 
 def _alignment(pa: int, pb: int, po: int) -> int:
@@ -390,3 +392,50 @@ def plan_for(op: str, *tensors: torch.Tensor, dim: int = -1, regime: Optional[st
     if out is None:
         out = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
     return _prepare(op, tuple(tensors), out, dim % tensors[0].dim(), regime).plan
+
+
+# ---- cross-entropy ------------------------------------------------------------------------------------------
+
+_ce_entries = BoundedCache(ENTRY_CACHE)  # by exact layout and options
+_NO_PLAN = object()  # a cross-entropy layout no ce_row plan takes
+
+
+def cross_entropy(x: torch.Tensor, target: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor, lse: torch.Tensor,
+                  scale: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float) -> bool:
+    """grad (M, V) <- the gradient of the reduced loss, loss and lse (M,) fp32 <- each row's, from one read of the
+    logits x (M, V), fp32 / fp16 / bf16 with column stride 1 (grad x's dtype, rows of any stride, possibly x itself:
+    in place); target (M,) int64 contiguous; scale a device fp32 whose first element multiplies every gradient
+    (1 / counted rows for "mean"). The formulas are softmax.cu's ce_grad. Returns False, launching nothing, where
+    no plan holds the rows on chip (cross_entropy_plan): the caller's other kernels take those."""
+    px, pg = x.data_ptr(), grad.data_ptr()
+    key = (tuple(x.shape), x.stride(0), grad.stride(0), x.dtype, x.get_device(), _alignment(px, 0, pg),
+           ignore_index, label_smoothing, z_loss)
+    e = _ce_entries.get(key)
+    if e is None:
+        e = _ce_entries.get_or_make(key, lambda: _ce_entry(x, grad, ignore_index, label_smoothing, z_loss))
+    if e is _NO_PLAN:
+        return False
+    e(px, target.data_ptr(), pg, loss.data_ptr(), lse.data_ptr(), scale.data_ptr())
+    return True
+
+
+def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float, z: float):
+    M, N = x.shape
+    if x.dtype not in GPU_DTYPES or grad.dtype != x.dtype or grad.shape != x.shape or M == 0 or N == 0:
+        return _NO_PLAN
+    device = _device_index(x, "cross_entropy")
+    n_sms = sms(device)
+    sx, sg = (x.stride(0), grad.stride(0)) if M > 1 else (N, N)
+    al = _alignment(x.data_ptr(), 0, grad.data_ptr())
+    vec, window = _row_access(al, M, N, vec_width(x.dtype), (sx,), sg)
+    try:
+        p = cross_entropy_plan(M, N, x.dtype, vec=vec, window=window, sms=n_sms)
+    except Unsupported:
+        return _NO_PLAN
+    (l,) = p.launches
+    k = kernel(l.kernel, device, l.block, l.smem, l.cluster)
+    if k.fits is False:
+        return _NO_PLAN
+    tail = (np.int64(M), np.int32(N), np.int64(sx), np.int64(sg), np.int64(ignore_index), np.float32(eps),
+            np.float32(z), np.float32(1.0 / N))
+    return k.bind(l.grid, tail, 6)

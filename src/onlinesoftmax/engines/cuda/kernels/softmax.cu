@@ -67,7 +67,8 @@ enum {
     SPLIT_THREADS = 256,
     SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
     STRIDED_THREADS = 512,
-    STRIDED_UNROLL = 4
+    STRIDED_UNROLL = 4,
+    OP_CE = 4  // the cross-entropy loss and gradient (ce_row): a forward op on the row kernel
 };
 
 // ---- the op as a compile-time policy --------------------------------------------------------------------------------
@@ -111,6 +112,38 @@ template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, fl
     else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
 }
 
+// Cross-entropy (OP_CE, the ce_row entry): the row's (m, d) as softmax's, its target logit and (label smoothing) its
+// sum; the outputs are the gradient of the reduced loss and, per row, the loss and lse (ops/cross_entropy.py has
+// the same formulas in torch ops, reference.cross_entropy the float64 specification). With lse = m + log d and
+// p = exp(x - lse), a counted row (target != ignore) has
+//     dx   = scale * ((1 + 2 z lse) p - eps / V - (1 - eps) [col == target])
+//     loss = lse - (1 - eps) x[target] - (eps / V) sum x + z lse^2
+// and an ignored row dx = 0, loss = 0. scale is a device scalar (1 / counted rows for "mean"): no host sync.
+struct ce_args {
+    const long long* target;  // (M,) class indices
+    float* loss;              // (M,) per-row loss
+    float* lse;               // (M,) per-row log-sum-exp
+    const float* scale;       // the reduction's factor on every gradient
+    long long ignore;         // ignore_index
+    float eps, z, inv_v;      // label smoothing, z-loss, 1 / V
+};
+
+// A row's gradient without its target term: dx = valid ? p * gp - c0 : 0 for every element; the CTA that holds the
+// target column then rewrites that one element with the term (ce_row: the row's last step), so the elements'
+// stores carry no column test.
+struct ce_grad {
+    float gp, c0;
+    bool valid;
+    ce_grad() = default;
+    __device__ __forceinline__ ce_grad(const ce_args& ce, bool counted, float lse) {
+        valid = counted;
+        const float scale = *ce.scale;
+        gp = scale * fmaf(2.0f * ce.z, lse, 1.0f);
+        c0 = scale * ce.eps * ce.inv_v;
+    }
+    __device__ __forceinline__ float operator()(float p) const { return valid ? fmaf(p, gp, -c0) : 0.0f; }
+};
+
 // The op of a forward entry (fwd_*) or a backward one (bwd_*): another op code does not compile.
 template <int OP> struct fwd_op {
     static_assert(OP == 0 || OP == 1, "forward op");
@@ -124,7 +157,7 @@ template <int OP> struct bwd_op {
 // What differs between the ops in every regime, per access of W elements. The regime bodies read input a (x, or y)
 // into ra[] and, backward only, input b (dy) into rb[].
 template <int OP, int DT, int W, int DTO = DT> struct op_traits {
-    static_assert(OP >= 0 && OP <= 3, "op: 0 softmax, 1 log_softmax, 2 and 3 their backward");
+    static_assert(OP >= 0 && OP <= 4, "op: 0 softmax, 1 log_softmax, 2 and 3 their backward, 4 cross-entropy");
     static_assert(DTO == DT || (OP < 2 && DTO == 0), "another out dtype: fp32 forward outputs only");
     typedef os_io<DT, W> io;
     typedef typename io::elem elem;
@@ -132,7 +165,8 @@ template <int OP, int DT, int W, int DTO = DT> struct op_traits {
     typedef os_out<DTO, W> out;  // the outputs' storage (DTO: fp32 out of 16-bit data, the fused cast)
     typedef typename out::elem out_elem;
     enum {
-        FWD = OP < 2,  // inputs: x from a (forward); or y from a and dy from b
+        FWD = OP < 2 || OP == OP_CE,  // inputs: x from a (forward); or y from a and dy from b
+        EXP = OP == 0 || OP == OP_CE,  // outputs from p = exp(x - m) / d (softmax and the cross-entropy gradient)
         RED = FWD ? OS_RED_MD : OP == 2 ? OS_RED_SUM : OS_RED_SUM_ANY  // (m, d); sum(dy * y); sum(dy), any y alive
     };
     // The parameters of the outputs, from the row's reduced pair: forward, fwd_out; the backward needs none (its
@@ -140,7 +174,7 @@ template <int OP, int DT, int W, int DTO = DT> struct op_traits {
     struct no_params {
         __device__ __forceinline__ no_params(float, float) {}
     };
-    typedef typename os_cond<FWD, fwd_out<OP>, no_params>::type out_params;
+    typedef typename os_cond<FWD, fwd_out<EXP ? 0 : 1>, no_params>::type out_params;
 
     // Access i of the inputs at element pointers pa, pb: a into ra and, backward, b into rb. LAST: the data's last
     // read, with ld.global.cs (evict-first).
@@ -329,7 +363,7 @@ bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 // SLOTS accesses each in registers and SSLOTS more in dynamic shared memory (cp.async).
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO>
 __device__ __forceinline__ void row_body(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
-                                         int N, long long sa, long long sb, long long so) {
+                                         int N, long long sa, long long sb, long long so, const ce_args& ce = {}) {
     typedef op_traits<OP, DT, W, DTO> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
@@ -373,6 +407,21 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         }
         os_cp_async_commit();
     }
+    // cross-entropy: every thread reads the row's target, after issuing the row's loads (its latency hides behind
+    // theirs). The CTA holding the target column (rank 0 when the row is ignored or the target out of range) is the
+    // row's owner: its thread 0 reads the target logit now, before any CTA of the row writes a gradient (after the
+    // row's reduction, which this CTA joins later), and at the end writes the row's loss and lse and the target's
+    // gradient term.
+    long long tgt = 0;
+    bool counted = false, hit = false, owner = false;
+    float xt = 0.0f, sx = 0.0f;  // the target logit, the thread's sum of x (label smoothing)
+    if constexpr (OP == OP_CE) {
+        tgt = ce.target[row];
+        counted = tgt != ce.ignore;
+        hit = counted && tgt >= 0 && tgt < N;
+        owner = t == 0 && (hit ? (int)((tgt + sh) / W) / CH : 0) == rank;
+        if (owner && hit) xt = os_to_f<DT>(static_cast<const elem*>(a)[row * sa + tgt]);
+    }
     // the thread's pair (pa, pb): forward (mt, d), mt the max of its share, v its x (softmax: then e); backward
     // the sums of even and odd elements (a0, a1: two dependency chains) and the flag b0. (a0, a1, b0 declared
     // first: declared in the backward branch, they swap registers in the softmax backward kernels.)
@@ -390,6 +439,16 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             }
         }
         mt = os_max_of<E>(v);
+        if constexpr (OP == OP_CE) {
+            if (ce.eps != 0.0f) {  // the row's sum (label smoothing), its elements only
+#pragma unroll
+                for (int k = 0; k < SLOTS; k++) {
+                    BOUNDS(k * THREADS);
+#pragma unroll
+                    for (int j = 0; j < W; j++) sx += k * THREADS < lim && j >= lo && j < hi ? v[k * W + j] : 0.0f;
+                }
+            }
+        }
         if constexpr (SSLOTS > 0) {
             os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
 #pragma unroll 1
@@ -399,12 +458,18 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                     float f[W];
                     op::unpack_x(smem_slots[IN * j * THREADS + t], f, lo, hi);
                     mt = fmaxf(mt, os_max_of<W>(f));
+                    if constexpr (OP == OP_CE) {
+                        if (ce.eps != 0.0f) {
+#pragma unroll
+                            for (int u = 0; u < W; u++) sx += u >= lo && u < hi ? f[u] : 0.0f;
+                        }
+                    }
                 }
             }
         }
         const float st = os_safe_shift(mt);
         float d;
-        if constexpr (OP == 0) {
+        if constexpr (op::EXP) {
 #pragma unroll
             for (int j = 0; j < E; j++) v[j] = os_exp_diff(v[j], st);
             d = os_sum_of<E>(v);
@@ -425,7 +490,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                     for (int u = 0; u < W; u++) f[u] = os_exp_diff(f[u], st);
                     d += os_sum_of<W>(f);
                     // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                    if constexpr (OP == 0 && DT == 0) smem_slots[IN * j * THREADS + t] = os_io<0, 4>::pack(f);
+                    if constexpr (op::EXP && DT == 0) smem_slots[IN * j * THREADS + t] = os_io<0, 4>::pack(f);
                 }
             }
         }
@@ -460,13 +525,39 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     float f;  // softmax: y = e * f, e = exp(x - mt) in v
     if constexpr (op::FWD) f = os_exp_diff(mt, o.s) * o.inv;
     typename op::out_elem* dst = static_cast<typename op::out_elem*>(out) + row * so + (long long)first * W - sh;
+    // cross-entropy: the row's sum of x (a second reduction, only with label smoothing: eps is uniform), the
+    // per-row loss and lse, the gradient's coefficients
+    ce_grad g;
+    float gt = 0.0f;  // the owner's: the target element's gradient, term included
+    if constexpr (OP == OP_CE) {
+        const float lse = o.s + logf(pb);
+        g = ce_grad(ce, counted, lse);
+        if (ce.eps != 0.0f) {
+            __shared__ float ce_red[2][THREADS / 32], ce_part[2];
+            float unused = 0.0f;
+            os_block_reduce<OS_RED_SUM, (THREADS & (THREADS - 1)) == 0>(sx, unused, ce_red[0], ce_red[1]);
+            if constexpr (C > 1) {
+                os_cluster_wait();  // the (m, d) reduction's second barrier, before the next one's first
+                os_cluster_reduce<OS_RED_SUM, C>(sx, unused, ce_part);
+            }
+        }
+        if (owner) {
+            const float loss = lse - (1.0f - ce.eps) * xt - ce.eps * ce.inv_v * sx + ce.z * lse * lse;
+            ce.loss[row] = counted ? loss : 0.0f;
+            ce.lse[row] = lse;
+            gt = g(os_exp_diff(xt, lse)) - *ce.scale * (1.0f - ce.eps);
+        }
+    }
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
         BOUNDS(k * THREADS);
         if constexpr (op::FWD) {
             float y[W];
 #pragma unroll
-            for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+            for (int j = 0; j < W; j++) {
+                if constexpr (OP == OP_CE) y[j] = g(v[k * W + j] * f);
+                else y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+            }
             if (k * THREADS < lim) op::out::template store_part<P != 2>(dst, k * THREADS, y, lo, hi);
         } else if (k * THREADS < lim) {
             float dx[W];
@@ -485,8 +576,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                     op::io::unpack(smem_slots[IN * j * THREADS + t], x);
 #pragma unroll
                     for (int u = 0; u < W; u++) {
-                        if constexpr (OP == 0 && DT == 0) y[u] = x[u] * f;  // x holds e here
+                        if constexpr (op::EXP && DT == 0) y[u] = x[u] * f;  // x holds e here
                         else y[u] = o.of_x(x[u]);
+                        if constexpr (OP == OP_CE) y[u] = g(y[u]);
                     }
                 } else {
                     op::bwd_dx(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], pa, pb, y);
@@ -495,6 +587,12 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                 op::out::template store_part<P != 2>(dst, i, y, lo, hi);
             }
         }
+    }
+    if constexpr (OP == OP_CE) {
+        // the owner's last step, after every thread of its CTA stored its elements: the target's element rewritten
+        // with the target term (the target re-read: a cache hit, cheaper than a 64-bit register held this long)
+        __syncthreads();
+        if (owner && hit) static_cast<elem*>(out)[row * so + ce.target[row]] = os_from_f<DT>(gt);
     }
     if constexpr (C > 1) os_cluster_wait();
 #undef BOUNDS
@@ -512,6 +610,17 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
     row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
+}
+
+// Cross-entropy on the row kernel (one row per CTA or per cluster): x the logits (a), the gradient (out; it may be x
+// itself), the per-row outputs and options in ce_args (see ce_grad).
+template <int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+ce_row(const void* __restrict__ x, const long long* __restrict__ target, void* __restrict__ grad,
+       float* __restrict__ loss, float* __restrict__ lse, const float* __restrict__ scale, long long M, int N,
+       long long sx, long long sg, long long ignore, float eps, float z, float inv_v) {
+    row_body<OP_CE, DT, W, THREADS, SLOTS, SSLOTS, C, P, DT>(x, nullptr, grad, N, sx, 0, sg,
+                                                             ce_args{target, loss, lse, scale, ignore, eps, z, inv_v});
 }
 
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------------
