@@ -312,6 +312,16 @@ def profile(spec: str) -> None:
     ce.TargetCheck.done = lambda self: None  # what the wait for the target check's flag costs
     timed(f"{spec} without the target check's wait")
     ce.TargetCheck.done = done
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(100):
+        step()
+    pr.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(22)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(20):

@@ -2,7 +2,8 @@
 # One device call that checks a merged tree (the session's last): the GPU tests of what changed, run side by side
 # (correctness only), then the timings one at a time: the cross-entropy anchors and a sample of issue 12's grid.
 #   OUT=... bash benchmarks/final_round.sh        results in $OUT/final.tgz (+ env.txt)
-# TESTS (default "production attention cross-entropy") picks the GPU test groups, SWEEP=0 skips issue 12's sample.
+# TESTS (default "production attention cross-entropy"; also "launch": concurrency and drop-in) picks the GPU test
+# groups, SWEEP=0 skips issue 12's sample.
 set -uo pipefail
 OUT=${OUT:-out}
 R="$OUT/final"; mkdir -p "$R"
@@ -23,6 +24,8 @@ TESTS=${TESTS:-production attention cross-entropy}
 [[ " $TESTS " == *" attention "* ]] &&
   ( t tests/test_gpu_attention.py tests/test_gpu_attention_ladder.py >"$R/pytest-attention.log" 2>&1 ) &
 [[ " $TESTS " == *" cross-entropy "* ]] && ( t tests/test_gpu_cross_entropy.py >"$R/pytest-cross-entropy.log" 2>&1 ) &
+[[ " $TESTS " == *" launch "* ]] &&
+  ( t tests/test_gpu_concurrency.py tests/test_gpu_dropin.py >"$R/pytest-launch.log" 2>&1 ) &
 wait
 for f in "$R"/pytest-*.log; do echo "== $f"; tail -4 "$f"; done
 timeout ${CE_TIMEOUT:-150} python3 benchmarks/cross_entropy.py --out "$R/cross-entropy" >"$R/cross-entropy.log" 2>&1

@@ -32,6 +32,12 @@ SMS = 132
 # ---- PreparedLaunch: one parameter block, many threads --------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _bindings_entry(monkeypatch):
+    """Prepared launches take cuda.bindings' entry (fake kernel handles are objects), whether libcuda is here or not."""
+    monkeypatch.setattr(launch, "_CU_LAUNCH", False)
+
+
 class _UnlockedLaunch(launch.PreparedLaunch):
     """Known wrong: fills the shared block and launches without the lock."""
 
@@ -45,8 +51,6 @@ class _UnlockedLaunch(launch.PreparedLaunch):
 def _race(cls, monkeypatch, threads=2, calls=3):
     """Each thread launches `calls` times with its own pointers; the fake cuLaunchKernel reads the three pointer
     parameters one at a time, sleeping between reads (so another thread overwrites an unguarded block in between). Returns the (sent, seen) pairs that differ."""
-    from cuda.bindings import driver
-
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
     bad, lock = [], threading.Lock()
@@ -61,7 +65,7 @@ def _race(cls, monkeypatch, threads=2, calls=3):
         if tuple(seen) != tls.sent:
             with lock:
                 bad.append((tls.sent, tuple(seen)))
-        return (driver.CUresult.CUDA_SUCCESS,)
+        return 0  # CUDA_SUCCESS
 
     p = cls(_Loaded(), 4, (128,), (np.int64(7), np.int32(3)))
     p._launch = fake_launch
@@ -230,15 +234,13 @@ class _Recorder:
         self.log, self.fits = log, True
 
     def bind(self, grid, tail, pointers):
-        from cuda.bindings import driver
-
         p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
         ptrs = pointers
 
         def fake(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
             first = ctypes.c_int64.from_address((ctypes.c_void_p * (ptrs + 1)).from_address(params)[ptrs]).value
             self.log.append((gx, first))
-            return (driver.CUresult.CUDA_SUCCESS,)
+            return 0  # CUDA_SUCCESS
 
         p._launch = fake
         return p

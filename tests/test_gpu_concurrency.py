@@ -46,8 +46,8 @@ CASES = [
     ("block1", (64, 3001), F32, -1, "block", None),
     ("cluster16B", (4, 65536), F32, -1, "cluster", None),
     ("cluster16B_bf16", (8, 131072), BF16, -1, "cluster", None),
-    ("split1", (64, 4097), F32, -1, "split", None),
-    ("split1_long", (3, 100003), F32, -1, "split", None),
+    ("split", (4, 300007), F32, -1, "split", None),  # beyond a cluster of 8 (fp32: 278528 elements)
+    ("split_long", (2, 1000003), F32, -1, "split", None),
     ("columns1", (8, 64, 33), F32, 1, "columns", None),
     ("columns16B", (4, 19, 128), BF16, 1, "columns", None),
     ("transposed", (300, 64), F32, -1, "warp", "t"),
@@ -57,7 +57,7 @@ CASES = [
 # backward through autograd: (name, shape, dtype, dim, regime of the backward plan)
 BACKWARD = [
     ("bwd_warp", (64, 500), F32, -1, "warp"),
-    ("bwd_split1", (64, 4097), F32, -1, "split"),
+    ("bwd_split", (4, 300007), F32, -1, "split"),
     ("bwd_strided", (8, 64, 33), F32, 1, "strided"),
     ("bwd_cluster", (4, 65536), BF16, -1, "cluster"),
 ]

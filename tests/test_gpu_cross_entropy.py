@@ -143,7 +143,7 @@ def test_cuda_row_kernel(M, V, dtype, layout):
     want_rows, _ = reference.cross_entropy(x, t, reduction="none", **opts)
     want_lse = torch.logsumexp(x.double(), 1).cpu().numpy()  # before "inplace" overwrites x
     bad = t.clone()
-    bad[0] = V + 7  # out of range: its loss is garbage (the op raises TargetError), nothing else may change
+    bad[0] = V + 7  # out of range: its loss is NaN (the op raises TargetError), nothing else may change
     grad = x if layout == "inplace" else torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
     loss = torch.full((M,), float("nan"), device="cuda")
     lse = torch.full((M,), float("nan"), device="cuda")
@@ -155,6 +155,7 @@ def test_cuda_row_kernel(M, V, dtype, layout):
     rows = slice(1, None)  # row 0 has the bad target
     np.testing.assert_allclose(g[rows], want_grad[rows], atol=tol * 5e-2, rtol=tol)
     assert not np.isnan(g[0]).any()
+    assert np.isnan(float(loss[0]))
     np.testing.assert_allclose(loss.double().cpu().numpy()[rows], want_rows[rows], rtol=tol, atol=tol)
     np.testing.assert_allclose(lse.double().cpu().numpy(), want_lse, rtol=1e-5)
 
@@ -170,3 +171,47 @@ def test_cuda_kernel_fallback():
     osm.cross_entropy(xg, t).backward()
     want_loss, want_grad = reference.cross_entropy(x, t)
     np.testing.assert_allclose(xg.grad.double().cpu().numpy(), want_grad, atol=1e-3 * 5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("backend", ("cuda", "triton"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_grad_output_per_row_and_scalar(backend, dtype):
+    """reduction="none" with one grad_output per row (1 on some rows: left as they are), and a scalar one: the
+    backward's scaling, 16-byte rows and rows of odd length (scalar accesses)."""
+    gen = torch.Generator().manual_seed(7)
+    for V in (32000, 32001):
+        x, t = _inputs("random", 33, V, dtype, gen)
+        w = torch.rand(33, generator=gen).to(dtype).cuda()
+        w[::4] = 1.0
+        xg = x.clone().requires_grad_()
+        osm.cross_entropy(xg, t, reduction="none", backend=backend).backward(w)
+        _, want = reference.cross_entropy(x, t, reduction="none")
+        np.testing.assert_allclose(xg.grad.double().cpu().numpy(), want * w.double().cpu().numpy()[:, None],
+                                   atol=TOL[dtype] * 5e-2, rtol=TOL[dtype] * 2)
+        xg = x.clone().requires_grad_()
+        (osm.cross_entropy(xg, t, backend=backend) * 0.25).backward()
+        _, want = reference.cross_entropy(x, t)
+        np.testing.assert_allclose(xg.grad.double().cpu().numpy(), want * 0.25, atol=TOL[dtype] * 5e-2,
+                                   rtol=TOL[dtype] * 2)
+
+
+@pytest.mark.parametrize("backend", ("cuda", "triton"))
+def test_target_out_of_range_raises(backend):
+    """Without a gradient the forward raises; with one, backend "cuda" returns a NaN loss without waiting for the
+    check and its backward raises (before any gradient reaches .grad); Triton raises in the forward."""
+    from onlinesoftmax.ops.cross_entropy import TargetError
+
+    x, t = _inputs("random", 40, 32000, torch.bfloat16, torch.Generator().manual_seed(9))
+    t[3] = 32000
+    with pytest.raises(TargetError, match="target 32000 out of range"):
+        osm.cross_entropy(x, t, backend=backend)
+    xg = x.clone().requires_grad_()
+    if backend == "triton":
+        with pytest.raises(TargetError, match="target 32000 out of range"):
+            osm.cross_entropy(xg, t, backend=backend)
+        return
+    loss = osm.cross_entropy(xg, t, backend=backend)
+    assert torch.isnan(loss)
+    with pytest.raises(TargetError, match="target 32000 out of range"):
+        loss.backward()
+    assert xg.grad is None

@@ -10,12 +10,20 @@ pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
 
 from onlinesoftmax.errors import OnlineSoftmaxError  # noqa: E402
 from fakes import FakeLoadedKernel as _Loaded  # noqa: E402
+from onlinesoftmax.runtime import launch  # noqa: E402
 from onlinesoftmax.runtime.launch import PreparedLaunch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _bindings_entry(monkeypatch):
+    """cuda.bindings' cuLaunchKernel (kernel handles as objects), whether or not libcuda is on this machine."""
+    monkeypatch.setattr(launch, "_CU_LAUNCH", False)
 
 
 def test_parameter_block_points_at_each_argument():
     lk = _Loaded()
-    tail = (np.int64(2**40 + 3), np.int32(-7), np.int64(123), np.int64(0), np.int64(-(2**35)), np.int32(5))
+    tail = (np.int64(2**40 + 3), np.int32(-7), np.int64(123), np.int64(0), np.int64(-(2**35)), np.int32(5),
+            np.float32(0.1))
     p = PreparedLaunch(lk, 9, (4, 128), tail, smem=1024)
     assert lk.smem == [1024]  # the kernel's dynamic shared memory limit is raised when needed
     assert p.dims == ("handle", 9, 1, 1, 4, 128, 1, 1024)
@@ -23,12 +31,13 @@ def test_parameter_block_points_at_each_argument():
     assert len(params) == 3 + len(tail)
     p._ptrs[:] = (0x7F0000001000, 0, 0x7F0000002000)  # what a call writes before cuLaunchKernel
     assert [ctypes.c_uint64.from_address(a).value for a in params[:3]] == [0x7F0000001000, 0, 0x7F0000002000]
-    kinds = {np.dtype(np.int64): ctypes.c_int64, np.dtype(np.int32): ctypes.c_int32}
+    kinds = {np.dtype(np.int64): ctypes.c_int64, np.dtype(np.int32): ctypes.c_int32,
+             np.dtype(np.float32): ctypes.c_float}
     got = [kinds[np.asarray(v).dtype].from_address(a).value for v, a in zip(tail, params[3:])]
-    assert got == [int(v) for v in tail]
+    assert got == [v.item() for v in tail]  # the float32 exactly: c_float holds np.float32(0.1)'s bits
     assert p._addr == ctypes.addressof(p._params)
 
 
 def test_other_scalar_types_are_refused():
-    with pytest.raises(OnlineSoftmaxError, match="np.int32 / np.int64"):
-        PreparedLaunch(_Loaded(), 1, (32,), (np.float32(1.0),))
+    with pytest.raises(OnlineSoftmaxError, match="np.int32 / np.int64 / np.float32"):
+        PreparedLaunch(_Loaded(), 1, (32,), (np.float64(1.0),))

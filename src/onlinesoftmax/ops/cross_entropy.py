@@ -28,15 +28,17 @@ eager with grad (an autograd.Function), torch.compile (custom ops with fake kern
 inplace_grad is eager-only).
 
 Errors (OnlineSoftmaxError, the builtin type where torch raises one): a target out of [0, V) other than
-ignore_index (TargetError, an IndexError; on the GPU a small kernel flags it, and the forward waits for that
-flag's copy to the host only, not for the loss kernel queued behind it), wrong dtypes or shapes, a bad
-reduction / label_smoothing / softcap.
+ignore_index (TargetError, an IndexError; on the GPU a small kernel flags it and its copy to the host is waited for,
+not the loss kernel queued behind it: by the forward, or, for backend "cuda" with a gradient, by the backward,
+so that the host does not stall on the GPU's queue in the forward; the loss is then NaN until the backward
+raises), wrong dtypes or shapes, a bad reduction / label_smoothing / softcap.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from typing import Optional
 
 import torch
 
@@ -228,19 +230,34 @@ def shard_grad(x, target, lse, scale, backend, grad, *, offset, v_total, ignore_
                           out=grad)
 
 
+def _cuda():
+    from ..engines.cuda import run
+
+    return run
+
+
+def cuda_targets(target: torch.Tensor) -> torch.Tensor:
+    """The targets as the CUDA kernels read them: int64, contiguous."""
+    return target if target.dtype == torch.int64 and target.is_contiguous() else target.to(torch.int64).contiguous()
+
+
 class TargetCheck:
     """The targets' check and the reduction's scale on the GPU without stalling it: one small kernel writes
-    info = (scale, non-ignored rows, any bad target), its copy to pinned memory is queued behind it, and `done()`
-    waits for that copy only (the big kernel queued after it keeps running), then raises a clear TargetError."""
+    info = (scale, non-ignored rows, any bad target) (the CUDA engine's for backend "cuda", with targets from
+    cuda_targets; else Triton's), its copy to pinned memory is queued behind it, and `done()` waits for that copy
+    only (the big kernel queued after it keeps running), then raises a clear TargetError."""
 
-    def __init__(self, target, V: int, ignore_index: int, reduction: str):
+    def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
         self.target, self.V, self.ignore_index = target, V, ignore_index
-        self.info = torch.empty(4, dtype=torch.float32, device=target.device)
-        engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
+        if backend == "cuda":
+            self.info = _cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean")
+        else:
+            self.info = torch.empty(4, dtype=torch.float32, device=target.device)
+            engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
         self.host, self.event = self.info, None
         if target.is_cuda:
             self.host = torch.empty(4, dtype=torch.float32, pin_memory=True)
-            self.host.copy_(self.info, non_blocking=True)
+            self.host.copy_(self.info[:4], non_blocking=True)
             self.event = torch.cuda.Event()
             self.event.record(torch.cuda.current_stream(target.device))
 
@@ -256,10 +273,8 @@ def fused_forward(x, target, check: TargetCheck, rows, lse, *, backend, grad=Non
     """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given; the
     CUDA row kernel where backend "cuda" has one (a gradient, no softcap, rows on chip), else the Triton one."""
     if backend == "cuda" and grad is not None and softcap is None:
-        from ..engines.cuda import run as cuda_engine
-
-        t = target if target.dtype == torch.int64 and target.is_contiguous() else target.to(torch.int64).contiguous()
-        if cuda_engine.cross_entropy(x, t, grad, rows, lse, check.info, ignore_index, label_smoothing, z_loss):
+        if _cuda().cross_entropy(x, cuda_targets(target), grad, rows, lse, check.info, ignore_index,
+                                 label_smoothing, z_loss):
             return
     engines.triton("cross_entropy").cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
                                   ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
@@ -281,7 +296,9 @@ def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tens
     if grad.numel() == 0:
         return grad
     g2 = grad.view(-1, grad.shape[-1]) if grad.dim() else grad.view(1, 1)
-    if backend in GPU_BACKENDS and grad.is_cuda:
+    if backend == "cuda" and grad.is_cuda:
+        _cuda().cross_entropy_scale(g2, go.detach())
+    elif backend in GPU_BACKENDS and grad.is_cuda:
         engines.triton("cross_entropy").scale_rows(g2, go.detach().to(torch.float32).contiguous())
     else:
         g2.mul_(go.reshape(-1, 1).to(grad.dtype) if go.numel() > 1 else go.to(grad.dtype))
@@ -290,26 +307,36 @@ def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tens
 
 # ------------------------------------------------------------------------------ the fused forward
 def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction, backend, want_grad: bool,
-            grad_out=None):
+            grad_out=None, pending: Optional[list] = None):
     """(loss in x's dtype, lse fp32/fp64 per row, grad or None) for validated (N, V) logits. With want_grad the
     gradient of the loss (the reduced loss's; the sum's for "none") is written in the same pass, into grad_out
-    when given (it may be x: in place). Raises TargetError for a target out of range."""
+    when given (it may be x: in place). Raises TargetError for a target out of range; with `pending` (a list) and
+    backend "cuda", the check is appended to it instead of waited for (the caller calls done() later: the backward;
+    the loss of a row with a bad target is NaN meanwhile)."""
     M, V = x.shape
     grad = None
     if want_grad:
         grad = grad_out if grad_out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
     opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
     if backend in GPU_BACKENDS and M and V:
-        check = TargetCheck(target, V, ignore_index, reduction)
+        if backend == "cuda":
+            target = cuda_targets(target)
+        check = TargetCheck(target, V, ignore_index, reduction, backend)
         rows = torch.empty(M, dtype=torch.float32, device=x.device)
         lse = torch.empty(M, dtype=torch.float32, device=x.device)
         fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, **opts)
         if reduction == "none":
-            loss = rows
+            loss = rows.to(x.dtype)
+        elif backend == "cuda":  # one launch: the sum, the scale, the cast
+            loss = torch.empty((), dtype=x.dtype, device=x.device)
+            _cuda().cross_entropy_loss(rows, check.info, loss, reduction == "mean")
         else:
-            loss = rows.sum() * check.info[0] if reduction == "mean" else rows.sum()
-        check.done()
-        return loss.to(x.dtype), lse, grad
+            loss = (rows.sum() * check.info[0] if reduction == "mean" else rows.sum()).to(x.dtype)
+        if pending is not None and backend == "cuda":
+            pending.append(check)
+        else:
+            check.done()
+        return loss, lse, grad
     check_targets(target, 0, V, ignore_index)
     st = reference_stats(x, target, 0, softcap)
     lse = lse_of(st)
@@ -358,14 +385,18 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, target, ignore_index, label_smoothing, z_loss, softcap, reduction, backend, inplace):
+        # the targets' check is waited for in the backward: the host does not stall here on the GPU's queue
+        ctx.pending = []
         loss, lse, ctx.grad = forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                                      backend, True, grad_out=x if inplace else None)
+                                      backend, True, grad_out=x if inplace else None, pending=ctx.pending)
         ctx.backend = backend
         ctx.mark_non_differentiable(lse)
         return loss, lse
 
     @staticmethod
     def backward(ctx, dloss, _dlse):
+        for check in ctx.pending:
+            check.done()
         # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then
         # takes as .grad without a copy
         return handed_grad(ctx, dloss, "cross_entropy's").detach(), None, None, None, None, None, None, None, None
@@ -421,7 +452,9 @@ def linear_forward(h, w, t, ignore_index, label_smoothing, z_loss, softcap, redu
     opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
     gpu = backend in GPU_BACKENDS and BT > 0
     if gpu:
-        check = TargetCheck(t, V, ignore_index, reduction)
+        if backend == "cuda":
+            t = cuda_targets(t)
+        check = TargetCheck(t, V, ignore_index, reduction, backend)
         scale = check.info
     else:
         check_targets(t, 0, V, ignore_index)

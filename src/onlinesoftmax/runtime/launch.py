@@ -266,24 +266,47 @@ class LoadedKernel:
             ) from None
 
 
+_CU_LAUNCH = None  # libcuda's cuLaunchKernel through ctypes (False: not loadable so)
+
+
+def _driver_launch():
+    """(cuLaunchKernel, takes raw handles): libcuda's through ctypes, which costs about a microsecond a call, or
+    cuda.bindings' (a few microseconds: it converts every argument) where libcuda cannot be opened by name."""
+    global _CU_LAUNCH
+    if _CU_LAUNCH is None:
+        try:
+            f = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+            f.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+            f.restype = ctypes.c_int
+            _CU_LAUNCH = f
+        except (OSError, AttributeError):
+            _CU_LAUNCH = False
+    if _CU_LAUNCH:
+        return _CU_LAUNCH, True
+    from cuda.bindings import driver
+
+    return (lambda *args: driver.cuLaunchKernel(*args)[0]), False
+
+
 class PreparedLaunch:
     """One launch of a LoadedKernel (no cluster) with everything but its leading pointer arguments fixed, straight
     through cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every
-    argument on each call, ~7 us on the H200). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
+    argument on each call, ~7 us on the H200; the driver's entry through ctypes takes ~1 us). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
     / np.float32 exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current
     stream. rows(grid, first, *pointers) launches with another x-grid and first scalar (a row count), so one
     prepared launch serves every row count of a geometry."""
 
-    __slots__ = ("lk", "device", "dims", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_ok")
+    __slots__ = ("lk", "device", "dims", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_stream")
 
     def __init__(self, lk: LoadedKernel, grid, block, tail: Sequence, smem: int = 0, npointers: int = 3):
-        from cuda.bindings import driver
-
         lk.allow_smem(smem)
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         b = (block,) if isinstance(block, int) else tuple(block)
         self.lk, self.device = lk, lk.device
-        self.dims = (lk.kernel.handle,) + (g + (1, 1))[:3] + (b + (1, 1))[:3] + (smem,)
+        self._launch, raw = _driver_launch()
+        self._stream = (lambda h: h) if raw else _cu_stream  # the stream as the entry takes it
+        handle = int(lk.kernel.handle) if raw else lk.kernel.handle  # a CUkernel serves as a CUfunction
+        self.dims = (handle,) + (g + (1, 1))[:3] + (b + (1, 1))[:3] + (smem,)
         self._ptrs = (ctypes.c_uint64 * npointers)()
         kinds = {np.dtype(np.int64): (ctypes.c_int64, int), np.dtype(np.int32): (ctypes.c_int32, int),
                  np.dtype(np.float32): (ctypes.c_float, float)}
@@ -301,7 +324,6 @@ class PreparedLaunch:
         self._params = (ctypes.c_void_p * len(addrs))(*addrs)
         self._addr = ctypes.addressof(self._params)
         self._lock = threading.Lock()  # the block is shared: fill and launch as one step
-        self._launch, self._ok = driver.cuLaunchKernel, driver.CUresult.CUDA_SUCCESS
 
     def __call__(self, *ptrs: int) -> None:
         if getattr(_state, "bound", False) and _current_device() == self.device:
@@ -317,13 +339,13 @@ class PreparedLaunch:
             on_device(self.device, self._go, dims, first, ptrs)
 
     def _go(self, dims, first, ptrs) -> None:
-        s = _cu_stream(stream_handle(self.device))
+        s = self._stream(stream_handle(self.device))
         with self._lock:
             self._ptrs[:] = ptrs
             if first is not None:
                 self._vals[0].value = first
-            (err,) = self._launch(*dims, s, self._addr, 0)
-        if err != self._ok:
+            err = self._launch(*dims, s, self._addr, None)
+        if err != 0:  # CUDA_SUCCESS
             raise OnlineSoftmaxError(f"launch of {self.lk.name} ({self.lk.module.filename}, "
                                      f"dims={dims[1:]}) failed: {err}")
 

@@ -396,6 +396,13 @@ def cross_entropy_plan(M: int, N: int, dtype, *, vec: bool = True, window: int =
                                                                  sig="ce") for l in p.launches))
 
 
+def cross_entropy_helpers() -> tuple:
+    """The small kernels around ce_row (run.py launches them): the targets' check and the reduction's scale, the
+    loss's sum (per dtype), the backward's grad_output (per dtype, 16-byte or scalar accesses)."""
+    return (("ce_targets",) + tuple(f"ce_loss<{dt}>" for dt in DT_CODE.values())
+            + tuple(f"ce_scale<{dt},{w}>" for dtype, dt in DT_CODE.items() for w in (vec_width(dtype), 1)))
+
+
 def window_path(N: int, V: int, vec: bool, window: int) -> tuple[int, int, int]:
     """(W, P, capacity) of a rows plan: 16-byte accesses (W = V, P = 0) when the data is aligned and N a multiple of
     V; else, when the inputs' rows start alike modulo 16 bytes, 16-byte loads through an aligned window around each
@@ -534,6 +541,8 @@ def _probe_instantiations() -> dict[str, set]:
         for l in p.launches:
             seen.setdefault(l.kernel, set()).add(p.regime)
 
+    for name in cross_entropy_helpers():
+        seen[name] = {"ce"}
     rows = (1, 9, 17, 33, 64, 1 << 20)  # few rows: every cluster width of cluster_config; many rows
     for op in ENGINE_OPS:
         for dtype in GPU_DTYPES:

@@ -5,6 +5,7 @@ strides; `dim` in [0, ndim); `out` contiguous with the input's shape and dtype, 
     forward(x, out, dim, log)           out = softmax(x, dim), or log_softmax when log
     backward(y, dy, out, dim, log)      out = dx from the forward output y (probabilities, or log-probabilities)
     cross_entropy(x, t, grad, loss, lse, scale, ...)   the loss, lse and gradient of rows of logits (ce_row)
+    cross_entropy_targets / _loss / _scale             the small launches around it (targets' check, sum, dloss)
     plan_for(op, *tensors, dim=...)     the plan a call would use (inspection)
 
 Kernel sources are compiled per instantiation on first use (compiled.py); nothing here needs a GPU to import.
@@ -27,7 +28,7 @@ from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
 from .compiled import kernel, sms
-from .plan import Plan, Unsupported, cross_entropy_plan, grid_for, plan, stable_rows, vec_width
+from .plan import DT_CODE, Plan, Unsupported, cross_entropy_plan, grid_for, plan, stable_rows, vec_width
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
 PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
@@ -439,3 +440,59 @@ def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float
     tail = (np.int64(M), np.int32(N), np.int64(sx), np.int64(sg), np.int64(ignore_index), np.float32(eps),
             np.float32(z), np.float32(1.0 / N))
     return k.bind(l.grid, tail, 6)
+
+
+# ---- cross-entropy's small launches (softmax.cu: ce_targets, ce_loss, ce_scale), prepared once per geometry ------
+
+_ce_small = BoundedCache(ENTRY_CACHE)
+
+
+def _small(name: str, device: int, block: int, tail: tuple, pointers: int):
+    """A prepared launch of one of the small kernels; tail: (M, ...) as plain ints and floats, the kernel's types
+    given by `types`."""
+    key = (name, device, block, tail)
+    e = _ce_small.get(key)
+    if e is None:
+        e = _ce_small.get_or_make(key, lambda: kernel(name, device, (block,), 0, 1).bind(
+            1, tuple(np.asarray(v, t) for v, t in zip(tail, _SMALL_TYPES[name.split("<")[0]])), pointers))
+    return e
+
+
+_SMALL_TYPES = {"ce_targets": (np.int64, np.int32, np.int64, np.int32), "ce_loss": (np.int64, np.int32),
+                "ce_scale": (np.int64, np.int32, np.int64, np.int64)}
+
+
+def cross_entropy_targets(target: torch.Tensor, V: int, ignore_index: int, mean: bool) -> torch.Tensor:
+    """An fp32 buffer of 4 whose [0] is the gradient's scale (1 / rows whose target is not ignore_index when `mean`,
+    else 1), [1] those rows, [2] 1.0 if one of their targets is out of [0, V): one launch, no sync. target (M,) int64
+    contiguous on a CUDA device."""
+    info = torch.empty(4, dtype=torch.float32, device=target.device)
+    M = target.numel()
+    launch = _small("ce_targets", target.get_device(), 1024, (0, V, ignore_index, int(mean)), 2)
+    launch.rows(1, M, target.data_ptr(), info.data_ptr())
+    return info
+
+
+def cross_entropy_loss(rows: torch.Tensor, buf: torch.Tensor, out: torch.Tensor, mean: bool) -> None:
+    """out (a 0-d tensor, fp32 / fp16 / bf16) <- the sum of rows (M,) fp32, times buf[0] when `mean`."""
+    launch = _small(f"ce_loss<{DT_CODE[out.dtype]}>", rows.get_device(), 1024, (0, int(mean)), 3)
+    launch.rows(1, rows.numel(), rows.data_ptr(), buf.data_ptr(), out.data_ptr())
+
+
+def cross_entropy_scale(g: torch.Tensor, go: torch.Tensor) -> None:
+    """g (M, N) *= go in place: one factor (go.numel() == 1) or one per row, in g's dtype; rows whose factor is 1
+    are left untouched, decided on the device (loss.backward() passes 1: one launch, no pass over g)."""
+    M, N = g.shape
+    if M == 0 or N == 0:
+        return
+    if N > 1 and g.stride(1) != 1:
+        raise OnlineSoftmaxError(f"cross_entropy_scale: rows of unit stride expected, got strides {g.stride()}")
+    if go.dtype != g.dtype:
+        go = go.to(g.dtype)
+    sgo = 0 if go.numel() == 1 else go.stride(-1)
+    sg = g.stride(0) if M > 1 else N
+    V = vec_width(g.dtype)
+    W = V if (g.data_ptr() % 16 == 0 and N % V == 0 and sg % V == 0) else 1
+    device = g.get_device()
+    launch = _small(f"ce_scale<{DT_CODE[g.dtype]},{W}>", device, 512, (0, N, sg, sgo), 2)
+    launch.rows(min(M, 4 * sms(device)), M, g.data_ptr(), go.data_ptr())

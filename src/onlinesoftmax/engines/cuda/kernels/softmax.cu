@@ -541,9 +541,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                 os_cluster_reduce<OS_RED_SUM, C>(sx, unused, ce_part);
             }
         }
-        if (owner) {
+        if (owner) {  // a counted target out of range: a NaN loss (the op raises TargetError)
             const float loss = lse - (1.0f - ce.eps) * xt - ce.eps * ce.inv_v * sx + ce.z * lse * lse;
-            ce.loss[row] = counted ? loss : 0.0f;
+            ce.loss[row] = counted ? (hit ? loss : __int_as_float(0x7fffffff)) : 0.0f;
             ce.lse[row] = lse;
             gt = g(os_exp_diff(xt, lse)) - *ce.scale * (1.0f - ce.eps);
         }
@@ -621,6 +621,82 @@ ce_row(const void* __restrict__ x, const long long* __restrict__ target, void* _
        long long sx, long long sg, long long ignore, float eps, float z, float inv_v) {
     row_body<OP_CE, DT, W, THREADS, SLOTS, SSLOTS, C, P, DT>(x, nullptr, grad, N, sx, 0, sg,
                                                              ce_args{target, loss, lse, scale, ignore, eps, z, inv_v});
+}
+
+// ---- cross-entropy around ce_row: the targets' check and the reduction's scale, the loss's sum, the backward's
+// grad_output. Small launches on the eager hot path (prepared cuLaunchKernel, no Triton launcher).
+
+// info[0..2] (fp32) <- (the gradient's scale: 1 / counted rows when `mean`, else 1; the counted rows (target !=
+// ignore); 1.0 if a counted target is out of [0, V), else 0). One CTA (no atomics, nothing to zero first), each
+// thread with 4 targets in flight per trip.
+__global__ void __launch_bounds__(1024) ce_targets(const long long* __restrict__ target, float* __restrict__ info,
+                                                   long long M, int V, long long ignore, int mean) {
+    __shared__ int counts[32], flags[32];
+    int count = 0, bad = 0;
+    for (long long base = threadIdx.x; base < M; base += 4 * 1024) {
+        long long v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = base + u * 1024 < M ? target[base + u * 1024] : ignore;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const bool counted = v[u] != ignore;
+            count += counted;
+            bad |= counted && (v[u] < 0 || v[u] >= V);
+        }
+    }
+    count = __reduce_add_sync(OS_FULL_MASK, count);
+    bad = __reduce_or_sync(OS_FULL_MASK, bad);
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        counts[wid] = count;
+        flags[wid] = bad;
+    }
+    __syncthreads();
+    if (wid == 0) {
+        count = __reduce_add_sync(OS_FULL_MASK, lane < nw ? counts[lane] : 0);
+        bad = __reduce_or_sync(OS_FULL_MASK, lane < nw ? flags[lane] : 0);
+        if (lane == 0) {
+            info[0] = mean ? 1.0f / (float)count : 1.0f;
+            info[1] = (float)count;
+            info[2] = bad ? 1.0f : 0.0f;
+        }
+    }
+}
+
+// out (a scalar of the logits' dtype) <- the sum of the M per-row losses, times the scale when `mean`: one CTA, a
+// fixed order (deterministic).
+template <int DT>
+__global__ void __launch_bounds__(1024) ce_loss(const float* __restrict__ rows, const float* __restrict__ buf,
+                                                void* __restrict__ out, long long M, int mean) {
+    __shared__ float red_a[32], red_b[32];
+    float a = 0.0f, b = 0.0f;
+    for (long long i = threadIdx.x; i < M; i += blockDim.x) a += rows[i];
+    os_block_reduce<OS_RED_SUM>(a, b, red_a, red_b);
+    if (threadIdx.x == 0) *static_cast<typename os_elem<DT>::type*>(out) = os_from_f<DT>(mean ? a * buf[0] : a);
+}
+
+// The backward: g (M rows of N, row stride sg) *= grad_output (go: one factor when sgo == 0, else one per row, in
+// g's dtype), rows whose factor is 1 left untouched: the usual loss.backward() passes 1 and costs this launch
+// only. W: 16-byte accesses (g aligned, N and sg multiples of the vector) or scalars.
+template <int DT, int W>
+__global__ void __launch_bounds__(512) ce_scale(void* __restrict__ g, const void* __restrict__ go, long long M, int N,
+                                                long long sg, long long sgo) {
+    typedef os_io<DT, W> io;
+    typedef typename io::elem elem;
+    const elem* f = static_cast<const elem*>(go);
+    if (sgo == 0 && os_to_f<DT>(f[0]) == 1.0f) return;
+    for (long long row = blockIdx.x; row < M; row += gridDim.x) {
+        const float s = os_to_f<DT>(f[row * sgo]);
+        if (s == 1.0f) continue;
+        elem* p = static_cast<elem*>(g) + row * sg;
+        for (int i = threadIdx.x; i < N / W; i += blockDim.x) {
+            float v[W];
+            io::unpack(io::load(p, i), v);
+#pragma unroll
+            for (int j = 0; j < W; j++) v[j] *= s;
+            io::store(p, i, v);
+        }
+    }
 }
 
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------------
