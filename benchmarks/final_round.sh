@@ -3,7 +3,7 @@
 # (correctness only), then the timings one at a time: the cross-entropy anchors and a sample of issue 12's grid.
 #   OUT=... bash benchmarks/final_round.sh        results in $OUT/final.tgz (+ env.txt)
 # TESTS (default "production attention cross-entropy"; also "launch": concurrency and drop-in) picks the GPU test
-# groups, SWEEP=0 skips issue 12's sample.
+# groups (PROD_K: the production tests' -k expression), SWEEP=0 skips issue 12's sample.
 set -uo pipefail
 OUT=${OUT:-out}
 R="$OUT/final"; mkdir -p "$R"
@@ -20,7 +20,8 @@ NS="1023 1025 3000 4095 4096 4097 12289 50001 65536 65537 131071 262143 262144"
 t() { python3 -m pytest -m gpu -q -rs -p no:cacheprovider "$@"; }
 TESTS=${TESTS:-production attention cross-entropy}
 [[ " $TESTS " == *" production "* ]] &&
-  ( t tests/test_gpu_production.py -k "window or fused or automatic or layouts" >"$R/pytest-production.log" 2>&1 ) &
+  ( t tests/test_gpu_production.py -k "${PROD_K:-window or fused or automatic or layouts}" \
+      >"$R/pytest-production.log" 2>&1 ) &
 [[ " $TESTS " == *" attention "* ]] &&
   ( t tests/test_gpu_attention.py tests/test_gpu_attention_ladder.py >"$R/pytest-attention.log" 2>&1 ) &
 [[ " $TESTS " == *" cross-entropy "* ]] && ( t tests/test_gpu_cross_entropy.py >"$R/pytest-cross-entropy.log" 2>&1 ) &

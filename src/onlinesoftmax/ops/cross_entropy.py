@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from typing import Optional
 
 import torch
@@ -241,11 +242,16 @@ def cuda_targets(target: torch.Tensor) -> torch.Tensor:
     return target if target.dtype == torch.int64 and target.is_contiguous() else target.to(torch.int64).contiguous()
 
 
+_slots = threading.local()  # per thread: free (pinned buffer, its numpy view, event) triples of TargetCheck
+
+
 class TargetCheck:
     """The targets' check and the reduction's scale on the GPU without stalling it: one small kernel writes
     info = (scale, non-ignored rows, any bad target) (the CUDA engine's for backend "cuda", with targets from
     cuda_targets; else Triton's), its copy to pinned memory is queued behind it, and `done()` waits for that copy
-    only (the big kernel queued after it keeps running), then raises a clear TargetError."""
+    only (the big kernel queued after it keeps running), then raises a clear TargetError. The pinned buffer and
+    its event come from a per-thread pool (allocating them costs more host time than the rest of the check) and go
+    back to it in done(); a check never done leaves its own to the garbage collector."""
 
     def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
         self.target, self.V, self.ignore_index = target, V, ignore_index
@@ -254,17 +260,29 @@ class TargetCheck:
         else:
             self.info = torch.empty(4, dtype=torch.float32, device=target.device)
             engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
-        self.host, self.event = self.info, None
+        self.slot = None
         if target.is_cuda:
-            self.host = torch.empty(4, dtype=torch.float32, pin_memory=True)
-            self.host.copy_(self.info[:4], non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record(torch.cuda.current_stream(target.device))
+            free = getattr(_slots, "free", None)
+            if free is None:
+                free = _slots.free = []
+            if free:
+                self.slot = free.pop()
+            else:
+                host = torch.empty(4, dtype=torch.float32, pin_memory=True)
+                self.slot = (host, host.numpy(), torch.cuda.Event())
+            self.slot[0].copy_(self.info, non_blocking=True)
+            self.slot[2].record(torch.cuda.current_stream(target.device))
 
     def done(self) -> None:
-        if self.event is not None:
-            self.event.synchronize()
-        if float(self.host[2]) != 0.0:
+        if self.slot is None:
+            bad = float(self.info[2])
+        else:
+            host, view, event = self.slot
+            event.synchronize()
+            bad = float(view[2])
+            self.slot = None
+            _slots.free.append((host, view, event))
+        if bad != 0.0:
             check_targets(self.target, 0, self.V, self.ignore_index)
 
 
@@ -387,6 +405,7 @@ class _CrossEntropy(torch.autograd.Function):
     def forward(ctx, x, target, ignore_index, label_smoothing, z_loss, softcap, reduction, backend, inplace):
         # the targets' check is waited for in the backward: the host does not stall here on the GPU's queue
         ctx.pending = []
+        ctx.set_materialize_grads(False)  # no zeros for lse's gradient (it has none)
         loss, lse, ctx.grad = forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction,
                                       backend, True, grad_out=x if inplace else None, pending=ctx.pending)
         ctx.backend = backend
@@ -397,6 +416,8 @@ class _CrossEntropy(torch.autograd.Function):
     def backward(ctx, dloss, _dlse):
         for check in ctx.pending:
             check.done()
+        if dloss is None:  # not materialised (set_materialize_grads): no gradient reached the loss
+            return (None,) * 9
         # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then
         # takes as .grad without a copy
         return handed_grad(ctx, dloss, "cross_entropy's").detach(), None, None, None, None, None, None, None, None

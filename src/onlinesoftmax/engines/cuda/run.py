@@ -495,4 +495,5 @@ def cross_entropy_scale(g: torch.Tensor, go: torch.Tensor) -> None:
     W = V if (g.data_ptr() % 16 == 0 and N % V == 0 and sg % V == 0) else 1
     device = g.get_device()
     launch = _small(f"ce_scale<{DT_CODE[g.dtype]},{W}>", device, 512, (0, N, sg, sgo), 2)
-    launch.rows(min(M, 4 * sms(device)), M, g.data_ptr(), go.data_ptr())
+    grid = min(M, _stable.get(device) or _stable_rows_of(device))  # 4 CTAs per SM at most (cached per device)
+    launch.rows(grid, M, g.data_ptr(), go.data_ptr())
