@@ -245,6 +245,14 @@ def cuda_targets(target: torch.Tensor) -> torch.Tensor:
 _slots = threading.local()  # per thread: free (pinned buffer, its numpy view, event) triples of TargetCheck
 
 
+def _free_slots() -> list:
+    """This thread's pool (the backward that calls done() may run on autograd's device thread)."""
+    free = getattr(_slots, "free", None)
+    if free is None:
+        free = _slots.free = []
+    return free
+
+
 class TargetCheck:
     """The targets' check and the reduction's scale on the GPU without stalling it: one small kernel writes
     info = (scale, non-ignored rows, any bad target) (the CUDA engine's for backend "cuda", with targets from
@@ -262,9 +270,7 @@ class TargetCheck:
             engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
         self.slot = None
         if target.is_cuda:
-            free = getattr(_slots, "free", None)
-            if free is None:
-                free = _slots.free = []
+            free = _free_slots()
             if free:
                 self.slot = free.pop()
             else:
@@ -281,7 +287,7 @@ class TargetCheck:
             event.synchronize()
             bad = float(view[2])
             self.slot = None
-            _slots.free.append((host, view, event))
+            _free_slots().append((host, view, event))
         if bad != 0.0:
             check_targets(self.target, 0, self.V, self.ignore_index)
 
