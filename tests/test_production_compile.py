@@ -23,7 +23,6 @@ if compile_unavailable():  # pragma: no cover - CI installs cuda-core, cuda-bind
 from onlinesoftmax import opdefs  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
-from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
 

@@ -36,7 +36,6 @@ raises), wrong dtypes or shapes, a bad reduction / label_smoothing / softcap.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from typing import Optional
@@ -115,7 +114,7 @@ def pick_backend(x: torch.Tensor, backend: str, cuda: bool = True) -> str:
     if backend not in BACKENDS:
         raise OnlineSoftmaxError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "auto":
-        backend = ("cuda" if cuda and _cuda_runs() else "triton") if x.is_cuda else "reference"
+        backend = ("cuda" if cuda and engines.cuda_runs() else "triton") if x.is_cuda else "reference"
     if backend == "cuda" and not cuda:
         backend = "triton"
     if backend in GPU_BACKENDS:
@@ -124,13 +123,6 @@ def pick_backend(x: torch.Tensor, backend: str, cuda: bool = True) -> str:
         if x.dtype == torch.float64:
             return "reference"  # the kernels take 16 and 32 bits
     return backend
-
-
-@functools.cache
-def _cuda_runs() -> bool:
-    from ..runtime import available
-
-    return available() is None
 
 
 # --------------------------------------------------------------- the pieces: stats, loss, gradient
@@ -231,12 +223,6 @@ def shard_grad(x, target, lse, scale, backend, grad, *, offset, v_total, ignore_
                           out=grad)
 
 
-def _cuda():
-    from ..engines.cuda import run
-
-    return run
-
-
 def cuda_targets(target: torch.Tensor) -> torch.Tensor:
     """The targets as the CUDA kernels read them: int64, contiguous."""
     return target if target.dtype == torch.int64 and target.is_contiguous() else target.to(torch.int64).contiguous()
@@ -264,7 +250,7 @@ class TargetCheck:
     def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
         self.target, self.V, self.ignore_index = target, V, ignore_index
         if backend == "cuda":
-            self.info = _cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean")
+            self.info = engines.cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean")
         else:
             self.info = torch.empty(4, dtype=torch.float32, device=target.device)
             engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
@@ -297,7 +283,7 @@ def fused_forward(x, target, check: TargetCheck, rows, lse, *, backend, grad=Non
     """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given; the
     CUDA row kernel where backend "cuda" has one (a gradient, no softcap, rows on chip), else the Triton one."""
     if backend == "cuda" and grad is not None and softcap is None:
-        if _cuda().cross_entropy(x, cuda_targets(target), grad, rows, lse, check.info, ignore_index,
+        if engines.cuda().cross_entropy(x, cuda_targets(target), grad, rows, lse, check.info, ignore_index,
                                  label_smoothing, z_loss):
             return
     engines.triton("cross_entropy").cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
@@ -321,7 +307,7 @@ def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tens
         return grad
     g2 = grad.view(-1, grad.shape[-1]) if grad.dim() else grad.view(1, 1)
     if backend == "cuda" and grad.is_cuda:
-        _cuda().cross_entropy_scale(g2, go.detach())
+        engines.cuda().cross_entropy_scale(g2, go.detach())
     elif backend in GPU_BACKENDS and grad.is_cuda:
         engines.triton("cross_entropy").scale_rows(g2, go.detach().to(torch.float32).contiguous())
     else:
@@ -353,7 +339,7 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
             loss = rows.to(x.dtype)
         elif backend == "cuda":  # one launch: the sum, the scale, the cast
             loss = torch.empty((), dtype=x.dtype, device=x.device)
-            _cuda().cross_entropy_loss(rows, check.info, loss, reduction == "mean")
+            engines.cuda().cross_entropy_loss(rows, check.info, loss, reduction == "mean")
         else:
             loss = (rows.sum() * check.info[0] if reduction == "mean" else rows.sum()).to(x.dtype)
         if pending is not None and backend == "cuda":

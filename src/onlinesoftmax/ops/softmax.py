@@ -38,7 +38,6 @@ dropin.py routes torch's own softmax calls on CUDA tensors to the same launchers
 
 from __future__ import annotations
 
-import functools
 import operator
 import os
 
@@ -106,12 +105,9 @@ def resolve(x, dim, backend: str, dtype=None) -> tuple[torch.Tensor, int, str]:
     return x, dim, backend
 
 
-@functools.cache
 def _gpu_backend() -> str:
     """The backend for CUDA tensors: the production CUDA kernels, or Triton where they cannot run."""
-    from ..runtime import available
-
-    return "cuda" if available() is None else "triton"
+    return "cuda" if engines.cuda_runs() else "triton"
 
 
 # ------------------------------------------------------------------------------ the launchers
@@ -131,27 +127,21 @@ def backward(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool, backend: st
 
 
 def _cuda_forward(x, dim, log):
-    from ..engines.cuda import run as cuda_engine
-
     out = torch.empty_like(x, memory_format=CONTIGUOUS)
-    cuda_engine.forward(x, out, dim, log)
+    engines.cuda().forward(x, out, dim, log)
     return out
 
 
 def _cuda_forward_f32(x, dim, log):
     """16-bit x, float32 out: softmax(x, dim, dtype=torch.float32) with the cast in the kernel."""
-    from ..engines.cuda import run as cuda_engine
-
     out = torch.empty_like(x, dtype=torch.float32, memory_format=CONTIGUOUS)
-    cuda_engine.forward_cast(x, out, dim, log)
+    engines.cuda().forward_cast(x, out, dim, log)
     return out
 
 
 def _cuda_backward(y, dy, dim, log):
-    from ..engines.cuda import run as cuda_engine
-
     out = torch.empty_like(y, memory_format=CONTIGUOUS)
-    cuda_engine.backward(y, dy.to(y.dtype), out, dim, log)
+    engines.cuda().backward(y, dy.to(y.dtype), out, dim, log)
     return out
 
 
