@@ -206,3 +206,21 @@ def test_a_second_backward_says_why():
     loss.backward(retain_graph=True)
     with pytest.raises(OnlineSoftmaxError, match="second backward"):
         loss.backward()
+
+
+def test_target_check_slots_cross_threads(monkeypatch):
+    """The target check's pinned buffers and events are taken in the forward's thread and given back in done(),
+    which the backward may run on autograd's device thread: one pool per device, shared by every thread, kept to
+    SLOTS_KEPT."""
+    import threading
+
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    monkeypatch.setattr(ce, "_slots", {})
+    given = [object() for _ in range(ce.SLOTS_KEPT + 6)]
+    worker = threading.Thread(target=lambda: [ce._give_slot(3, s) for s in given])
+    worker.start()
+    worker.join()
+    assert len(ce._slots[3]) == ce.SLOTS_KEPT
+    assert ce._take_slot(3) is given[ce.SLOTS_KEPT - 1]  # from the pool the other thread filled: no allocation
+    assert 3 not in ce._slots or len(ce._slots[3]) == ce.SLOTS_KEPT - 1

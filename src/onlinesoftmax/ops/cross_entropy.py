@@ -228,15 +228,25 @@ def cuda_targets(target: torch.Tensor) -> torch.Tensor:
     return target if target.dtype == torch.int64 and target.is_contiguous() else target.to(torch.int64).contiguous()
 
 
-_slots = threading.local()  # per thread: free (pinned buffer, its numpy view, event) triples of TargetCheck
+_slots: dict = {}  # device index -> free (pinned buffer, its numpy view, event) triples of TargetCheck
+_slots_lock = threading.Lock()  # taken in the forward's thread, given back in done(): often autograd's device thread
+SLOTS_KEPT = 64  # per device; more checks in flight at once allocate their own and drop them after
 
 
-def _free_slots() -> list:
-    """This thread's pool (the backward that calls done() may run on autograd's device thread)."""
-    free = getattr(_slots, "free", None)
-    if free is None:
-        free = _slots.free = []
-    return free
+def _take_slot(device: int) -> tuple:
+    with _slots_lock:
+        free = _slots.get(device)
+        if free:
+            return free.pop()
+    host = torch.empty(4, dtype=torch.float32, pin_memory=True)
+    return host, host.numpy(), torch.cuda.Event()
+
+
+def _give_slot(device: int, slot: tuple) -> None:
+    with _slots_lock:
+        free = _slots.setdefault(device, [])
+        if len(free) < SLOTS_KEPT:
+            free.append(slot)
 
 
 class TargetCheck:
@@ -244,7 +254,7 @@ class TargetCheck:
     info = (scale, non-ignored rows, any bad target) (the CUDA engine's for backend "cuda", with targets from
     cuda_targets; else Triton's), its copy to pinned memory is queued behind it, and `done()` waits for that copy
     only (the big kernel queued after it keeps running), then raises a clear TargetError. The pinned buffer and
-    its event come from a per-thread pool (allocating them costs more host time than the rest of the check) and go
+    its event come from a pool per device (allocating them costs more host time than the rest of the check) and go
     back to it in done(); a check never done leaves its own to the garbage collector."""
 
     def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
@@ -256,12 +266,8 @@ class TargetCheck:
             engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
         self.slot = None
         if target.is_cuda:
-            free = _free_slots()
-            if free:
-                self.slot = free.pop()
-            else:
-                host = torch.empty(4, dtype=torch.float32, pin_memory=True)
-                self.slot = (host, host.numpy(), torch.cuda.Event())
+            self.device = target.get_device()
+            self.slot = _take_slot(self.device)
             self.slot[0].copy_(self.info, non_blocking=True)
             self.slot[2].record(torch.cuda.current_stream(target.device))
 
@@ -269,11 +275,11 @@ class TargetCheck:
         if self.slot is None:
             bad = float(self.info[2])
         else:
-            host, view, event = self.slot
+            _host, view, event = self.slot
             event.synchronize()
             bad = float(view[2])
+            _give_slot(self.device, self.slot)
             self.slot = None
-            _free_slots().append((host, view, event))
         if bad != 0.0:
             check_targets(self.target, 0, self.V, self.ignore_index)
 
