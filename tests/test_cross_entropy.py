@@ -224,3 +224,14 @@ def test_target_check_slots_cross_threads(monkeypatch):
     assert len(ce._slots[3]) == ce.SLOTS_KEPT
     assert ce._take_slot(3) is given[ce.SLOTS_KEPT - 1]  # from the pool the other thread filled: no allocation
     assert 3 not in ce._slots or len(ce._slots[3]) == ce.SLOTS_KEPT - 1
+
+
+def test_masked_logit_without_smoothing_is_finite():
+    """A -inf logit (a masked vocabulary entry) with label_smoothing = 0: torch's loss is finite; the smoothing
+    term must not turn it into 0 * -inf = NaN (the reference and the reference backend)."""
+    x = torch.tensor([[0.0, 1.0, float("-inf")]], dtype=torch.float64)
+    t = torch.tensor([1])
+    want = float(F.cross_entropy(x, t))
+    got, _ = reference.cross_entropy(x, t)
+    assert abs(float(got) - want) < 1e-12
+    assert abs(float(osm.cross_entropy(x, t, backend="reference")) - want) < 1e-12

@@ -41,3 +41,14 @@ def test_parameter_block_points_at_each_argument():
 def test_other_scalar_types_are_refused():
     with pytest.raises(OnlineSoftmaxError, match="np.int32 / np.int64 / np.float32"):
         PreparedLaunch(_Loaded(), 1, (32,), (np.float64(1.0),))
+
+
+def test_launch_passes_what_both_driver_entries_take(monkeypatch):
+    """cuLaunchKernel's `extra` goes as the int 0 (NULL): ctypes takes it, and cuda.bindings rejects None."""
+    seen = []
+    monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
+    p = PreparedLaunch(_Loaded(), 2, (64,), (np.int64(5),), 0, 3)
+    p._launch = lambda *args: seen.append(args) or 0
+    p._go(p.dims, 7, (1, 2, 3))
+    (args,) = seen
+    assert args[-1] == 0 and type(args[-1]) is int and args[-2] == p._addr

@@ -176,7 +176,9 @@ def cross_entropy(logits, target, ignore_index: int = -100, label_smoothing: flo
         d = e.sum(axis=-1, keepdims=True)
         lse = shift + np.log(d)
         xt = np.take_along_axis(x, cols[:, None], axis=-1)
-        rows = lse - (1 - label_smoothing) * xt - label_smoothing / V * x.sum(-1, keepdims=True) + z_loss * lse ** 2
+        rows = lse - (1 - label_smoothing) * xt + z_loss * lse ** 2
+        if label_smoothing:  # only then: 0 * sum(x) would be NaN for a row with a -inf logit (torch: finite)
+            rows = rows - label_smoothing / V * x.sum(-1, keepdims=True)
         grad = (1 + 2 * z_loss * lse) * (e / d) - label_smoothing / V
     grad[np.arange(M), cols] -= 1 - label_smoothing
     if softcap is not None:

@@ -155,7 +155,9 @@ def lse_of(stats: torch.Tensor) -> torch.Tensor:
 def loss_rows(stats, target, ignore_index, label_smoothing, z_loss, v_total: int) -> torch.Tensor:
     """The loss of each row from its stats (the one formula of every path, sharded or not); 0 when ignored."""
     lse = lse_of(stats)
-    rows = lse - (1.0 - label_smoothing) * stats[:, 2] - (label_smoothing / v_total) * stats[:, 3]
+    rows = lse - (1.0 - label_smoothing) * stats[:, 2]
+    if label_smoothing:  # only then: 0 * sum(x) is NaN for a row with a -inf logit, where torch's loss is finite
+        rows = rows - (label_smoothing / v_total) * stats[:, 3]
     if z_loss:
         rows = rows + z_loss * lse * lse
     return torch.where(target != ignore_index, rows, torch.zeros_like(rows))

@@ -344,7 +344,7 @@ class PreparedLaunch:
             self._ptrs[:] = ptrs
             if first is not None:
                 self._vals[0].value = first
-            err = self._launch(*dims, s, self._addr, None)
+            err = self._launch(*dims, s, self._addr, 0)  # extra: NULL (cuda.bindings takes an int, not None)
         if err != 0:  # CUDA_SUCCESS
             raise OnlineSoftmaxError(f"launch of {self.lk.name} ({self.lk.module.filename}, "
                                      f"dims={dims[1:]}) failed: {err}")

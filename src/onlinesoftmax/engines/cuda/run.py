@@ -409,8 +409,8 @@ def cross_entropy(x: torch.Tensor, target: torch.Tensor, grad: torch.Tensor, los
     (1 / counted rows for "mean"). The formulas are softmax.cu's ce_grad. Returns False, launching nothing, where
     no plan holds the rows on chip (cross_entropy_plan): the caller's other kernels take those."""
     px, pg = x.data_ptr(), grad.data_ptr()
-    key = (tuple(x.shape), x.stride(0), grad.stride(0), x.dtype, x.get_device(), _alignment(px, 0, pg),
-           ignore_index, label_smoothing, z_loss)
+    key = (tuple(x.shape), x.stride(), grad.stride(), x.dtype, grad.dtype, tuple(grad.shape), x.get_device(),
+           _alignment(px, 0, pg), ignore_index, label_smoothing, z_loss)
     e = _ce_entries.get(key)
     if e is None:
         e = _ce_entries.get_or_make(key, lambda: _ce_entry(x, grad, ignore_index, label_smoothing, z_loss))
@@ -422,6 +422,9 @@ def cross_entropy(x: torch.Tensor, target: torch.Tensor, grad: torch.Tensor, los
 
 def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float, z: float):
     M, N = x.shape
+    if N > 1 and (x.stride(1) != 1 or grad.stride(1) != 1):
+        raise OnlineSoftmaxError(f"cross_entropy: logits and grad need column stride 1, got {x.stride()} and "
+                                 f"{grad.stride()}")
     if x.dtype not in GPU_DTYPES or grad.dtype != x.dtype or grad.shape != x.shape or M == 0 or N == 0:
         return _NO_PLAN
     device = _device_index(x, "cross_entropy")
@@ -434,7 +437,10 @@ def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float
     except Unsupported:
         return _NO_PLAN
     (l,) = p.launches
-    k = kernel(l.kernel, device, l.block, l.smem, l.cluster)
+    try:
+        k = kernel(l.kernel, device, l.block, l.smem, l.cluster)
+    except OnlineSoftmaxError:  # a cluster attribute refused, as _fitted_plan falls back for softmax
+        return _NO_PLAN
     if k.fits is False:
         return _NO_PLAN
     tail = (np.int64(M), np.int32(N), np.int64(sx), np.int64(sg), np.int64(ignore_index), np.float32(eps),
