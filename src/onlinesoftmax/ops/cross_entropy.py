@@ -289,10 +289,11 @@ class TargetCheck:
 def fused_forward(x, target, check: TargetCheck, rows, lse, *, backend, grad=None, ignore_index, label_smoothing,
                   z_loss, softcap):
     """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given; the
-    CUDA row kernel where backend "cuda" has one (a gradient, no softcap, rows on chip), else the Triton one."""
+    CUDA row kernel where backend "cuda" has one (a gradient, no softcap, rows on chip), else the Triton one.
+    Backend "cuda" takes its targets from cuda_targets (the callers convert them once, before TargetCheck)."""
     if backend == "cuda" and grad is not None and softcap is None:
-        if engines.cuda().cross_entropy(x, cuda_targets(target), grad, rows, lse, check.info, ignore_index,
-                                 label_smoothing, z_loss):
+        if engines.cuda().cross_entropy(x, target, grad, rows, lse, check.info, ignore_index, label_smoothing,
+                                        z_loss):
             return
     engines.triton("cross_entropy").cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
                                   ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,

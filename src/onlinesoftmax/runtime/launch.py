@@ -270,8 +270,8 @@ _CU_LAUNCH = None  # libcuda's cuLaunchKernel through ctypes (False: not loadabl
 
 
 def _driver_launch():
-    """(cuLaunchKernel, takes raw handles): libcuda's through ctypes, which costs about a microsecond a call, or
-    cuda.bindings' (a few microseconds: it converts every argument) where libcuda cannot be opened by name."""
+    """(cuLaunchKernel, takes raw handles): libcuda's through ctypes (a plain C call on raw handles), or
+    cuda.bindings' (which converts every argument to its wrapper types) where libcuda cannot be opened by name."""
     global _CU_LAUNCH
     if _CU_LAUNCH is None:
         try:
@@ -291,7 +291,7 @@ def _driver_launch():
 class PreparedLaunch:
     """One launch of a LoadedKernel (no cluster) with everything but its leading pointer arguments fixed, straight
     through cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every
-    argument on each call, ~7 us on the H200; the driver's entry through ctypes takes ~1 us). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
+    argument on each call, ~7 us on the H200). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
     / np.float32 exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current
     stream. rows(grid, first, *pointers) launches with another x-grid and first scalar (a row count), so one
     prepared launch serves every row count of a geometry."""

@@ -454,8 +454,8 @@ _ce_small = BoundedCache(ENTRY_CACHE)
 
 
 def _small(name: str, device: int, block: int, tail: tuple, pointers: int):
-    """A prepared launch of one of the small kernels; tail: (M, ...) as plain ints and floats, the kernel's types
-    given by `types`."""
+    """A prepared launch of one of the small kernels; tail: (M, ...) as plain ints (the cache key), converted to the
+    kernel's scalar types by _SMALL_TYPES."""
     key = (name, device, block, tail)
     e = _ce_small.get(key)
     if e is None:
