@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-<<<<<<< HEAD
-# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | sweep [sweep args]
-#         | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype) | any CLI command
-=======
-# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | attention | attention-hbm [B H S D] |
-# sweep [sweep args] | any CLI command
->>>>>>> issue-16
+# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | attention | attention-hbm [B H S D]
+#         | sweep [sweep args] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
+#         | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
