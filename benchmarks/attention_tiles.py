@@ -1,13 +1,14 @@
-"""Time each tile candidate of the attention backward's dK/dV kernel, one at a time, beside SDPA's flash backward:
-the evidence for the candidate lists of engines/triton/attention_rules.py.
+"""Time the tile candidates of the attention backward's kernels one at a time, beside SDPA's flash backward: the
+evidence for the candidate lists of engines/triton/attention_rules.py.
 
-    PYTHONPATH=src python benchmarks/attention_tiles.py [--extra BM,BN,WARPS,STAGES ...] > tiles.txt
+    PYTHONPATH=src python benchmarks/attention_tiles.py [--try KERNEL:BM,BN,WARPS,STAGES ...] > tiles.txt
 
-For every (S, D, causal, GQA) of the attention sweep at S >= 4096 (B * S = 16384, H * D = 2048, bf16), the
-backward (o.backward(dO), triton.testing.do_bench median) runs through the public op with the autotuner's list
-narrowed to one candidate, for each candidate of "dkdvq" (dQ by atomics; --extra adds more) and, once, with
-torch.use_deterministic_algorithms(True) (the dq kernel). Each candidate's dQ, dK, dV are compared with the
-deterministic path's (max |difference|), so a fast wrong tile is seen. TFLOP/s: 2.5 x 4 B H S^2 D, half causal.
+For every (S, D, causal, GQA) of the attention sweep at the given lengths (B * S = 16384, H * D = 2048, bf16),
+the backward (o.backward(dO), triton.testing.do_bench median) runs through the public op: first with both
+kernels autotuned over their lists ("tuned"), then, for each kernel ("dkdv", "dq") and each of its candidates
+(the list's and --try's), with that kernel's list narrowed to the one candidate and the other kernel tuned.
+Each run's dQ, dK, dV are compared with the tuned run's (max |difference|), so a fast wrong tile is seen.
+TFLOP/s: 2.5 x 4 B H S^2 D, half when causal. A candidate that does not fit shows the error's name.
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ from onlinesoftmax.engines.triton import attention_rules as rules
 from onlinesoftmax.harness.attention_sweep import GQA_RATIO, TOKENS, WIDTH
 from onlinesoftmax.ops.attention import attention
 
+TUNED = {"dkdv": K.dkdv_tuned, "dq": K.dq_tuned}
 
-def only(kernel: str, D: int, candidate) -> None:
-    """Narrow the autotuner of `kernel` to one candidate and forget what it picked before."""
-    rules.CANDIDATES[kernel, 64 if D <= 64 else 128] = (candidate,)
-    tuned = {"dkdvq": K.dkdvq_tuned, "dkdv": K.dkdv_tuned}[kernel]
-    if candidate not in {rules.Candidate(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
-                         for c in tuned.configs}:
-        tuned.configs.append(triton.Config({"BLOCK_M": candidate.BLOCK_M, "BLOCK_N": candidate.BLOCK_N},
-                                           num_warps=candidate.num_warps, num_stages=candidate.num_stages))
+
+def narrow(kernel: str, D: int, candidates: tuple) -> None:
+    """Let the autotuner of `kernel` pick among `candidates` only, and forget what it picked before."""
+    rules.CANDIDATES[kernel, 64 if D <= 64 else 128] = candidates
+    tuned = TUNED[kernel]
+    known = {rules.Candidate(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+             for c in tuned.configs}
+    tuned.configs += [triton.Config({"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N}, num_warps=c.num_warps,
+                                    num_stages=c.num_stages) for c in candidates if c not in known]
     tuned.cache.clear()
 
 
@@ -55,14 +58,19 @@ def flash_backward(q, k, v, causal, gqa, do) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--extra", nargs="*", default=[], help="more dkdvq candidates, BM,BN,WARPS,STAGES")
+    ap.add_argument("--try", dest="extra", nargs="*", default=[], metavar="KERNEL:BM,BN,WARPS,STAGES",
+                    help="more candidates of a kernel (dkdv or dq), at both head dims")
     ap.add_argument("--lengths", nargs="*", type=int, default=[4096, 16384])
+    ap.add_argument("--dims", nargs="*", type=int, default=[64, 128])
     args = ap.parse_args()
-    extra = [rules.Candidate(*map(int, e.split(","))) for e in args.extra]
-    lists = {D: tuple(dict.fromkeys(rules.candidates("dkdvq", D) + tuple(extra))) for D in (64, 128)}
+    base = {key: tuple(c) for key, c in rules.CANDIDATES.items()}
+    extra = {kernel: [] for kernel in TUNED}
+    for e in args.extra:
+        kernel, tile = e.split(":")
+        extra[kernel].append(rules.Candidate(*map(int, tile.split(","))))
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    print("S D causal H/Hkv | flash bwd | deterministic (dkdv + dq) | dkdvq candidate: TFLOP/s, max diff dQ/dK/dV")
-    for S, D, causal, gqa in itertools.product(args.lengths, (64, 128), (False, True), (False, True)):
+    print("S D causal H/Hkv | flash | tuned | kernel (BM, BN, warps, stages): TFLOP/s, max diff dQ/dK/dV vs tuned")
+    for S, D, causal, gqa in itertools.product(args.lengths, args.dims, (False, True), (False, True)):
         B, H = TOKENS // S, WIDTH // D
         Hkv = H // GQA_RATIO if gqa else H
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -70,20 +78,22 @@ def main() -> None:
                    for h in (H, Hkv, Hkv))
         do = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, generator=g)
         flops = 2.5 * 4 * B * H * S * S * D * (0.5 if causal else 1.0)
-        flash = flash_backward(q, k, v, causal, gqa, do)
-        torch.use_deterministic_algorithms(True)
+        line = f"{S} {D} {causal} {H}/{Hkv} | {flops / flash_backward(q, k, v, causal, gqa, do) / 1e9:.0f}"
+        for kernel in TUNED:
+            narrow(kernel, D, base[kernel, D])
         ms, ref = backward(q, k, v, causal, do)
-        torch.use_deterministic_algorithms(False)
-        line = f"{S} {D} {causal} {H}/{Hkv} | {flops / flash / 1e9:.0f} | {flops / ms / 1e9:.0f}"
-        for c in lists[D]:
-            only("dkdvq", D, c)
-            try:
-                ms, grads = backward(q, k, v, causal, do)
-            except triton.runtime.OutOfResources as e:
-                line += f" | {tuple(c)}: {type(e).__name__}"
-                continue
-            diff = "/".join(f"{(a.float() - b.float()).abs().max().item():.2g}" for a, b in zip(grads, ref))
-            line += f" | {tuple(c)}: {flops / ms / 1e9:.0f} {diff}"
+        line += f" | {flops / ms / 1e9:.0f}"
+        for kernel in TUNED:
+            for c in dict.fromkeys(base[kernel, D] + tuple(extra[kernel])):
+                narrow(kernel, D, (c,))
+                try:
+                    ms, grads = backward(q, k, v, causal, do)
+                except (triton.runtime.OutOfResources, RuntimeError) as e:
+                    line += f" | {kernel} {tuple(c)}: {type(e).__name__}"
+                    continue
+                diff = "/".join(f"{(a.float() - b.float()).abs().max().item():.2g}" for a, b in zip(grads, ref))
+                line += f" | {kernel} {tuple(c)}: {flops / ms / 1e9:.0f} {diff}"
+            narrow(kernel, D, base[kernel, D])
         print(line, flush=True)
         torch.cuda.empty_cache()
 

@@ -34,15 +34,3 @@ def private_nvrtc_cache(tmp_path_factory):
     mp.setenv(nvrtc.CACHE_ENV, str(tmp_path_factory.mktemp("nvrtc-cache")))
     yield
     mp.undo()
-
-
-@pytest.fixture(params=["atomic-dq", "deterministic"])
-def dq_path(request):
-    """The attention backward's two ways to dQ: fp32 atomics in the dK/dV kernel (the default), or the dq kernel
-    (torch.use_deterministic_algorithms(True))."""
-    import torch
-
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(request.param == "deterministic")
-    yield request.param
-    torch.use_deterministic_algorithms(before)

@@ -70,7 +70,7 @@ def _check(q, k, v, causal, scale=None):
 
 @pytest.mark.parametrize("case", CASES, ids=[f"B{c[0]}H{c[1]}kv{c[2]}q{c[3]}k{c[4]}d{c[5]}{'c' if c[6] else ''}"
                                              for c in CASES])
-def test_kernels_match_float64(case, seed, dq_path):
+def test_kernels_match_float64(case, seed):
     *dims, causal = case
     _check(*_qkv(*dims, seed), causal)
 

@@ -120,7 +120,7 @@ def _check_against_sdpa(q, k, v, causal, scale=None, backward=True):
 
 @pytest.mark.parametrize("case", CASES, ids=[f"B{c[0]}H{c[1]}kv{c[2]}q{c[3]}k{c[4]}d{c[5]}{'c' if c[6] else ''}"
                                              f"-{str(c[7])[6:]}" for c in CASES])
-def test_attention_matches_float64_within_twice_sdpa(case, seed, dq_path):
+def test_attention_matches_float64_within_twice_sdpa(case, seed):
     B, H, Hkv, Sq, Sk, D, causal, dtype = case
     q, k, v = _inputs(B, H, Hkv, Sq, Sk, D, dtype, seed)
     _check_against_sdpa(q, k, v, causal)
@@ -139,23 +139,19 @@ def test_lse_is_float64_logsumexp(seed):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_large_logits(causal, seed, dq_path):
+def test_large_logits(causal, seed):
     """q.k * scale of order 1e4: the exp2 shift keeps every exponent <= 0; nothing overflows."""
     q, k, v = _inputs(1, 4, 4, 256, 256, 128, BF16, seed, magnitude=100.0)
     o = _check_against_sdpa(q, k, v, causal)[0]
     assert o.isfinite().all()
 
 
-def test_deterministic_backward_repeats_bitwise(seed):
-    """With deterministic algorithms on, dQ comes from the dq kernel: two backward passes agree bit for bit."""
+def test_backward_repeats_bitwise(seed):
+    """No atomics anywhere in the backward (dK/dV and dQ each summed by the one program that owns them): two
+    backward passes agree bit for bit."""
     q, k, v = _inputs(1, 8, 2, 1000, 1000, 128, BF16, seed)
     do = torch.randn_like(q)
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        first, second = (_run(lambda a, b, c: osm.attention(a, b, c, causal=True), q, k, v, do) for _ in range(2))
-    finally:
-        torch.use_deterministic_algorithms(before)
+    first, second = (_run(lambda a, b, c: osm.attention(a, b, c, causal=True), q, k, v, do) for _ in range(2))
     for a, b in zip(first, second):
         assert torch.equal(a, b)
 

@@ -84,8 +84,7 @@ def attention_forward(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor
 
 def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
     """(dQ, dK, dV) in the inputs' dtypes and shapes, contiguous, given the forward's O and base-2 LSE, dO and the
-    (natural) LSE's own gradient dlse (None: zero). dQ is summed with fp32 atomics in the dK/dV kernel (its last
-    bits vary run to run) unless torch.use_deterministic_algorithms(True) is on: then the dq kernel computes it."""
+    (natural) LSE's own gradient dlse (None: zero)."""
     _check((("q", q), ("k", k), ("v", v), ("o", o), ("do", do)), q.shape[-1], backward=True)
     B, H, SQ, D = q.shape
     HKV, SK = k.shape[1], k.shape[2]
@@ -97,19 +96,15 @@ def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
     keys = (rules.length_bucket(SQ), rules.length_bucket(SK))
-    atomic = not torch.are_deterministic_algorithms_enabled()
-    dq32 = torch.zeros((B, H, SQ, D), dtype=torch.float32, device=q.device) if atomic else None
     with _on_device(q), _TUNING:
         K.bwd_preprocess[(cdiv(SQ, PREPROCESS_BLOCK), B * H)](
             o, do, lse2.contiguous(), dlse, delta, mlog2, *_strides(o), *_strides(do), H, SQ,
             HEAD_D=D, BLOCK_M=PREPROCESS_BLOCK)
-        kernel, meta, (_, bn) = _tiles(K.dkdvq_tuned if atomic else K.dkdv_tuned, K.dkdv_kernel)
+        kernel, meta, (_, bn) = _tiles(K.dkdv_tuned, K.dkdv_kernel)
         kernel[lambda m: (cdiv(SK, bn(m)), B * HKV)](
-            q, k, v, do, dk, dv, dq32, mlog2, delta, scale * LOG2E, scale,
+            q, k, v, do, dk, dv, mlog2, delta, scale * LOG2E, scale,
             *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
             H, HKV, H // HKV, SQ, SK, *keys, HEAD_D=D, CAUSAL=bool(causal), **meta)
-        if atomic:
-            return dq.copy_(dq32), dk, dv
         kernel, meta, (bm, _) = _tiles(K.dq_tuned, K.dq_kernel)
         kernel[lambda m: (cdiv(SQ, bm(m)), B * H)](
             q, k, v, do, dq, mlog2, delta, scale * LOG2E, scale,
@@ -121,5 +116,4 @@ def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
 def best_configs() -> dict:
     """What the autotuner picked for every key it has seen (for the benchmark's record)."""
     return {name: {str(key): str(cfg) for key, cfg in kernel.cache.items()}
-            for name, kernel in (("forward", K.fwd_tuned), ("dkdv", K.dkdv_tuned), ("dkdvq", K.dkdvq_tuned),
-                                 ("dq", K.dq_tuned))}
+            for name, kernel in (("forward", K.fwd_tuned), ("dkdv", K.dkdv_tuned), ("dq", K.dq_tuned))}

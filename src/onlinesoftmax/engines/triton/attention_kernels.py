@@ -16,13 +16,11 @@ Rows with no visible key (Sk = 0, or causal with Sq > Sk) keep the empty state (
 state.py: the masked update shifts by 0 instead of -inf (exp(-inf - -inf) = nan is the seeds'
 pitfall), and the epilogue writes O = 0, LSE = -inf.
 
-Backward (FA2): `bwd_preprocess` writes delta = rowsum(dO * O) - dLSE (the LSE's own
+Backward (FA2, no atomics): `bwd_preprocess` writes delta = rowsum(dO * O) - dLSE (the LSE's own
 gradient folds in there: dS = P * (dP - delta)) and the forward's base-2 LSE, with +inf for an
 empty row so that P = 2^(s - m) = 0 there. `bwd_dkdv` holds one key/value tile and streams the
-query tiles of every head of its group (the GQA sum stays in registers). By default it also adds
-each tile's dQ = dS K into an fp32 dQ with atomics (five GEMMs per tile pair, as FA2): the order of
-those additions varies from run to run. Deterministic (torch.use_deterministic_algorithms), `bwd_dq`
-instead holds one query tile and streams the key tiles, recomputing P and dP (seven GEMMs in all).
+query tiles of every head of its group (the GQA sum stays in registers); `bwd_dq` holds one query
+tile and streams the key tiles. Both recompute P.
 
 Import this module only after TRITON_INTERPRET is set (if it is to be set).
 """
@@ -61,10 +59,9 @@ def _bench(kernel_call, quantiles):
     return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
 
 
-def _tuned(kernel: str, key: list, reset_to_zero=None):
+def _tuned(kernel: str, key: list):
     def wrap(fn):
-        return triton.autotune(_configs(kernel), key=key, prune_configs_by=_pruner(kernel), do_bench=_bench,
-                               reset_to_zero=reset_to_zero)(fn)
+        return triton.autotune(_configs(kernel), key=key, prune_configs_by=_pruner(kernel), do_bench=_bench)(fn)
     return wrap
 
 
@@ -204,8 +201,8 @@ def bwd_preprocess(O, DO, LSE2, DLSE, DELTA, MLOG2, stride_ob, stride_oh, stride
 
 
 @triton.jit
-def _dkdv_stage(dk, dv, k, v, q_base, do_base, m_base, d_base, dq_base, stride_qs, stride_dos, offs_n, offs_d, lo,
-                hi, qk_scale, sm_scale, SQ, SK, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
+def _dkdv_stage(dk, dv, k, v, q_base, do_base, m_base, d_base, stride_qs, stride_dos, offs_n, offs_d, lo, hi,
+                qk_scale, SQ, SK, BLOCK_M: tl.constexpr, MASKED: tl.constexpr):
     offs_mb = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -222,15 +219,11 @@ def _dkdv_stage(dk, dv, k, v, q_base, do_base, m_base, d_base, dq_base, stride_q
         dpT = tl.dot(v, tl.trans(do))
         dsT = pT * (dpT - delta[None, :])
         dk = tl.dot(dsT.to(q.dtype), q, dk)
-        if dq_base is not None:  # this key tile's share of dQ = dS K, added into the fp32 dQ (padded keys: K = 0)
-            dq = tl.dot(tl.trans(dsT.to(k.dtype)), k) * sm_scale
-            tl.atomic_add(dq_base + offs_m[:, None] * HEAD_D + offs_d[None, :], dq, mask=rows[:, None],
-                          sem="relaxed")
     return dk, dv
 
 
 @triton.jit(do_not_specialize=PLAIN_INTS)
-def _bwd_dkdv(Q, K, V, DO, DK, DV, DQ, MLOG2, DELTA, qk_scale, sm_scale,
+def _bwd_dkdv(Q, K, V, DO, DK, DV, MLOG2, DELTA, qk_scale, sm_scale,
               stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
               stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
               stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
@@ -263,14 +256,10 @@ def _bwd_dkdv(Q, K, V, DO, DK, DV, DQ, MLOG2, DELTA, qk_scale, sm_scale,
         q_base = Q + off_b * stride_qb + off_h * stride_qh
         do_base = DO + off_b * stride_dob + off_h * stride_doh
         row0 = (off_b * H + off_h) * SQ
-        dq_base = DQ  # None: dQ is the dq kernel's (deterministic)
-        if DQ is not None:
-            dq_base = DQ + row0 * HEAD_D
-        dk, dv = _dkdv_stage(dk, dv, k, v, q_base, do_base, MLOG2 + row0, DELTA + row0, dq_base, stride_qs,
-                             stride_dos, offs_n, offs_d, lo, mid, qk_scale, sm_scale, SQ, SK, HEAD_D, BLOCK_M, True)
-        dk, dv = _dkdv_stage(dk, dv, k, v, q_base, do_base, MLOG2 + row0, DELTA + row0, dq_base, stride_qs,
-                             stride_dos, offs_n, offs_d, mid, end, qk_scale, sm_scale, SQ, SK, HEAD_D, BLOCK_M,
-                             False)
+        dk, dv = _dkdv_stage(dk, dv, k, v, q_base, do_base, MLOG2 + row0, DELTA + row0, stride_qs, stride_dos,
+                             offs_n, offs_d, lo, mid, qk_scale, SQ, SK, BLOCK_M, True)
+        dk, dv = _dkdv_stage(dk, dv, k, v, q_base, do_base, MLOG2 + row0, DELTA + row0, stride_qs, stride_dos,
+                             offs_n, offs_d, mid, end, qk_scale, SQ, SK, BLOCK_M, False)
     dk *= sm_scale
     tl.store(DK + off_b * stride_dkb + off_hk * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=keys[:, None])
@@ -280,8 +269,6 @@ def _bwd_dkdv(Q, K, V, DO, DK, DV, DQ, MLOG2, DELTA, qk_scale, sm_scale,
 
 dkdv_kernel = _bwd_dkdv
 dkdv_tuned = _tuned("dkdv", ["HEAD_D", "CAUSAL", "SQ_KEY", "SK_KEY"])(_bwd_dkdv)
-# with dQ's atomics: the candidates are timed on a zeroed fp32 dQ each, and zero it again before the real launch
-dkdvq_tuned = _tuned("dkdvq", ["HEAD_D", "CAUSAL", "SQ_KEY", "SK_KEY"], reset_to_zero=["DQ"])(_bwd_dkdv)
 
 
 @triton.jit

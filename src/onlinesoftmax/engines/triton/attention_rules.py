@@ -36,15 +36,12 @@ CANDIDATES = {
     # fp32 accumulators of D = 128 leave registers for 32-row query tiles only (64 rows spill)
     ("dkdv", 64): (_C(32, 128, 8, 3), _C(64, 128, 8, 2), _C(64, 128, 8, 3)),
     ("dkdv", 128): (_C(32, 128, 8, 3), _C(16, 128, 8, 3), _C(64, 64, 8, 2)),
-    # dK/dV with dQ's atomics: one more GEMM per tile pair, its BLOCK_M x D fp32 result added into dQ
-    ("dkdvq", 64): (_C(32, 128, 8, 3), _C(64, 128, 8, 2), _C(64, 128, 8, 3)),
-    ("dkdvq", 128): (_C(32, 128, 8, 3), _C(16, 128, 8, 3), _C(64, 64, 8, 2)),
     # dQ: BLOCK_M query rows held per program (Q, dO and the fp32 dQ), BLOCK_N keys streamed
     ("dq", 64): (_C(64, 64, 4, 3), _C(128, 64, 8, 2), _C(128, 128, 8, 2)),
     ("dq", 128): (_C(128, 64, 8, 2), _C(128, 32, 8, 3), _C(128, 64, 8, 3)),
 }
 KERNELS = {k: tuple(dict.fromkeys(c for (kernel, _), cs in CANDIDATES.items() if kernel == k for c in cs))
-           for k in ("forward", "dkdv", "dkdvq", "dq")}
+           for k in ("forward", "dkdv", "dq")}
 
 
 def length_bucket(n: int) -> int:
@@ -56,7 +53,7 @@ def length_bucket(n: int) -> int:
 
 
 def candidates(kernel: str, head_dim: int) -> tuple:
-    """The candidates of `kernel` ("forward", "dkdv", "dkdvq", "dq") worth timing at this head dim."""
+    """The candidates of `kernel` ("forward", "dkdv", "dq") worth timing at this head dim."""
     return CANDIDATES[kernel, 64 if head_dim <= 64 else 128 if head_dim <= 128 else 256]
 
 
