@@ -4,8 +4,8 @@ import): the op layer and the tests ask it on machines without Triton.
 
 The candidate lists are short on purpose: every candidate is compiled (~2 s) and timed once per
 (head dim, causal, length bucket) the first time that key is seen, so a long list costs a long
-first call. They are FA2's shapes on Hopper: a 128-row query tile per program in the forward and
-in dQ, a 64- or 128-key tile per program in dK/dV, 4 or 8 warps, 2 to 4 pipeline stages.
+first call. They are FA2's shapes on Hopper: a 64- or 128-row query tile per program in the forward
+and in dQ, a 64- or 128-key tile per program in dK/dV, 4 or 8 warps, 2 to 4 pipeline stages.
 """
 
 from __future__ import annotations
@@ -24,24 +24,28 @@ class Candidate(NamedTuple):
     num_stages: int
 
 
-# Picked from sm_90 compiles here (ptxas resource usage, no GPU needed: the candidates that spill no or few
-# registers) and from the H200 sweep (benchmarks/results/h200-attention*: the configurations the autotuner chose,
-# with the next candidates worth timing). D <= 64 and D = 128 have their own lists; 256 is forward only.
+# Picked from sm_90 compiles here (ptxas resource usage, no GPU needed) and from H200 timings of each candidate
+# through the public backward (benchmarks/attention_tiles.py; benchmarks/results/h200-attention-tiles-*.txt) and the
+# sweep (h200-attention*: what the autotuner chose). D <= 64 and D = 128 have their own lists; 256 is forward only.
 _C = Candidate
 CANDIDATES = {
     ("forward", 64): (_C(128, 64, 8, 3), _C(128, 128, 8, 2)),
     ("forward", 128): (_C(128, 64, 8, 3), _C(128, 64, 8, 4)),
     ("forward", 256): (_C(64, 64, 4, 2), _C(128, 64, 8, 2)),  # a 256-wide fp32 accumulator
-    # dK/dV: BLOCK_N keys held per program (K, V and the fp32 dK, dV), BLOCK_M query rows streamed. The 128 x 128
-    # fp32 accumulators of D = 128 leave registers for 32-row query tiles only (64 rows spill)
-    ("dkdv", 64): (_C(32, 128, 8, 3), _C(64, 128, 8, 2), _C(64, 128, 8, 3)),
-    ("dkdv", 128): (_C(32, 128, 8, 3), _C(16, 128, 8, 3), _C(64, 64, 8, 2)),
+    # dK/dV: BLOCK_N keys held per program (K, V and the fp32 dK, dV), BLOCK_M query rows streamed. At D = 64,
+    # four warps on 64 x 64 win at every measured shape (5-11% over the next). At D = 128 the 128 x 128 fp32 dK
+    # and dV leave registers for 32-row query tiles; 64 rows spill ~100-250 bytes yet win when causal (+5-6%)
+    ("dkdv", 64): (_C(64, 64, 4, 3), _C(32, 128, 8, 3), _C(64, 128, 8, 3)),
+    ("dkdv", 128): (_C(32, 128, 8, 3), _C(64, 128, 8, 2)),
     # dQ: BLOCK_M query rows held per program (Q, dO and the fp32 dQ), BLOCK_N keys streamed
-    ("dq", 64): (_C(64, 64, 4, 3), _C(128, 64, 8, 2), _C(128, 128, 8, 2)),
-    ("dq", 128): (_C(128, 64, 8, 2), _C(128, 32, 8, 3), _C(128, 64, 8, 3)),
+    ("dq", 64): (_C(64, 64, 4, 3), _C(128, 64, 8, 3)),
+    ("dq", 128): (_C(128, 64, 8, 3), _C(128, 64, 8, 2)),
 }
 KERNELS = {k: tuple(dict.fromkeys(c for (kernel, _), cs in CANDIDATES.items() if kernel == k for c in cs))
            for k in ("forward", "dkdv", "dq")}
+# the shortest tile along a sequence on a GPU (query tiles of the forward and dq, key tiles of dK/dV): the grid's
+# second axis carries S / tile programs, at most 65535
+SEQUENCE_TILE = min([c.BLOCK_M for k in ("forward", "dq") for c in KERNELS[k]] + [c.BLOCK_N for c in KERNELS["dkdv"]])
 
 
 def length_bucket(n: int) -> int:
