@@ -300,12 +300,11 @@ def test_custom_op_fake_kernels_on_a_bshd_layout():
                                                   "reference"))
 
 
-def test_sequence_beyond_the_grid_is_refused():
-    """The sequence tiles ride on the kernels' grid axis 1 (at most 65535 programs): beyond it a clear error, not a
-    failed launch; batch x heads rides on axis 0 and is not limited (meta tensors: no memory)."""
+def test_batch_times_heads_beyond_the_grid_is_refused():
+    """B x H rides on the kernels' grid axis 1 (at most 65535 programs): beyond it a clear error, not a failed
+    launch (meta tensors: no memory)."""
     from onlinesoftmax.engines.triton import attention as engine
 
-    longest = 65535 * rules.SEQUENCE_TILE
-    engine._check((("q", torch.empty(2, 40000, longest, 64, device="meta")),), 64, False)
-    with pytest.raises(OnlineSoftmaxError, match="split the sequence"):
-        engine._check((("q", torch.empty(1, 1, longest + 1, 64, device="meta")),), 64, False)
+    engine._check((("q", torch.empty(2, 32767, 4, 64, device="meta")),), 64, False)
+    with pytest.raises(OnlineSoftmaxError, match="split the batch"):
+        engine._check((("q", torch.empty(2, 40000, 4, 64, device="meta")),), 64, False)

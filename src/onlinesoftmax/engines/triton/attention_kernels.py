@@ -92,13 +92,12 @@ def _visible(offs_m, cols, SQ, SK, CAUSAL: tl.constexpr):
 
 @triton.jit
 def _query_tile(H, GROUP, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
-    """The program's (batch * head, batch, query head, key/value head, first query row): grid axis 0 batch * heads,
-    axis 1 the query tiles. Programs start in grid order, axis 0 fastest; causal, the tiles run longest first
-    across every head (the longest-processing-time-first schedule), so the last wave is short ones."""
-    pid_bh = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    """The program's (batch * head, batch, query head, key/value head, first query row): grid axis 0 the query
+    tiles (causal: the longest first, so the last wave is short ones), axis 1 batch * heads."""
+    pid_m = tl.program_id(0)
     if CAUSAL:
-        pid_m = tl.num_programs(1) - 1 - pid_m
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
     off_h = pid_bh % H
     off_hk = (off_h // GROUP).to(tl.int64)
@@ -182,10 +181,10 @@ fwd_tuned = _tuned("forward", ["HEAD_D", "CAUSAL", "SQ_KEY", "SK_KEY"])(_fwd)
 def bwd_preprocess(O, DO, LSE2, DLSE, DELTA, MLOG2, stride_ob, stride_oh, stride_os,
                    stride_dob, stride_doh, stride_dos, H, SQ, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
     """delta = rowsum(dO * O) - dLSE and m = the forward's base-2 LSE (+inf for an empty row), fp32 (B * H, SQ)."""
-    pid_bh = tl.program_id(0)
+    pid_bh = tl.program_id(1)
     off_b = (pid_bh // H).to(tl.int64)
     off_h = (pid_bh % H).to(tl.int64)
-    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     rows = offs_m < SQ
     o = tl.load(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :],
@@ -228,14 +227,20 @@ def _bwd_dkdv(Q, K, V, DO, DK, DV, MLOG2, DELTA, qk_scale, sm_scale,
               stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
               stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
               stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
-              H, HKV, GROUP, SQ, SK, SQ_KEY, SK_KEY,
-              HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # grid axis 0 batch * key/value heads, axis 1 the key tiles: causal, the first key tiles see the most query
-    # rows, and every head's first tile starts before any second one (longest first, as _query_tile)
-    pid_bh = tl.program_id(0)
+              H, HKV, GROUP, SQ, SK, SQ_KEY, SK_KEY, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
+              HEADS_FIRST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # The key tiles on grid axis 0 and the (batch, key/value head) pairs on axis 1: blocks start axis 0 fastest, so
+    # the programs running at once share one head's Q and dO in L2. HEADS_FIRST swaps the axes: the first key tile
+    # of every head starts before any second one. Causal, the first tiles see the most query rows, and with grouped
+    # heads a program is GROUP times longer: run longest first, so the last wave is short programs.
+    if HEADS_FIRST:
+        pid_bh = tl.program_id(0)
+        start_n = tl.program_id(1) * BLOCK_N
+    else:
+        pid_bh = tl.program_id(1)
+        start_n = tl.program_id(0) * BLOCK_N
     off_b = (pid_bh // HKV).to(tl.int64)
     off_hk = (pid_bh % HKV).to(tl.int64)
-    start_n = tl.program_id(1) * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
     keys = offs_n < SK
@@ -271,7 +276,7 @@ def _bwd_dkdv(Q, K, V, DO, DK, DV, MLOG2, DELTA, qk_scale, sm_scale,
 
 
 dkdv_kernel = _bwd_dkdv
-dkdv_tuned = _tuned("dkdv", ["HEAD_D", "CAUSAL", "SQ_KEY", "SK_KEY"])(_bwd_dkdv)
+dkdv_tuned = _tuned("dkdv", ["HEAD_D", "CAUSAL", "HEADS_FIRST", "SQ_KEY", "SK_KEY"])(_bwd_dkdv)
 
 
 @triton.jit

@@ -43,9 +43,6 @@ CANDIDATES = {
 }
 KERNELS = {k: tuple(dict.fromkeys(c for (kernel, _), cs in CANDIDATES.items() if kernel == k for c in cs))
            for k in ("forward", "dkdv", "dq")}
-# the shortest tile along a sequence on a GPU (query tiles of the forward and dq, key tiles of dK/dV): the grid's
-# second axis carries S / tile programs, at most 65535
-SEQUENCE_TILE = min([c.BLOCK_M for k in ("forward", "dq") for c in KERNELS[k]] + [c.BLOCK_N for c in KERNELS["dkdv"]])
 
 
 def length_bucket(n: int) -> int:
