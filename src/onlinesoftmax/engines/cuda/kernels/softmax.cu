@@ -32,8 +32,9 @@
 // bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided: the same shapes for OP 2 and 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
-// SASS: every instantiation the plans can pick compiles to the same sm_90 instructions as the separate forward
-// and backward kernels of be1e6c1 (benchmarks/sass_diff.py). NVVM's register numbering follows the order of
+// SASS: when the regimes were merged (issue 11), every instantiation compiled to the same sm_90 instructions as the
+// separate forward and backward kernels of be1e6c1 (benchmarks/sass_diff.py); later changes say what they changed
+// (unpack_x: the forward window kernels). NVVM's register numbering follows the order of
 // declarations, helper calls and address arithmetic closely: where a comment below says a form is kept for the
 // SASS, the other forms tried changed it.
 //
@@ -190,8 +191,11 @@ template <int OP, int DT, int W, int DTO = DT> struct op_traits {
     }
 
     // Forward: one access unpacked, its elements outside [lo, hi) (beside a window's row) set to -inf.
+    // elements outside [lo, hi) become -inf; the test per element only in the first and last access of a window
+    // (lo > 0 or hi < W), the others take one test per access (folded away on the aligned path: lo 0, hi W)
     static __device__ __forceinline__ void unpack_x(const raw& r, float* x, int lo, int hi) {
         io::unpack(r, x);
+        if (lo <= 0 && hi >= W) return;
 #pragma unroll
         for (int j = 0; j < W; j++) x[j] = j >= lo && j < hi ? x[j] : OS_NEG_INF;
     }
