@@ -79,7 +79,7 @@ def test_occupancy_targets(inst, report):
         if fam not in ("warp", "row", "cols", "strided"):  # cross-entropy's small launches (ce_targets, ...)
             continue
         threads = _block_of(k)
-        # a row CTA of THREADS not a power of 2 (block_threads: pairs of warps) gets 1024 // THREADS per SM
+        # a row CTA of THREADS not a power of 2 (block_threads: whole warps) gets 1024 // THREADS per SM
         per_sm = {"warp": 4 * threads, "row": 1024 // threads * threads, "cols": 1024, "strided": 2 * threads}
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
@@ -278,15 +278,23 @@ def test_warp_rules():
 
 
 def test_block_rules():
-    assert P.block_threads("softmax", torch.bfloat16, 8, 4097 + 7) == (320, 2)  # 513 accesses: 10 warps, not 16
-    assert P.block_threads("softmax", torch.float32, 4, 12289 + 3) == (448, 8)
-    assert P.block_threads("softmax", torch.float32, 4, 4096) == (256, 4)
+    # forward, 16-byte path: 3 accesses per thread, whole warps
+    assert P.block_threads("softmax", torch.bfloat16, 8, 4097 + 7) == (192, 3)  # 513 accesses: 6 warps, not 16
+    assert P.block_threads("softmax", torch.bfloat16, 8, 1023 + 7) == (64, 3)  # 129 accesses
+    assert P.block_threads("softmax", torch.bfloat16, 8, 12289 + 7) == (416, 4)  # 1537: beyond 512 x 3
+    assert P.block_threads("softmax", torch.float32, 4, 12289 + 3) == (416, 8)  # 3073: beyond 512 x 4
+    assert P.block_threads("softmax", torch.float32, 4, 4096) == (352, 3)
+    assert P.block_threads("softmax", torch.float32, 4, 8192) == (512, 4)
+    # backward and the scalar path: half the registers, pairs of warps
+    assert P.block_threads("softmax_backward", torch.bfloat16, 8, 4097 + 7) == (320, 2)
+    assert P.block_threads("softmax", torch.float32, 1, 1000) == (128, 16)
     for op in P.ENGINE_OPS:
         for dtype in opdefs.GPU_DTYPES:
             W = P.vec_width(dtype)
             for N in (P.warp_max_n(op, dtype, W) + W, 4096, 8192, P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W):
                 threads, slots = P.block_threads(op, dtype, W, N)
-                assert P.ROW_MIN_THREADS <= threads <= P.ROW_MAX_THREADS and threads * slots * W >= N
+                low = P.ROW_MIN_THREADS if P.OPS[op].backward else P.FWD_ROW_MIN_THREADS
+                assert low <= threads <= P.ROW_MAX_THREADS and threads % 32 == 0 and threads * slots * W >= N
 
 
 def test_split_rules():

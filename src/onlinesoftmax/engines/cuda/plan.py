@@ -50,6 +50,8 @@ REGIMES = ("warp", "block", "cluster", "split", "columns", "strided")
 WARP_THREADS = 256  # the same names in softmax.cu (an enum)
 ROW_MAX_THREADS = 512  # __launch_bounds__(512, 2): <= 64 registers, 2 CTAs/SM
 ROW_MIN_THREADS = 128
+FWD_ROW_SLOTS = 3  # the forward's row kernels on the 16-byte path: accesses per thread (block_threads)
+FWD_ROW_MIN_THREADS = 64
 SPLIT_THREADS = 256
 SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
@@ -142,16 +144,28 @@ def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
 
 
 def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
-    """(threads, slots) of one CTA per row holding the row in registers: half the register budget per thread
-    when the threads suffice (more CTAs per SM, shorter per-thread chains), the whole budget up to 512 threads.
-    The threads are the row's accesses over the slots rounded up to a pair of warps, not to a power of two: a row of
-    N = 3000 or 4097 leaves at most two warps' slots empty, not nearly half the CTA."""
+    """(threads, slots) of one CTA per row holding the row in registers.
+
+    Forward on the 16-byte path: 3 accesses per thread (48 bytes in flight), else the fewest slots above that fit
+    512 threads, the threads the row's accesses over the slots rounded up to a warp (64 at least). Timed on the H200
+    (benchmarks/tune_rows.py, benchmarks/results/h200-rows-*): against the rule below, 16-bit N = 4095 and 4097 went
+    from 80% to 94% of copy (320 x 2 -> 192 x 3), 12289 from 62% to 77% (448 x 4 -> 416 x 4), fp32 1023 and 1025
+    from ~79% to 97% (96 x 3); powers of two stay within a point.
+
+    Otherwise (backward, scalar path): half the register budget per thread when the threads suffice (more CTAs per
+    SM, shorter per-thread chains), the whole budget up to 512 threads, the threads rounded up to a pair of warps."""
     nv = cdiv(N, W)
     rs = reg_slots(op, dtype, W)
-    for slots in (max(1, rs // 2), rs):
-        threads = max(ROW_MIN_THREADS, cdiv(cdiv(nv, slots), 64) * 64)
-        if threads <= ROW_MAX_THREADS:
-            return threads, slots
+    if W > 1 and not OPS[op].backward:
+        for slots in sorted(s for s in {FWD_ROW_SLOTS, rs // 2, rs} if s >= FWD_ROW_SLOTS):
+            threads = max(FWD_ROW_MIN_THREADS, cdiv(cdiv(nv, slots), 32) * 32)
+            if threads <= ROW_MAX_THREADS:
+                return threads, slots
+    else:
+        for slots in (max(1, rs // 2), rs):
+            threads = max(ROW_MIN_THREADS, cdiv(cdiv(nv, slots), 64) * 64)
+            if threads <= ROW_MAX_THREADS:
+                return threads, slots
     raise Unsupported(f"N = {N}: more than {ROW_MAX_THREADS * rs * W} elements do not fit one CTA's registers")
 
 
@@ -510,7 +524,7 @@ def _probe_ns(W: int, window: bool = False) -> list[int]:
     for k in range(5, 20):
         p = 1 << k
         ns.update({p - 1, p, p + 1, p + p // 2})
-    ns.update(64 * k * s + d for k in range(2, 9) for s in (1, 2, 4, 8, 16) for d in (0, 1))  # block: warp pairs
+    ns.update(32 * k * s + d for k in range(2, 17) for s in (1, 2, 3, 4, 8, 16) for d in (0, 1))  # block: warps
     ns = {n * W for n in ns} | ns
     if window:
         ns |= {n - W + 1 for n in ns if n > W} | {n - W + 2 for n in ns if n > W}
