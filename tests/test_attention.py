@@ -300,6 +300,15 @@ def test_custom_op_fake_kernels_on_a_bshd_layout():
                                                   "reference"))
 
 
+def test_dkdv_program_order():
+    """Longest first (heads on grid axis 0) only for causal grouped heads, and only while the key tiles fit axis 1."""
+    from onlinesoftmax.engines.triton import attention as engine
+
+    assert engine.heads_first_dkdv(True, 16, 4, 4096)
+    assert not engine.heads_first_dkdv(False, 16, 4, 4096) and not engine.heads_first_dkdv(True, 16, 16, 4096)
+    assert not engine.heads_first_dkdv(True, 16, 4, 65535 * 64 + 1)
+
+
 def test_batch_times_heads_beyond_the_grid_is_refused():
     """B x H rides on the kernels' grid axis 1 (at most 65535 programs): beyond it a clear error, not a failed
     launch (meta tensors: no memory)."""

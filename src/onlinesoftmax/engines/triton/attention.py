@@ -82,12 +82,13 @@ def attention_forward(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor
     return o, lse, lse2
 
 
-def heads_first_dkdv(causal: bool, H: int, HKV: int) -> bool:
+def heads_first_dkdv(causal: bool, H: int, HKV: int, SK: int) -> bool:
     """Whether the dK/dV grid starts every head's first key tile first (the kernel's HEADS_FIRST): causal with
     grouped heads, where programs are long and uneven. On the H200 (benchmarks/results/h200-attention-*-37307f5)
     that order took causal GQA at S = 4096, D = 128 from 1.10x to 1.27x flash, but lost 5-15% elsewhere, where
-    the programs running at once no longer share a head's Q and dO in L2."""
-    return bool(causal) and HKV < H
+    the programs running at once no longer share a head's Q and dO in L2. The key tiles then ride on grid axis 1
+    (at most 65535): a longer key sequence keeps the usual order."""
+    return bool(causal) and HKV < H and cdiv(SK, min(c.BLOCK_N for c in rules.KERNELS["dkdv"])) <= MAX_GRID_Y
 
 
 def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
@@ -109,7 +110,7 @@ def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
             o, do, lse2.contiguous(), dlse, delta, mlog2, *_strides(o), *_strides(do), H, SQ,
             HEAD_D=D, BLOCK_M=PREPROCESS_BLOCK)
         kernel, meta, (_, bn) = _tiles(K.dkdv_tuned, K.dkdv_kernel)
-        heads_first = heads_first_dkdv(causal, H, HKV)
+        heads_first = heads_first_dkdv(causal, H, HKV, SK)
         kernel[lambda m: (B * HKV, cdiv(SK, bn(m))) if heads_first else (cdiv(SK, bn(m)), B * HKV)](
             q, k, v, do, dk, dv, mlog2, delta, scale * LOG2E, scale,
             *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
