@@ -306,6 +306,7 @@ def test_dkdv_program_order():
 
     assert engine.heads_first_dkdv(True, 16, 4, 4096)
     assert not engine.heads_first_dkdv(False, 16, 4, 4096) and not engine.heads_first_dkdv(True, 16, 16, 4096)
+    assert engine.heads_first_dkdv(True, 16, 4, 65535 * 64)
     assert not engine.heads_first_dkdv(True, 16, 4, 65535 * 64 + 1)
 
 

@@ -11,7 +11,8 @@ two applies (run.py decides the layout; plans take M rows of N, or (outer = M, N
 
 Regimes (row layout), picked by `choose_regime` from N, M and the register budget of the op and dtype:
     warp     N <= warp_max_n (1024 fwd; 512 fp32 bwd): 2^lg lanes per row, RPT rows per lane group in flight
-    block    one CTA (128..512 threads) per row, the row in registers (+ dynamic smem when SSLOTS > 0)
+    block    one CTA (64..512 threads forward, 128..512 backward) per row, the row in registers
+             (+ dynamic smem when SSLOTS > 0)
     cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
              when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA
     split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
@@ -524,7 +525,7 @@ def _probe_ns(W: int, window: bool = False) -> list[int]:
     for k in range(5, 20):
         p = 1 << k
         ns.update({p - 1, p, p + 1, p + p // 2})
-    ns.update(32 * k * s + d for k in range(2, 17) for s in (1, 2, 3, 4, 8, 16) for d in (0, 1))  # block: warps
+    ns.update(32 * k * s + d for k in range(2, 17) for s in (1, 2, 3, 4, 8, 16, 32) for d in (0, 1))  # block: warps
     ns = {n * W for n in ns} | ns
     if window:
         ns |= {n - W + 1 for n in ns if n > W} | {n - W + 2 for n in ns if n > W}

@@ -24,7 +24,7 @@ from . import attention_rules as rules
 
 LOG2E = 1.4426950408889634
 PREPROCESS_BLOCK = 64
-MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, which carries the (batch, head) pairs
+MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1: the (batch, head) pairs, or dK/dV's key tiles when HEADS_FIRST
 # Triton's autotuner keeps per-call state (its nargs) while it benchmarks a new key: one tuned launch at a time.
 # (A first call at a new key also synchronises to time its candidates: call once before capturing a CUDA graph.)
 _TUNING = threading.Lock()

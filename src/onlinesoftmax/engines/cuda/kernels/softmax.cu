@@ -190,9 +190,9 @@ template <int OP, int DT, int W, int DTO = DT> struct op_traits {
         }
     }
 
-    // Forward: one access unpacked, its elements outside [lo, hi) (beside a window's row) set to -inf.
-    // elements outside [lo, hi) become -inf; the test per element only in the first and last access of a window
-    // (lo > 0 or hi < W), the others take one test per access (folded away on the aligned path: lo 0, hi W)
+    // Forward: one access unpacked, its elements outside [lo, hi) (beside a window's row) set to -inf: the test
+    // per element only in the first and last access of a window (lo > 0 or hi < W); the others take one test per
+    // access (folded away on the aligned path: lo 0, hi W)
     static __device__ __forceinline__ void unpack_x(const raw& r, float* x, int lo, int hi) {
         io::unpack(r, x);
         if (lo <= 0 && hi >= W) return;
