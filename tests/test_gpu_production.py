@@ -43,11 +43,13 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
     wmax = P.warp_max_n(op, dtype, W)
     rcap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W
     cap = P.row_capacity(op, dtype, W)
+    three = P.ROW_MAX_THREADS * P.FWD_ROW_SLOTS * W  # block_threads: the forward's switch from 3 slots a thread
     return {
         # N = 1, odd N (scalar path), the longest warp row; M = 37 spans several lane groups and a partial CTA
         "warp": [(1, 1), (37, 33), (37, wmax)],
-        # just above the warp regime, odd N, registers full, first smem slot
-        "block": [(3, wmax + W), (2, wmax + 1), (2, rcap), (1, rcap + W)],
+        # just above the warp regime, odd N, the forward's 3-slot CTAs full and one access more (4 slots), registers
+        # full, first smem slot
+        "block": [(3, wmax + W), (2, wmax + 1), (2, three), (2, three + W), (2, rcap), (1, rcap + W)],
         # a cluster of 2 on a short row (mostly empty CTAs), just above one CTA, N = 262144 (C = 8, or 16 fp32 bwd)
         "cluster": [(2, 100 * W), (2, cap + W), (1, 262144)],
         # one element, odd N, several chunks per row
@@ -306,8 +308,9 @@ def _window_shapes(op, dtype):
     rcap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W
     cap = P.row_capacity(op, dtype, W)
     many = 140  # more rows than SMs: no few-rows rule
+    three = P.ROW_MAX_THREADS * P.FWD_ROW_SLOTS * W  # block_threads: the forward's switch from 3 slots a thread
     return [(37, 1, "warp"), (37, 33, "warp"), (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
-            (many, rcap - W + 1, "block"), (many, rcap + 3, "block" if cap > rcap else "cluster"),
+            (many, three - W + 1, "block"), (many, three - W + 2, "block"), (many, rcap - W + 1, "block"), (many, rcap + 3, "block" if cap > rcap else "cluster"),
             (many, cap - W + 1, "block"), (many, cap + 1, "cluster"), (2, 2 * cap - W + 1, "cluster"),
             (1, 131071, "cluster"), (300, 50257, None)]
 
