@@ -150,23 +150,22 @@ def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
     Forward on the 16-byte path: 3 accesses per thread (48 bytes in flight), else the fewest slots above that fit
     512 threads, the threads the row's accesses over the slots rounded up to a warp (64 at least). Timed on the H200
     (benchmarks/tune_rows.py, benchmarks/results/h200-rows-*): against the rule below, 16-bit N = 4095 and 4097 went
-    from 80% to 94% of copy (320 x 2 -> 192 x 3), 12289 from 62% to 77% (448 x 4 -> 416 x 4), fp32 1023 and 1025
-    from ~79% to 97% (96 x 3); powers of two stay within a point.
+    from 80% to 94% of copy (320 x 2 -> 192 x 3), 12289 from 62% to 77% (448 x 4 -> 416 x 4), fp32 12289 from 70% to
+    81% (448 x 8 -> 416 x 8); fp32 1023 and 1025 stay at 97% (96 x 3), powers of two within a point.
 
     Otherwise (backward, scalar path): half the register budget per thread when the threads suffice (more CTAs per
     SM, shorter per-thread chains), the whole budget up to 512 threads, the threads rounded up to a pair of warps."""
     nv = cdiv(N, W)
     rs = reg_slots(op, dtype, W)
     if W > 1 and not OPS[op].backward:
-        for slots in sorted(s for s in {FWD_ROW_SLOTS, rs // 2, rs} if s >= FWD_ROW_SLOTS):
-            threads = max(FWD_ROW_MIN_THREADS, cdiv(cdiv(nv, slots), 32) * 32)
-            if threads <= ROW_MAX_THREADS:
-                return threads, slots
+        choices = sorted(s for s in {FWD_ROW_SLOTS, rs // 2, rs} if s >= FWD_ROW_SLOTS)
+        step, low = 32, FWD_ROW_MIN_THREADS
     else:
-        for slots in (max(1, rs // 2), rs):
-            threads = max(ROW_MIN_THREADS, cdiv(cdiv(nv, slots), 64) * 64)
-            if threads <= ROW_MAX_THREADS:
-                return threads, slots
+        choices, step, low = (max(1, rs // 2), rs), 64, ROW_MIN_THREADS
+    for slots in choices:
+        threads = max(low, cdiv(cdiv(nv, slots), step) * step)
+        if threads <= ROW_MAX_THREADS:
+            return threads, slots
     raise Unsupported(f"N = {N}: more than {ROW_MAX_THREADS * rs * W} elements do not fit one CTA's registers")
 
 
