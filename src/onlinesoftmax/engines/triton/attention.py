@@ -28,6 +28,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1: the (batch, head) pairs, or d
 # Triton's autotuner keeps per-call state (its nargs) while it benchmarks a new key: one tuned launch at a time.
 # (A first call at a new key also synchronises to time its candidates: call once before capturing a CUDA graph.)
 _TUNING = threading.Lock()
+_DKDV_MIN_KEYS = min(c.BLOCK_N for c in rules.KERNELS["dkdv"])  # the shortest key tile dK/dV's autotuner may pick
 
 def _check(names_tensors, head_dim: int, backward: bool) -> None:
     reason = rules.unsupported(head_dim, backward)
@@ -88,7 +89,7 @@ def heads_first_dkdv(causal: bool, H: int, HKV: int, SK: int) -> bool:
     that order took causal GQA at S = 4096, D = 128 from 1.10x to 1.27x flash, but lost 5-15% elsewhere, where
     the programs running at once no longer share a head's Q and dO in L2. The key tiles then ride on grid axis 1
     (at most 65535): a longer key sequence keeps the usual order."""
-    return bool(causal) and HKV < H and cdiv(SK, min(c.BLOCK_N for c in rules.KERNELS["dkdv"])) <= MAX_GRID_Y
+    return bool(causal) and HKV < H and cdiv(SK, _DKDV_MIN_KEYS) <= MAX_GRID_Y
 
 
 def attention_backward(q, k, v, o, lse2, do, dlse, causal: bool, scale: float):
