@@ -1,13 +1,18 @@
-"""Time the forward row kernels' shapes one by one on the GPU present: the evidence for plan.py's warp and block
-rules at row lengths off the powers of two.
+"""Time the forward row kernels' shapes one by one on the GPU present: the evidence for plan.py's block and
+cluster rules at row lengths off the powers of two and for long rows.
 
-    PYTHONPATH=src python benchmarks/tune_rows.py [--dtype bfloat16] [--n 1023 4095 ...] [--op softmax]
+    PYTHONPATH=src python benchmarks/tune_rows.py [--dtype bfloat16] [--n 1023 4095 ...] [--op softmax] [--clusters]
 
 For each N (M = 2^27 // N rows, contiguous, so odd N reads through the window), `onlinesoftmax.softmax` is timed
 (triton.testing.do_bench median, L2 flushed) with the plan the rules pick ("rules"), then with the regime forced to
 "block" at every (threads, slots) one CTA can take: slots 1..reg_slots, threads the row's accesses over the slots
 rounded up to a warp (64 at least). Each result is checked against torch in fp32 (max |difference|), and given as %
 of a copy measured in the same run (read + write bytes).
+
+--clusters: instead of the block shapes, every CTA count per row C in 1, 2, 4, ..., 16 that holds the row: in
+registers alone (threads as cluster_config sizes them) and, where registers do not suffice, with the shared-memory
+slots; besides the op, the cross-entropy kernel alone (engines.cuda.run.cross_entropy: loss, lse and gradient of
+every row, the same row kernel), as % of one read of the logits + one write of the gradient.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from onlinesoftmax.intmath import cdiv
 from onlinesoftmax.runtime.bounded import BoundedCache
 
 ELEMENTS = 1 << 27
-RULES = (P.choose_regime, P.block_threads)
+RULES = (P.choose_regime, P.block_threads, P.cluster_config)
 
 
 def forget() -> None:
@@ -35,14 +40,60 @@ def forget() -> None:
             v.clear()
 
 
-def force(threads_slots=None) -> None:
-    """The rules as they are (None), or the block regime with one (threads, slots)."""
-    if threads_slots is None:
-        P.choose_regime, P.block_threads = RULES
-    else:
+def force(threads_slots=None, cluster=None) -> None:
+    """The rules as they are (both None); the block regime with one (threads, slots); or the cluster regime with
+    one (C, threads, sslots) (C == 1: the block regime, registers then shared memory as the rules size it)."""
+    P.choose_regime, P.block_threads, P.cluster_config = RULES
+    if threads_slots is not None:
         P.choose_regime = lambda *a, **k: "block"
         P.block_threads = lambda *a, **k: threads_slots
+    elif cluster is not None:
+        P.choose_regime = lambda *a, **k: "block" if cluster[0] == 1 else "cluster"
+        P.cluster_config = lambda *a, **k: cluster
     forget()
+
+
+def cluster_choices(op: str, dtype, N: int) -> list:
+    """(C, threads, sslots) for C = 1, 2, 4, ..., 16 CTAs per row: registers alone where a 512-thread CTA's share
+    fits them, else 512 threads with the shared-memory slots where that holds the share."""
+    W = P.vec_width(dtype)
+    nv = cdiv(N if N % W == 0 else N + W - 1, W)  # the window path sizes for N + W - 1
+    rs, ss = P.reg_slots(op, dtype, W), P.smem_slots(op, dtype, W)
+    out = []
+    for c in (1, 2, 4, 8, 16):
+        share = cdiv(nv, c)
+        if share <= P.ROW_MAX_THREADS * rs:
+            out.append((c, min(P.ROW_MAX_THREADS, max(P.ROW_MIN_THREADS, P.pow2ceil(cdiv(share, rs)))), 0))
+        elif share <= P.ROW_MAX_THREADS * (rs + ss):
+            out += [(c, P.ROW_MAX_THREADS, s) for s in sorted({cdiv(share, P.ROW_MAX_THREADS) - rs, ss})]
+    return out
+
+
+def resident(p) -> str:
+    """CTAs per SM the plan's (first) kernel can keep resident: cuOccupancyMaxActiveClusters x C / SMs for a cluster,
+    the occupancy API's blocks per SM for one CTA."""
+    from onlinesoftmax.engines.cuda.compiled import kernel
+    l = p.launches[0]
+    k = kernel(l.kernel, 0, l.block, l.smem, l.cluster)
+    if l.cluster > 1:
+        n = k.lk.max_active_clusters(l.block, l.cluster, l.smem)
+        return "?" if n is None else f"{n * l.cluster / torch.cuda.get_device_properties(0).multi_processor_count:.2g}"
+    try:
+        return str(k.lk.kernel.occupancy.max_active_blocks_per_multiprocessor(l.block[0], l.smem))
+    except Exception:  # an older cuda.core
+        return "?"
+
+
+def timed_ce(x: torch.Tensor, copy: float) -> str:
+    """The cross-entropy kernel alone on x as logits, random targets: % of copy (1 read + 1 write of x), or '-'."""
+    t = torch.randint(0, x.shape[1], (x.shape[0],), device=x.device)
+    g, rows, lse = torch.empty_like(x), torch.empty(x.shape[0], device=x.device), torch.empty(x.shape[0], device=x.device)
+    info = torch.ones(4, device=x.device)
+    launch = lambda: run.cross_entropy(x, t, g, rows, lse, info, -100, 0.0, 0.0)  # noqa: E731
+    if not launch():
+        return "-"
+    ms = triton.testing.do_bench(launch)
+    return f"{2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%}"
 
 
 def timed(op: str, x: torch.Tensor, ref: torch.Tensor, copy: float) -> str:
@@ -58,6 +109,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax"))
     ap.add_argument("--n", nargs="*", type=int, default=[1023, 1024, 1025, 1152, 3000, 4095, 4096, 4097, 12289])
+    ap.add_argument("--clusters", action="store_true", help="CTAs per row (registers or shared memory), + ce_row")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     copy = copy_gbps("cuda")
@@ -70,6 +122,16 @@ def main() -> None:
         force(None)
         rules = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1).launches[0].kernel
         line = f"{M}x{N} | rules {rules}: {timed(args.op, x, ref, copy)}"
+        if args.clusters:
+            line += f" ce {timed_ce(x, copy)}"
+            for cfg in cluster_choices(args.op, dtype, N):
+                force(cluster=cfg)
+                p = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1)
+                line += (f" | C{cfg[0]} {cfg[1]}t ss{cfg[2]} ({resident(p)}/SM): {timed(args.op, x, ref, copy)} "
+                         f"ce {timed_ce(x, copy)}")
+            force(None)
+            print(line, flush=True)
+            continue
         nv = cdiv(N + W - 1, W)
         for slots in range(1, P.reg_slots(args.op, dtype, W) + 1):
             threads = max(64, cdiv(cdiv(nv, slots), 32) * 32)
