@@ -190,21 +190,29 @@ def test_regime_thresholds(op, dtype):
 @pytest.mark.parametrize("dtype", opdefs.GPU_DTYPES)
 @pytest.mark.parametrize("op", list(P.ENGINE_OPS))
 def test_cluster_shares_are_balanced(op, dtype):
-    """An automatic cluster plan covers the row (C * CH >= N / W, CH = threads * (slots + sslots) accesses per CTA)
-    and no CTA takes more than twice an even share (powers of 2 round the threads up), or the smallest CTA's."""
+    """The row kernels' cluster CTAs share a row evenly (softmax.cu's CH: the accesses of the longest window over C):
+    every CTA holds its share (CH <= threads x (slots + sslots)), its dynamic smem is exactly the slots the share
+    fills beyond the registers, and a block CTA's smem the slots its row fills; aligned and through the window."""
     W = P.vec_width(dtype)
     cap = P.row_capacity(op, dtype, W)
+    rs, inputs = P.reg_slots(op, dtype, W), 2 if opdefs.OPS[op].backward else 1
+    seen = set()
     for M in (1, 8, 32, 100, 4096):
-        for N in (P.FEW_ROWS_MIN_N, 20000 * W, cap + W, 3 * cap, 262144):
-            p = P.plan(M, N, dtype, op, sms=SMS)
-            if p.regime != "cluster":
-                continue
-            (l,) = p.launches
-            _, _, _, threads, slots, sslots, c, _ = (int(a) for a in l.kernel[l.kernel.index("<") + 1:-1].split(","))
-            ch = threads * (slots + sslots)
-            assert c == l.cluster and threads == l.block[0]
-            nv = N // W
-            assert c * ch >= nv and ch <= max(2 * -(-nv // c), P.ROW_MIN_THREADS * slots), (op, dtype, M, N, l)
+        for N in (P.FEW_ROWS_MIN_N, 20000 * W, cap - W, cap + W, 3 * cap, 100003, 128256, 262144):
+            for vec, window in ((N % W == 0, 1), (False, 1)):
+                p = P.plan(M, N, dtype, op, vec=vec, window=window, sms=SMS)
+                if p.regime not in ("cluster", "block") or p.W == 1:
+                    continue
+                (l,) = p.launches
+                _, _, _, threads, slots, sslots, c, pw = (int(a) for a in l.kernel[l.kernel.index("<") + 1:-1].split(","))
+                assert c == l.cluster and threads == l.block[0] and (slots == rs or sslots == 0)
+                acc = -(-(N + (W - 1 if pw else 0)) // W)  # the kernel's (P ? N + 2W - 2 : N) / W
+                ch = -(-acc // c) if c > 1 else threads * (slots + sslots)
+                assert ch <= threads * (slots + sslots), (op, dtype, M, N, l)
+                used = max(0, -(-min(ch, acc) // threads) - slots)
+                assert used <= sslots and l.smem == used * threads * 16 * inputs, (op, dtype, M, N, l)
+                seen.add((p.regime, sslots > 0))
+    assert ("cluster", True) in seen and ("block", True) in seen
 
 
 def test_window_rules():

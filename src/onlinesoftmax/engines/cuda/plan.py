@@ -123,6 +123,16 @@ def smem_bytes(op: str, W: int, threads: int, sslots: int) -> int:
     return sslots * threads * 16 * (1 if not OPS[op].backward else 2)
 
 
+def used_smem_slots(op: str, dtype, W: int, N: int, C: int, threads: int) -> int:
+    """Shared-memory slots a row kernel's CTA fills (its dynamic smem): C CTAs share the row's accesses evenly
+    (softmax.cu's CH; N as the rules see it, N + W - 1 on the window path), each holding reg_slots per thread in
+    registers, the rest of its share in smem. Measured (benchmarks/results/h200-clusters-b45ee6e.txt): filling each
+    CTA to capacity before the next left clusters waiting on their first CTA, e.g. bf16 N = 100003 on 2 CTAs of
+    8704 + 3797 accesses ran at 67% of copy, 6251 each at 82%."""
+    share = cdiv(cdiv(N, W), C)
+    return max(0, min(smem_slots(op, dtype, W), cdiv(share, threads) - reg_slots(op, dtype, W)))
+
+
 def warp_max_n(op: str, dtype, W: int) -> int:
     """Largest N the warp regime takes: 32 lanes x min(reg_slots, WARP_MAX_SLOTS) accesses x W."""
     return 32 * min(reg_slots(op, dtype, W), WARP_MAX_SLOTS) * W
@@ -202,8 +212,8 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int) -> tuple[in
     per_cta = cdiv(nv, c)
     if per_cta <= ROW_MAX_THREADS * rs:
         return c, min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, pow2ceil(cdiv(per_cta, rs)))), 0
-    # shares beyond the registers: full CTAs (registers + smem), as few as hold the row (a CTA's share is its
-    # capacity, so a wider cluster would leave CTAs empty)
+    # shares beyond the registers: 512-thread CTAs with shared memory, as few as hold the row (the CTAs share it
+    # evenly; wider clusters with smem measured no faster: bf16 128256 on 4 CTAs 81% of copy, on 2 84%)
     return need, ROW_MAX_THREADS, smem_slots(op, dtype, W)
 
 
@@ -474,16 +484,16 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     if chosen == "block":
         if cdiv(Nc, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
             threads, slots = block_threads(op, dtype, W, Nc)
-            sslots = 0
+            sslots = smem = 0
         elif W > 1 and Nc <= row_capacity(op, dtype, W):
             threads, slots, sslots = ROW_MAX_THREADS, reg_slots(op, dtype, W), smem_slots(op, dtype, W)
+            smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, 1, threads))
         else:
             raise Unsupported(f"N = {N} does not fit one CTA ({ROW_MAX_THREADS * reg_slots(op, dtype, W) * W} "
                               f"elements in registers" + (f", {row_capacity(op, dtype, W)} with shared memory)"
                                                           if W > 1 else "; the scalar path has no smem slots)"))
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1,{P}>"
-        return Plan("block", op, dtype, M, N, W,
-                    (_launch(M, name, (1, 1, 0), (threads,), 1, smem_bytes(op, W, threads, sslots)),), P)
+        return Plan("block", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), 1, smem),), P)
     if chosen == "cluster":
         if W == 1:
             raise Unsupported("the inputs' rows start at different offsets from 16-byte boundaries: the cluster "
@@ -498,8 +508,8 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         c = max(2, c)
         slots = reg_slots(op, dtype, W)
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c},{P}>"
-        return Plan("cluster", op, dtype, M, N, W,
-                    (_launch(M, name, (1, 1, 0), (threads,), c, smem_bytes(op, W, threads, sslots)),), P)
+        smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, c, threads) if sslots else 0)
+        return Plan("cluster", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), c, smem),), P)
     if chosen == "split":
         W = 1 if P else W  # the split kernels read aligned rows or scalars
         parts, chunk = split_parts(M, N, W, sms, min_parts=2 if regime == "split" else 1)

@@ -375,20 +375,25 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
     static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
     constexpr int E = SLOTS * W;
-    constexpr int CH = THREADS * (SLOTS + SSLOTS);  // accesses per CTA
-    constexpr int IN = op::FWD ? 1 : 2;             // inputs per access: x; or y and dy
+    constexpr int CAP = THREADS * (SLOTS + SSLOTS);  // accesses one CTA holds
+    constexpr int IN = op::FWD ? 1 : 2;              // inputs per access: x; or y and dy
     __shared__ float red_a[THREADS / 32], red_b[THREADS / 32], part[2];
     extern __shared__ uint4 smem_slots[];  // [SSLOTS][IN][THREADS] vectors: x; or y then dy
     long long row;
     int rank;
     os_cluster_item<C>(row, rank);
     const int t = threadIdx.x;
+    // A cluster's CTAs share the row evenly: CH accesses each (the last one the rest), CH the accesses of the
+    // longest window a row of N can take (N + W - 1 elements) over C; the plan sizes the shared memory for CH (a
+    // CTA filled to CAP before the next one starts left the last CTAs idle and the cluster waiting on the first).
+    const int CH = C == 1 ? CAP : ((P ? N + 2 * W - 2 : N) / W + C - 1) / C;
     const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
     // the window path (P): the row starts sh elements into its first access; element j of the access i accesses
     // past `first` is the row's iff lo <= j < hi (BOUNDS; the constants 0 and W on the aligned path)
     const elem* in_a = static_cast<const elem*>(a) + row * sa;
     const int sh = P ? os_shift<DT, W>(in_a) : 0;
-    const int lim = (P ? (sh + N + W - 1) / W : N / W) - first;  // slot k exists iff k * THREADS < lim
+    const int end = P ? (sh + N + W - 1) / W : N / W;                 // the row's accesses
+    const int lim = (C == 1 ? end : min(end, rank * CH + CH)) - first;  // slot k exists iff k * THREADS < lim
     in_a += (long long)first * W - sh;
     const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W - sh;
 #define BOUNDS(i)                                        \
