@@ -36,7 +36,6 @@ from ..install import pip_line
 from .bounded import BoundedCache
 from .nvrtc import CompiledModule
 
-STATIC_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the function attribute raised
 PORTABLE_CLUSTER = 8  # larger clusters need the non-portable-cluster attribute
 
 _state = threading.local()  # per thread: .bound = a launch from this thread has made a primary context current
@@ -169,8 +168,8 @@ def _cu_stream(handle: int):
 
 
 def set_max_dynamic_smem(kern, nbytes: int, device_index: int) -> None:
-    """Allow `nbytes` of dynamic shared memory for `kern` (a cuda.core Kernel) on a device; needed
-    above 48 KiB. Uses cuKernelSetAttribute (cuda.core 1.x kernels are CUkernel handles)."""
+    """Allow `nbytes` of dynamic shared memory for `kern` (a cuda.core Kernel) on a device; needed once dynamic +
+    static smem pass 48 KiB. Uses cuKernelSetAttribute (cuda.core 1.x kernels are CUkernel handles)."""
     from cuda.bindings import driver
 
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -194,11 +193,14 @@ class LoadedKernel:
                 f"{type(e).__name__}: {e}"
             ) from None
         self._configs = BoundedCache(64)
-        self._smem_ok = STATIC_SMEM_LIMIT
+        self._smem_ok = 0
         self._lock = threading.Lock()
 
     def allow_smem(self, smem: int) -> None:
-        """Raise the kernel's dynamic shared memory limit to at least `smem` bytes (needed above 48 KiB)."""
+        """Raise the kernel's dynamic shared memory limit to at least `smem` bytes: for any dynamic smem, since
+        without the attribute the limit is 48 KiB less the kernel's static smem (a cluster row kernel with 48 KiB of slots
+        beside its reduction arrays could not be resident, so its plan fell back to the split regime, at a third of
+        the speed)."""
         if smem > self._smem_ok:
             with self._lock:
                 if smem > self._smem_ok:
