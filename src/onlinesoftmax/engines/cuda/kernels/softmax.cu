@@ -136,13 +136,19 @@ struct ce_grad {
     float gp, c0;
     bool valid;
     ce_grad() = default;
-    __device__ __forceinline__ ce_grad(const ce_args& ce, bool counted, float lse) {
+    __device__ __forceinline__ ce_grad(const ce_args& ce, float scale, bool counted, float lse) {
         valid = counted;
-        const float scale = *ce.scale;
         gp = scale * fmaf(2.0f * ce.z, lse, 1.0f);
         c0 = scale * ce.eps * ce.inv_v;
     }
     __device__ __forceinline__ float operator()(float p) const { return valid ? fmaf(p, gp, -c0) : 0.0f; }
+    // the gradient of q = p / k: k folded into gp, one multiply an element fewer (e = exp(x - mt) with k = f, or
+    // exp(x - s) with k = inv)
+    __device__ __forceinline__ ce_grad of(float k) const {
+        ce_grad h = *this;
+        h.gp *= k;
+        return h;
+    }
 };
 
 // The op of a forward entry (fwd_*) or a backward one (bwd_*): another op code does not compile.
@@ -424,7 +430,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     long long tgt = 0;
     bool counted = false, hit = false, owner = false;
     float xt = 0.0f, sx = 0.0f;  // the target logit, the thread's sum of x (label smoothing)
+    float scale = 0.0f;          // the reduction's factor: read now, used after the row's reduction
     if constexpr (OP == OP_CE) {
+        scale = *ce.scale;
         tgt = ce.target[row];
         counted = tgt != ce.ignore;
         hit = counted && tgt >= 0 && tgt < N;
@@ -536,11 +544,13 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     typename op::out_elem* dst = static_cast<typename op::out_elem*>(out) + row * so + (long long)first * W - sh;
     // cross-entropy: the row's sum of x (a second reduction, only with label smoothing: eps is uniform), the
     // per-row loss and lse, the gradient's coefficients
-    ce_grad g;
-    float gt = 0.0f;  // the owner's: the target element's gradient, term included
+    ce_grad g, ge, gx;  // the gradient of p; of e in registers (and fp32 smem); of exp(x - s) (16-bit smem)
+    float gt = 0.0f;    // the owner's: the target element's gradient, term included
     if constexpr (OP == OP_CE) {
         const float lse = o.s + logf(pb);
-        g = ce_grad(ce, counted, lse);
+        g = ce_grad(ce, scale, counted, lse);
+        ge = g.of(f);
+        gx = g.of(o.inv);
         if (ce.eps != 0.0f) {
             __shared__ float ce_red[2][THREADS / 32], ce_part[2];
             float unused = 0.0f;
@@ -554,7 +564,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             const float loss = lse - (1.0f - ce.eps) * xt - ce.eps * ce.inv_v * sx + ce.z * lse * lse;
             ce.loss[row] = counted ? (hit ? loss : __int_as_float(0x7fffffff)) : 0.0f;
             ce.lse[row] = lse;
-            gt = g(os_exp_diff(xt, lse)) - *ce.scale * (1.0f - ce.eps);
+            gt = g(os_exp_diff(xt, lse)) - scale * (1.0f - ce.eps);
         }
     }
 #pragma unroll
@@ -564,7 +574,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             float y[W];
 #pragma unroll
             for (int j = 0; j < W; j++) {
-                if constexpr (OP == OP_CE) y[j] = g(v[k * W + j] * f);
+                if constexpr (OP == OP_CE) y[j] = ge(v[k * W + j]);
                 else y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
             }
             if (k * THREADS < lim) op::out::template store_part<P != 2>(dst, k * THREADS, y, lo, hi);
@@ -585,9 +595,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                     op::io::unpack(smem_slots[IN * j * THREADS + t], x);
 #pragma unroll
                     for (int u = 0; u < W; u++) {
-                        if constexpr (op::EXP && DT == 0) y[u] = x[u] * f;  // x holds e here
+                        if constexpr (OP == OP_CE) y[u] = DT == 0 ? ge(x[u]) : gx(os_exp_diff(x[u], o.s));
+                        else if constexpr (op::EXP && DT == 0) y[u] = x[u] * f;  // x holds e here
                         else y[u] = o.of_x(x[u]);
-                        if constexpr (OP == OP_CE) y[u] = g(y[u]);
                     }
                 } else {
                     op::bwd_dx(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], pa, pb, y);
