@@ -1,6 +1,6 @@
 """The CUDA backend for compute-sanitizer (benchmarks/sanitize.sh): every regime of the production CUDA engine (engines/cuda/), forward
 and backward, vector (16-byte) and scalar paths, odd shapes, and the layouts ops.py hands the launchers (a non-last
-dim, a transposed input, an unaligned pointer, expanded rows). A few launches each, every output checked against
+dim, a transposed input, an unaligned pointer, expanded rows), and the cross-entropy row kernel. A few launches each, every output checked against
 float64, so a clean sanitizer run also computed right; exit status 1 on a wrong result or a regime that ran nothing.
 
     PYTHONPATH=src python benchmarks/sanitize_driver.py [--precompile] [--dtype float32 ...]
@@ -39,7 +39,9 @@ def regime_cases(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "warp": [(37, 33), (9, wmax)],
         # odd N; vector, registers only; vector with the first shared-memory slot
         "block": [(2, wmax + 1), (3, wmax + W), (3, P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W + W)],
-        "cluster": [(2, cap + W), (1, 262144)],  # 2 CTAs per row; few rows: wide clusters (16 for fp32 backward)
+        # 2 CTAs per row; an odd row through the window, shared evenly, the smem sized to the share; few rows:
+        # wide clusters (16 for fp32 backward)
+        "cluster": [(2, cap + W), (3, 100003), (1, 262144)],
         "split": [(3, 3001), (2, 20000)],
         "columns": [(3, 5), (2, 301)],
         "strided": [(3, 5), (2, 301)],
@@ -114,6 +116,31 @@ def run_layouts(dtype, failures: list) -> int:
     return n
 
 
+def run_cross_entropy(dtype, failures: list) -> int:
+    """The cross-entropy row kernel (backend "cuda") on one CTA and on clusters, odd V through the window, a target
+    in each CTA's share, an ignored row and a -inf row: loss and gradient against float64."""
+    import onlinesoftmax as osm
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    n = 0
+    for M, V in ((5, 1000), (3, 32000), (4, 100003)):
+        x = (torch.randn(M, V, device="cuda", generator=g) * 4).to(dtype)
+        x[1] = float("-inf")
+        x[1, 7] = 3.0
+        t = torch.randint(0, V, (M,), device="cuda", generator=g)
+        t[0], t[2] = -100, V - 1
+        xg = x.clone().requires_grad_()
+        loss = osm.cross_entropy(xg, t, backend="cuda")
+        loss.backward()
+        want, dwant = reference.cross_entropy(x, t)
+        for what, got, ref in (("loss", loss.reshape(1, 1), want.reshape(1, 1)), ("grad", xg.grad, dwant)):
+            n += 1
+            r = compare(got, ref, dtype)
+            if not r.ok:
+                failures.append(f"cross_entropy {M}x{V} {what} {dtype}: {r.message}")
+    return n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", action="append", choices=SWEEP_DTYPES, help="default: all three")
@@ -126,7 +153,7 @@ def main() -> int:
         print(f"precompiled {len(names)} instantiations in {time.perf_counter() - t0:.0f} s", flush=True)
     failures: list[str] = []
     for dtype in map(parse_dtype, args.dtype or SWEEP_DTYPES):
-        n = run_regimes(dtype, failures) + run_layouts(dtype, failures)
+        n = run_regimes(dtype, failures) + run_layouts(dtype, failures) + run_cross_entropy(dtype, failures)
         torch.cuda.synchronize()
         print(f"{dtype}: {n} cases", flush=True)
     for f in failures:
