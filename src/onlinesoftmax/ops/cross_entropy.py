@@ -270,7 +270,7 @@ class TargetCheck:
         if target.is_cuda:
             self.device = target.get_device()
             self.slot = _take_slot(self.device)
-            self.slot[0].copy_(self.info, non_blocking=True)
+            self.slot[0][:3].copy_(self.info[:3], non_blocking=True)  # info[3] is never written
             self.slot[2].record(torch.cuda.current_stream(target.device))
 
     def done(self) -> None:
