@@ -240,7 +240,7 @@ def _take_slot(device: int) -> tuple:
         free = _slots.get(device)
         if free:
             return free.pop()
-    host = torch.empty(4, dtype=torch.float32, pin_memory=True)
+    host = torch.empty(3, dtype=torch.float32, pin_memory=True)
     return host, host.numpy(), torch.cuda.Event()
 
 
@@ -264,13 +264,13 @@ class TargetCheck:
         if backend == "cuda":
             self.info = engines.cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean")
         else:
-            self.info = torch.empty(4, dtype=torch.float32, device=target.device)
+            self.info = torch.empty(3, dtype=torch.float32, device=target.device)
             engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
         self.slot = None
         if target.is_cuda:
             self.device = target.get_device()
             self.slot = _take_slot(self.device)
-            self.slot[0][:3].copy_(self.info[:3], non_blocking=True)  # info[3] is never written
+            self.slot[0].copy_(self.info, non_blocking=True)
             self.slot[2].record(torch.cuda.current_stream(target.device))
 
     def done(self) -> None:

@@ -123,14 +123,14 @@ def smem_bytes(op: str, W: int, threads: int, sslots: int) -> int:
     return sslots * threads * 16 * (1 if not OPS[op].backward else 2)
 
 
-def used_smem_slots(op: str, dtype, W: int, N: int, C: int, threads: int) -> int:
-    """Shared-memory slots a row kernel's CTA fills (its dynamic smem): C CTAs share the row's accesses evenly
-    (softmax.cu's CH; N as the rules see it, N + W - 1 on the window path), each holding reg_slots per thread in
-    registers, the rest of its share in smem. Measured (benchmarks/results/h200-clusters-b45ee6e.txt): filling each
+def used_smem_slots(op: str, dtype, W: int, N: int, C: int, threads: int, sslots: int) -> int:
+    """Shared-memory slots a row kernel's CTA fills (its dynamic smem; at most its sslots): C CTAs share the row's
+    accesses evenly (softmax.cu's CH; N as the rules see it, N + W - 1 on the window path), each holding reg_slots
+    per thread in registers, the rest of its share in smem. Measured (benchmarks/results/h200-clusters-b45ee6e.txt): filling each
     CTA to capacity before the next left clusters waiting on their first CTA, e.g. bf16 N = 100003 on 2 CTAs of
     8704 + 3797 accesses ran at 67% of copy, 6251 each at 82%."""
     share = cdiv(cdiv(N, W), C)
-    return max(0, min(smem_slots(op, dtype, W), cdiv(share, threads) - reg_slots(op, dtype, W)))
+    return max(0, min(sslots, cdiv(share, threads) - reg_slots(op, dtype, W)))
 
 
 def warp_max_n(op: str, dtype, W: int) -> int:
@@ -487,7 +487,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
             sslots = smem = 0
         elif W > 1 and Nc <= row_capacity(op, dtype, W):
             threads, slots, sslots = ROW_MAX_THREADS, reg_slots(op, dtype, W), smem_slots(op, dtype, W)
-            smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, 1, threads))
+            smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, 1, threads, sslots))
         else:
             raise Unsupported(f"N = {N} does not fit one CTA ({ROW_MAX_THREADS * reg_slots(op, dtype, W) * W} "
                               f"elements in registers" + (f", {row_capacity(op, dtype, W)} with shared memory)"
@@ -508,7 +508,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         c = max(2, c)
         slots = reg_slots(op, dtype, W)
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c},{P}>"
-        smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, c, threads) if sslots else 0)
+        smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, c, threads, sslots))
         return Plan("cluster", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), c, smem),), P)
     if chosen == "split":
         W = 1 if P else W  # the split kernels read aligned rows or scalars

@@ -469,10 +469,10 @@ _SMALL_TYPES = {"ce_targets": (np.int64, np.int32, np.int64, np.int32), "ce_loss
 
 
 def cross_entropy_targets(target: torch.Tensor, V: int, ignore_index: int, mean: bool) -> torch.Tensor:
-    """An fp32 buffer of 4 whose [0] is the gradient's scale (1 / rows whose target is not ignore_index when `mean`,
+    """An fp32 buffer of 3 whose [0] is the gradient's scale (1 / rows whose target is not ignore_index when `mean`,
     else 1), [1] those rows, [2] 1.0 if one of their targets is out of [0, V): one launch, no sync. target (M,) int64
     contiguous on a CUDA device."""
-    info = torch.empty(4, dtype=torch.float32, device=target.device)
+    info = torch.empty(3, dtype=torch.float32, device=target.device)
     M = target.numel()
     launch = _small("ce_targets", target.get_device(), 1024, (0, V, ignore_index, int(mean)), 2)
     launch.rows(1, M, target.data_ptr(), info.data_ptr())
