@@ -240,9 +240,9 @@ def test_long_rows_run_the_rules_plan(dtype, N):
     """Many long rows, odd or not: the plan run (forward and backward) is the rules' own, not the fallback a cluster
     that cannot be resident gets (a kernel's dynamic smem at exactly 48 KiB once went unallowed: the backward of
     100003 and 200003 fell back to split at a third of the speed, with correct values)."""
-    M = P.stable_rows(torch.cuda.get_device_properties(0).multi_processor_count)
-    x = torch.randn(M, N, device="cuda", dtype=dtype)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    M = P.stable_rows(sms)
+    x = torch.randn(M, N, device="cuda", dtype=dtype)
     for op, ins in (("softmax", (x,)), ("softmax_backward", (x, x.clone()))):
         want = P.plan(M, N, dtype, op, vec=N % P.vec_width(dtype) == 0, window=1, sms=sms)
         assert want.regime == "cluster" or (want.regime == "block" and N < 100000), want
