@@ -282,25 +282,41 @@ def linear_rows(writer, lines, flce):
 
 def profile(spec: str) -> None:
     """One shape's forward + backward: host time per call (no sync) against the wall time per call, and the GPU
-    kernels of 20 calls (torch.profiler), with and without the target check's wait."""
+    kernels of 20 calls (torch.profiler), with and without the target check's wait; beside it torch's and Liger's
+    steps, the forward alone, and autograd's own cost (a Function with an empty forward whose backward hands over
+    a tensor): what a step's host time is made of."""
     from onlinesoftmax.ops import cross_entropy as ce
 
     shape, dt = spec.split(":")
     BT, V = (int(n) for n in shape.split("x"))
     x = torch.randn(BT, V, device="cuda", dtype=getattr(torch, dt), requires_grad=True)
     t = torch.randint(0, V, (BT,), device="cuda")
+    held = torch.empty_like(x)
 
-    def step():
-        x.grad = None
-        osm.cross_entropy(x, t).backward()
+    class Floor(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.new_empty(())
 
-    def timed(label):
+        @staticmethod
+        def backward(ctx, g):
+            return held
+
+    def trained(loss_fn):
+        def step():
+            x.grad = None
+            loss_fn().backward()
+        return step
+
+    step = trained(lambda: osm.cross_entropy(x, t))
+
+    def timed(label, fn=step):
         for _ in range(5):
-            step()
+            fn()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(50):
-            step()
+            fn()
         t1 = time.perf_counter()
         torch.cuda.synchronize()
         t2 = time.perf_counter()
@@ -308,6 +324,29 @@ def profile(spec: str) -> None:
               flush=True)
 
     timed(f"{spec}")
+    lg, _ = liger()
+    others = {"torch F.cross_entropy": lambda: F.cross_entropy(x, t),
+              "liger": (lambda: lg(x, t)) if lg is not None else None,
+              "autograd floor": lambda: Floor.apply(x),
+              "onlinesoftmax inplace_grad": lambda: osm.cross_entropy(x, t, inplace_grad=True)}
+    for label, fn in others.items():
+        if fn is not None:
+            timed(f"{spec} {label}", trained(fn))
+    timed(f"{spec} forward only (graph dropped)", lambda: osm.cross_entropy(x, t))
+    x.data.normal_()  # inplace_grad left gradients there
+    with torch.autograd.set_multithreading_enabled(False):  # backward on this thread: no hand-over to autograd's
+        timed(f"{spec} autograd multithreading off")
+        timed(f"{spec} autograd floor, multithreading off", trained(others["autograd floor"]))
+    import cProfile
+    import pstats
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(200):
+        step()
+    pr.disable()
+    torch.cuda.synchronize()
+    print("cProfile of 200 steps (this thread: the forward, and the backward's wait in torch.Tensor.backward)")
+    pstats.Stats(pr).sort_stats("tottime").print_stats(22)
     done = ce.TargetCheck.done
     ce.TargetCheck.done = lambda self: None  # what the wait for the target check's flag costs
     timed(f"{spec} without the target check's wait")

@@ -13,6 +13,10 @@ of a copy measured in the same run (read + write bytes).
 registers alone (threads as cluster_config sizes them) and, where registers do not suffice, with the shared-memory
 slots; besides the op, the cross-entropy kernel alone (engines.cuda.run.cross_entropy: loss, lse and gradient of
 every row, the same row kernel), as % of one read of the logits + one write of the gradient.
+
+--warp: short rows (the warp regime): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
+the rules' access path (the window, for odd N in 16 bits) and on the scalar path (W = 1, forced), its slots per
+lane the rule's power of two or exactly the row's accesses over the lanes.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from onlinesoftmax.intmath import cdiv
 from onlinesoftmax.runtime.bounded import BoundedCache
 
 ELEMENTS = 1 << 27
-RULES = (P.choose_regime, P.block_threads, P.cluster_config)
+RULES = (P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access)
 
 
 def forget() -> None:
@@ -40,11 +44,22 @@ def forget() -> None:
             v.clear()
 
 
-def force(threads_slots=None, cluster=None) -> None:
-    """The rules as they are (both None); the block regime with one (threads, slots); or the cluster regime with
-    one (C, threads, sslots) (C == 1: the block regime, registers then shared memory as the rules size it)."""
-    P.choose_regime, P.block_threads, P.cluster_config = RULES
-    if threads_slots is not None:
+def force(threads_slots=None, cluster=None, warp=None) -> None:
+    """The rules as they are (all None); the block regime with one (threads, slots); the cluster regime with
+    one (C, threads, sslots) (C == 1: the block regime, registers then shared memory as the rules size it); or the
+    warp regime with (scalar, rpt, exact): the scalar path forced or not, rows per lane group, the lanes' slots the
+    rule's power of two or exactly the row's accesses over the lanes."""
+    P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access = RULES
+    if warp is not None:
+        scalar, rpt, exact = warp
+
+        def config(op, dtype, W, N):
+            lg, slots, _ = RULES[3](op, dtype, W, N)
+            return lg, cdiv(cdiv(N, W), 1 << lg) if exact else slots, rpt
+        P.warp_config = config
+        if scalar:
+            run._row_access = lambda *a, **k: (False, 0)
+    elif threads_slots is not None:
         P.choose_regime = lambda *a, **k: "block"
         P.block_threads = lambda *a, **k: threads_slots
     elif cluster is not None:
@@ -110,6 +125,7 @@ def main() -> None:
     ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax"))
     ap.add_argument("--n", nargs="*", type=int, default=[1023, 1024, 1025, 1152, 3000, 4095, 4096, 4097, 12289])
     ap.add_argument("--clusters", action="store_true", help="CTAs per row (registers or shared memory), + ce_row")
+    ap.add_argument("--warp", action="store_true", help="short rows: rows per lane group, window or scalar path")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     copy = copy_gbps("cuda")
@@ -129,6 +145,17 @@ def main() -> None:
                 p = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1)
                 line += (f" | C{cfg[0]} {cfg[1]}t ss{cfg[2]} ({resident(p)}/SM): {timed(args.op, x, ref, copy)} "
                          f"ce {timed_ce(x, copy)}")
+            force(None)
+            print(line, flush=True)
+            continue
+        if args.warp:
+            for scalar, exact in ((False, False), (True, False), (True, True)):
+                if exact and N % 32 == 0:
+                    continue
+                for rpt in (1, 2, 4):
+                    force(warp=(scalar, rpt, exact))
+                    name = ("scalar" if scalar else "rules path") + (" exact slots" if exact else "")
+                    line += f" | {name} rpt {rpt}: {timed(args.op, x, ref, copy)}"
             force(None)
             print(line, flush=True)
             continue
