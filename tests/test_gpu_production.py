@@ -326,7 +326,7 @@ def _window_shapes(op, dtype):
     cap = P.row_capacity(op, dtype, W)
     many = 140  # more rows than SMs: no few-rows rule
     three = P.ROW_MAX_THREADS * P.FWD_ROW_SLOTS * W  # block_threads: the forward's switch from 3 slots a thread
-    return [(37, 1, "warp"), (37, 33, "warp"), (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
+    return [(37, 1, "warp"), (37, 32, "warp"), (37, 33, "warp"), (37, 129, "warp"), (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
             (many, three - W + 1, "block"), (many, three - W + 2, "block"), (many, rcap - W + 1, "block"), (many, rcap + 3, "block" if cap > rcap else "cluster"),
             (many, cap - W + 1, "block"), (many, cap + 1, "cluster"), (2, 2 * cap - W + 1, "cluster"),
             (1, 131071, "cluster"), (300, 50257, None)]
@@ -348,8 +348,9 @@ def _out_at(x, offset):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 def test_window_path_any_n_any_offset(dtype, log):
     """Odd N and unaligned rows take the 16-byte window kernels (P = 1: out rows start as the inputs'; P = 2: out
-    rows elsewhere, stores element by element), forward and backward, every regime; NaN-poisoned outputs against
-    float64. A dy that starts differently from y takes the scalar path, checked too."""
+    rows elsewhere, stores element by element), forward and backward, every regime, except the forward's short rows
+    (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A dy that starts
+    differently from y takes the scalar path, checked too."""
     g = torch.Generator(device="cuda").manual_seed(7)
     op = "log_softmax" if log else "softmax"
     bop = op + "_backward"
@@ -361,7 +362,9 @@ def test_window_path_any_n_any_offset(dtype, log):
             x = _at_offset(M, N, dtype, x_off, g)
             out = _out_at(x, o_off)
             p = E.plan_for(op, x, dim=1, out=out)
-            if (p.W, p.window) != (P.vec_width(dtype), want_p) or (regime and p.regime != regime):
+            want = (1, 0) if P.scalar_short_rows(op, N, P.vec_width(dtype), False, want_p) else \
+                (P.vec_width(dtype), want_p)
+            if (p.W, p.window) != want or (regime and p.regime != regime):
                 failures.append(f"({M}, {N}) offsets {x_off}/{o_off}: plan {p.regime} W={p.W} P={p.window}")
                 continue
             E.forward(x, out, 1, log)

@@ -273,6 +273,10 @@ def test_warp_rules():
     assert P.warp_config("softmax", f32, 4, 1024) == (5, 8, 1)
     assert P.warp_config("softmax", f32, 4, 4) == (0, 1, 4)
     assert P.warp_config("softmax", f32, 1, 1) == (0, 1, 4)
+    # the scalar forward on 32 lanes: the row's accesses over the lanes exactly, one row per lane group
+    assert P.warp_config("softmax", bf16, 1, 129) == (5, 5, 1)
+    assert P.warp_config("log_softmax", f32, 1, 33) == (5, 2, 1)
+    assert P.warp_config("softmax_backward", f32, 1, 129) == (5, 8, 1)  # powers of two
     assert P.warp_max_n("softmax", f32, 4) == 1024 and P.warp_max_n("softmax", bf16, 8) == 1024
     assert P.warp_max_n("softmax_backward", f32, 4) == 512 and P.warp_max_n("softmax_backward", bf16, 8) == 1024
     for op in P.ENGINE_OPS:
@@ -283,6 +287,28 @@ def test_warp_rules():
                     assert (1 << lg) * slots * W >= N
                     assert slots == 1 or lg == 5  # the kernel's TPR is the compile-time 32 when SLOTS > 1
                     assert 1 <= rpt <= P.MAX_RPT
+
+
+def test_short_unaligned_rows_take_the_scalar_warp_kernel():
+    """plan.scalar_short_rows: forward rows of 33..256 elements that the window would read go scalar (W = 1) in the
+    warp regime; the backward, aligned rows, rows of 32 or fewer, longer rows, the fused cast and forced regimes
+    keep their path."""
+    many = 1 << 20
+    for dtype in opdefs.GPU_DTYPES:
+        W = P.vec_width(dtype)
+        for op in ("softmax", "log_softmax"):
+            for N in (33, 127, 129, 255, 256 - W + 1):
+                for vec, window in ((False, 1), (False, 2), (True, 1)):
+                    p = P.plan(many, N if N % W else N + 1, dtype, op, vec=vec, window=window, sms=SMS)
+                    assert (p.regime, p.W, p.window) == ("warp", 1, 0), (dtype, op, N, vec, window)
+            assert P.plan(many, 8 * W, dtype, op, vec=True, sms=SMS).W == W  # aligned
+            assert P.plan(many, 31, dtype, op, vec=False, window=1, sms=SMS).W == (W if W > 1 else 1)
+            assert P.plan(many, 257, dtype, op, vec=False, window=1, sms=SMS).W == W
+            assert P.plan(many, 127, dtype, op, vec=False, window=1, sms=SMS, regime="warp").W == W
+            if dtype != torch.float32:
+                p = P.plan(many, 127, dtype, op, vec=False, window=1, sms=SMS, out_dtype=torch.float32)
+                assert (p.W, p.window) == (W, 1)
+        assert P.plan(many, 127, dtype, "softmax_backward", vec=False, window=1, sms=SMS).W == W
 
 
 def test_block_rules():

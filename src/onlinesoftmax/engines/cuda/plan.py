@@ -59,6 +59,7 @@ STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
 REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group
+WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
 #                        are latency-bound either way
@@ -142,9 +143,18 @@ def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
     """(lg, slots, rpt): 2^lg lanes per row (the smallest power of 2 covering the row's accesses, <= 32),
     slots accesses per lane (power of 2), rpt rows per lane group: up to MAX_RPT while the rows' registers stay
     within the budget (half of it on the scalar path), so each thread keeps 32..64 bytes of loads in flight even
-    for short rows."""
+    for short rows.
+
+    The scalar forward on 32 lanes takes exactly the row's accesses over the lanes (N = 129: 5 slots, not 8) and
+    one row per lane group: timed on the H200 (benchmarks/tune_rows.py --warp, h200-warp-66c0ce4.txt) at N = 127,
+    128, 129, 255 and 256, one row ran at 57-98% of copy where 2 or 4 rows ran at 30-79%, and 129 in 5 slots at
+    70% (bf16) and 95% (fp32) against 57% and 93% in 8."""
     nv = cdiv(N, W)
     lanes = min(32, pow2ceil(nv))
+    if W == 1 and lanes == 32 and not OPS[op].backward:
+        if nv > 32 * WARP_MAX_SLOTS:
+            raise Unsupported(f"N = {N} > {warp_max_n(op, dtype, W)}: too long for a warp per row")
+        return 5, cdiv(nv, 32), 1
     slots = pow2ceil(cdiv(nv, lanes))
     cap = min(reg_slots(op, dtype, W), WARP_MAX_SLOTS)
     if slots > cap:
@@ -152,6 +162,17 @@ def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
     budget = reg_slots(op, dtype, W) // (2 if W == 1 else 1)  # scalar: every element has its own address
     rpt = max(1, min(MAX_RPT, budget // slots))
     return log2(lanes), slots, rpt
+
+
+def scalar_short_rows(op: str, N: int, V: int, vec: bool, window: int) -> bool:
+    """Forward rows of 33..WARP_SCALAR_MAX_N elements that the window would read (vec and N a multiple of V
+    excepted) take the scalar warp kernel instead: the window adds an access to the row (127 bf16: 17 of them), and
+    a warp's lanes come in powers of two, so about half of them load and compute padding. Timed on the H200
+    (benchmarks/tune_rows.py --warp, h200-warp-66c0ce4.txt), % of copy, window (the rules' rows per lane group, then
+    the best) -> scalar: bf16 127 39 (40) -> 71, 129 39 (40) -> 70, 255 54 -> 59; fp32 127 66 (88) -> 96,
+    129 65 (87) -> 95, 255 68 (81) -> 86."""
+    return (not OPS[op].backward and bool(window) and not (vec and N % V == 0)
+            and 32 < N <= WARP_SCALAR_MAX_N)
 
 
 def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
@@ -384,7 +405,11 @@ def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window
     regime: force one (the registry variants do); raises Unsupported if it cannot take the shape.
     out_dtype: float32 for 16-bit data, forward: the cast fused into the stores (rows in the warp, block and
     cluster regimes, out rows starting as the inputs'); Unsupported elsewhere (the caller casts first)."""
-    p = _plan(M, N, dtype, op, vec, window or int(vec), inner, layout, sms, regime)
+    window = window or int(vec)
+    if out_dtype is None and layout == "rows" and regime is None and scalar_short_rows(op, N, vec_width(dtype), vec,
+                                                                                      window):
+        vec, window = False, 0
+    p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, regime)
     if out_dtype is not None and out_dtype != dtype:
         p = fused_cast(p, out_dtype)
     for l in p.launches:
