@@ -326,7 +326,8 @@ def _window_shapes(op, dtype):
     cap = P.row_capacity(op, dtype, W)
     many = 140  # more rows than SMs: no few-rows rule
     three = P.ROW_MAX_THREADS * P.FWD_ROW_SLOTS * W  # block_threads: the forward's switch from 3 slots a thread
-    return [(37, 1, "warp"), (37, 32, "warp"), (37, 33, "warp"), (37, 129, "warp"), (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
+    return [(37, 1, "warp"), (37, 32, "warp"), (37, 33, "warp"), (37, 129, "warp"), (37, 199, "warp"),
+            (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
             (many, three - W + 1, "block"), (many, three - W + 2, "block"), (many, rcap - W + 1, "block"), (many, rcap + 3, "block" if cap > rcap else "cluster"),
             (many, cap - W + 1, "block"), (many, cap + 1, "cluster"), (2, 2 * cap - W + 1, "cluster"),
             (1, 131071, "cluster"), (300, 50257, None)]
