@@ -14,7 +14,7 @@ registers alone (threads as cluster_config sizes them) and, where registers do n
 slots; besides the op, the cross-entropy kernel alone (engines.cuda.run.cross_entropy: loss, lse and gradient of
 every row, the same row kernel), as % of one read of the logits + one write of the gradient.
 
---warp: short rows (the warp regime): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
+--warp: short rows (the warp regime; forward or backward ops): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
 the rules' access path (the window, for odd N in 16 bits) and on the scalar path (W = 1, forced), its slots per
 lane the rule's power of two or exactly the row's accesses over the lanes.
 """
@@ -111,18 +111,24 @@ def timed_ce(x: torch.Tensor, copy: float) -> str:
     return f"{2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%}"
 
 
-def timed(op: str, x: torch.Tensor, ref: torch.Tensor, copy: float) -> str:
-    fn = getattr(osm, op)
-    out = fn(x, -1)
-    err = (out.float() - ref).abs().max().item()
-    ms = triton.testing.do_bench(lambda: fn(x, -1))
-    return f"{2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%} (err {err:.1g})"
+def timed(op: str, x: torch.Tensor, ref: torch.Tensor, copy: float, dy=None) -> str:
+    """The op on x (a backward op: x is y, the forward's output, and dy is given; run.backward, the engine's
+    entry, so the forced rules apply) against ref: % of copy (2 accesses an element, 3 for a backward)."""
+    if dy is None:
+        fn = lambda: getattr(osm, op)(x, -1)  # noqa: E731
+    else:
+        dx = torch.empty_like(x)
+        fn = lambda: run.backward(x, dy, dx, 1, op.startswith("log")) or dx  # noqa: E731
+    err = (fn().float() - ref).abs().max().item()
+    ms = triton.testing.do_bench(fn)
+    n = 2 if dy is None else 3
+    return f"{n * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%} (err {err:.1g})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax"))
+    ap.add_argument("--op", default="softmax", choices=P.ENGINE_OPS, help="a backward op: --warp only")
     ap.add_argument("--n", nargs="*", type=int, default=[1023, 1024, 1025, 1152, 3000, 4095, 4096, 4097, 12289])
     ap.add_argument("--clusters", action="store_true", help="CTAs per row (registers or shared memory), + ce_row")
     ap.add_argument("--warp", action="store_true", help="short rows: rows per lane group, window or scalar path")
@@ -134,10 +140,16 @@ def main() -> None:
     for N in args.n:
         M = ELEMENTS // N
         x = torch.randn(M, N, device="cuda", dtype=dtype)
-        ref = getattr(torch, args.op)(x.float(), -1)
+        dy = None
+        ref = getattr(torch, args.op.removesuffix("_backward"))(x.float(), -1)
+        if args.op.endswith("_backward"):  # x becomes y, the forward's output
+            x, dy = ref.to(dtype), torch.randn(M, N, device="cuda", dtype=dtype)
+            y, g = x.float(), dy.float()
+            ref = (y * (g - (g * y).sum(-1, keepdim=True)) if args.op == "softmax_backward" else
+                   g - y.exp() * g.sum(-1, keepdim=True))
         force(None)
         rules = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1).launches[0].kernel
-        line = f"{M}x{N} | rules {rules}: {timed(args.op, x, ref, copy)}"
+        line = f"{M}x{N} | rules {rules}: {timed(args.op, x, ref, copy, dy)}"
         if args.clusters:
             line += f" ce {timed_ce(x, copy)}"
             for cfg in cluster_choices(args.op, dtype, N):
@@ -155,7 +167,7 @@ def main() -> None:
                 for rpt in (1, 2, 4):
                     force(warp=(scalar, rpt, exact))
                     name = ("scalar" if scalar else "rules path") + (" exact slots" if exact else "")
-                    line += f" | {name} rpt {rpt}: {timed(args.op, x, ref, copy)}"
+                    line += f" | {name} rpt {rpt}: {timed(args.op, x, ref, copy, dy)}"
             force(None)
             print(line, flush=True)
             continue
