@@ -226,6 +226,32 @@ def test_target_check_slots_cross_threads(monkeypatch):
     assert 3 not in ce._slots or len(ce._slots[3]) == ce.SLOTS_KEPT - 1
 
 
+def test_target_check_dropped_before_done_keeps_its_buffer_until_its_event(monkeypatch):
+    """A check dropped before done() (a loss never backpropagated) gives its pinned buffer and event back to the
+    pool only once the event has passed: until then its kernel may still write the buffer (the CUDA kernel writes
+    it itself)."""
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    class Event:
+        passed = False
+
+        def query(self):
+            return self.passed
+
+    event, spare = Event(), ("spare",)
+    slot = ("pinned", "view", event, True)
+    monkeypatch.setattr(ce, "_slots", {3: [spare]})
+    monkeypatch.setattr(ce, "_orphans", [])
+    check = ce.TargetCheck.__new__(ce.TargetCheck)  # as __init__ leaves it, its kernel queued
+    check.device, check.slot = 3, slot
+    del check
+    assert ce._orphans == [(3, slot)]
+    assert ce._take_slot(3) is spare  # the orphan's event has not passed: it stays out of the pool
+    assert ce._orphans == [(3, slot)]
+    event.passed = True
+    assert ce._take_slot(3) is slot and ce._orphans == []
+
+
 def test_masked_logit_without_smoothing_is_finite():
     """A -inf logit (a masked vocabulary entry) with label_smoothing = 0: torch's loss is finite; the smoothing
     term must not turn it into 0 * -inf = NaN (the reference and the reference backend)."""

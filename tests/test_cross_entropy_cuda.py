@@ -130,7 +130,10 @@ def test_small_launches(log):
     t = torch.zeros(M, dtype=torch.int64)
     info = E.cross_entropy_targets(t, 32000, -100, True)
     assert log[-1][0] == "ce_targets" and log[-1][1] == 1
-    assert log[-1][2] == [_ptr(t), _ptr(info)] and log[-1][3] == [M, 32000, -100, 1]
+    assert log[-1][2] == [_ptr(t), _ptr(info), 0] and log[-1][3] == [M, 32000, -100, 1]
+    host = torch.empty(3)
+    info = E.cross_entropy_targets(t, 32000, -100, False, host.data_ptr())  # the pinned copy, written by the kernel
+    assert log[-1][2] == [_ptr(t), _ptr(info), _ptr(host)] and log[-1][3] == [M, 32000, -100, 0]
     rows, out = torch.empty(M), torch.empty((), dtype=BF16)
     E.cross_entropy_loss(rows, info, out, False)
     assert log[-1][0] == "ce_loss<2>" and log[-1][2] == [_ptr(rows), _ptr(info), _ptr(out)]

@@ -230,54 +230,86 @@ def cuda_targets(target: torch.Tensor) -> torch.Tensor:
     return target if target.dtype == torch.int64 and target.is_contiguous() else target.to(torch.int64).contiguous()
 
 
-_slots: dict = {}  # device index -> free (pinned buffer, its numpy view, event) triples of TargetCheck
+_slots: dict = {}  # device index -> free (pinned buffer, its numpy view, event, mapped) slots of TargetCheck
 _slots_lock = threading.Lock()  # taken in the forward's thread, given back in done(): often autograd's device thread
+_orphans: list = []  # (device, slot) of checks dropped before done(): the pool takes them back once their event passed
 SLOTS_KEPT = 64  # per device; more checks in flight at once allocate their own and drop them after
 
 
 def _take_slot(device: int) -> tuple:
     with _slots_lock:
+        if _orphans:
+            _reclaim()
         free = _slots.get(device)
         if free:
             return free.pop()
     host = torch.empty(3, dtype=torch.float32, pin_memory=True)
-    return host, host.numpy(), torch.cuda.Event()
+    mapped = engines.cuda_runs() and engines.cuda().host_mapped(device, host.data_ptr())
+    return host, host.numpy(), torch.cuda.Event(), mapped
 
 
 def _give_slot(device: int, slot: tuple) -> None:
     with _slots_lock:
-        free = _slots.setdefault(device, [])
-        if len(free) < SLOTS_KEPT:
-            free.append(slot)
+        _keep(device, slot)
+
+
+def _keep(device: int, slot: tuple) -> None:  # under _slots_lock
+    free = _slots.setdefault(device, [])
+    if len(free) < SLOTS_KEPT:
+        free.append(slot)
+
+
+def _reclaim() -> None:
+    """Under _slots_lock: the orphans whose event has passed back to the pool (their kernel no longer writes the
+    pinned buffer), the others kept for later. pop / append only: TargetCheck.__del__ appends without the lock (the
+    garbage collector may run it in a thread that holds it)."""
+    pending = []
+    while _orphans:
+        device, slot = _orphans.pop()
+        if slot[2].query():
+            _keep(device, slot)
+        else:
+            pending.append((device, slot))
+    _orphans.extend(pending)
 
 
 class TargetCheck:
     """The targets' check and the reduction's scale on the GPU without stalling it: one small kernel writes
     info = (scale, non-ignored rows, any bad target) (the CUDA engine's for backend "cuda", with targets from
-    cuda_targets; else Triton's), its copy to pinned memory is queued behind it, and `done()` waits for that copy
-    only (the big kernel queued after it keeps running), then raises a clear TargetError. The pinned buffer and
-    its event come from a pool per device (allocating them costs more host time than the rest of the check) and go
-    back to it in done(); a check never done leaves its own to the garbage collector."""
+    cuda_targets; else Triton's) and, on the host, a pinned copy of it (the CUDA kernel writes it itself where the
+    device addresses the pinned buffer directly; else a copy is queued behind the kernel); `done()` waits for an
+    event recorded behind it only (the big kernel queued after it keeps running), then raises a clear TargetError.
+    The pinned buffer and its event come from a pool per device (allocating them costs more host time than the
+    rest of the check) and go back to it in done(); a check dropped before done() leaves them to the pool once its
+    event has passed (until then its kernel may still write the buffer)."""
 
     def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
         self.target, self.V, self.ignore_index = target, V, ignore_index
-        if backend == "cuda":
-            self.info = engines.cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean")
-        else:
-            self.info = torch.empty(3, dtype=torch.float32, device=target.device)
-            engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
         self.slot = None
         if target.is_cuda:
             self.device = target.get_device()
             self.slot = _take_slot(self.device)
-            self.slot[0].copy_(self.info, non_blocking=True)
+        direct = backend == "cuda" and self.slot is not None and self.slot[3]
+        if backend == "cuda":
+            self.info = engines.cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean",
+                                                             self.slot[0].data_ptr() if direct else 0)
+        else:
+            self.info = torch.empty(3, dtype=torch.float32, device=target.device)
+            engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
+        if self.slot is not None:
+            if not direct:
+                self.slot[0].copy_(self.info, non_blocking=True)
             self.slot[2].record(torch.cuda.current_stream(target.device))
+
+    def __del__(self):
+        if getattr(self, "slot", None) is not None:
+            _orphans.append((self.device, self.slot))
 
     def done(self) -> None:
         if self.slot is None:
             bad = float(self.info[2])
         else:
-            _host, view, event = self.slot
+            _host, view, event, _mapped = self.slot
             event.synchronize()
             bad = float(view[2])
             _give_slot(self.device, self.slot)

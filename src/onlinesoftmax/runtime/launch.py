@@ -136,6 +136,18 @@ def stream_handle(index: int) -> int:
     return int(torch.cuda.current_stream(index).cuda_stream)
 
 
+def host_mapped(device: int, ptr: int) -> bool:
+    """Whether kernels on `device` address the pinned host memory at `ptr` by that same address (unified addressing:
+    memory from cudaHostAlloc, as torch's pinned tensors are; not so for memory registered without mapping)."""
+    from cuda.bindings import driver
+
+    def query():
+        err, dptr = driver.cuPointerGetAttribute(
+            driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr)
+        return err == driver.CUresult.CUDA_SUCCESS and int(dptr) == ptr
+    return on_device(device, query)
+
+
 def current_stream(index: Optional[int] = None):
     """torch's current stream on device `index` as a cuda.core Stream (cached per handle)."""
     import torch

@@ -6,6 +6,7 @@ strides; `dim` in [0, ndim); `out` contiguous with the input's shape and dtype, 
     backward(y, dy, out, dim, log)      out = dx from the forward output y (probabilities, or log-probabilities)
     cross_entropy(x, t, grad, loss, lse, scale, ...)   the loss, lse and gradient of rows of logits (ce_row)
     cross_entropy_targets / _loss / _scale             the small launches around it (targets' check, sum, dloss)
+    host_mapped(device, ptr)            whether that device's kernels address pinned host memory at ptr as is
     plan_for(op, *tensors, dim=...)     the plan a call would use (inspection)
 
 Kernel sources are compiled per instantiation on first use (compiled.py); nothing here needs a GPU to import.
@@ -27,6 +28,7 @@ from ...errors import OnlineSoftmaxError, Unavailable
 from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
+from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from .compiled import kernel, sms
 from .plan import DT_CODE, Plan, Unsupported, cross_entropy_plan, grid_for, plan, stable_rows, vec_width
 
@@ -468,14 +470,15 @@ _SMALL_TYPES = {"ce_targets": (np.int64, np.int32, np.int64, np.int32), "ce_loss
                 "ce_scale": (np.int64, np.int32, np.int64, np.int64)}
 
 
-def cross_entropy_targets(target: torch.Tensor, V: int, ignore_index: int, mean: bool) -> torch.Tensor:
+def cross_entropy_targets(target: torch.Tensor, V: int, ignore_index: int, mean: bool, host: int = 0) -> torch.Tensor:
     """An fp32 buffer of 3 whose [0] is the gradient's scale (1 / rows whose target is not ignore_index when `mean`,
     else 1), [1] those rows, [2] 1.0 if one of their targets is out of [0, V): one launch, no sync. target (M,) int64
-    contiguous on a CUDA device."""
+    contiguous on a CUDA device. host: the address of 3 floats of pinned memory the device addresses as is
+    (launch.host_mapped) that get the same values, or 0."""
     info = torch.empty(3, dtype=torch.float32, device=target.device)
     M = target.numel()
-    launch = _small("ce_targets", target.get_device(), 1024, (0, V, ignore_index, int(mean)), 2)
-    launch.rows(1, M, target.data_ptr(), info.data_ptr())
+    launch = _small("ce_targets", target.get_device(), 1024, (0, V, ignore_index, int(mean)), 3)
+    launch.rows(1, M, target.data_ptr(), info.data_ptr(), host)
     return info
 
 

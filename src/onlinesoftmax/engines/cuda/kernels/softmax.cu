@@ -646,10 +646,12 @@ ce_row(const void* __restrict__ x, const long long* __restrict__ target, void* _
 // grad_output. Small launches on the eager hot path (prepared cuLaunchKernel, no Triton launcher).
 
 // info[0..2] (fp32) <- (the gradient's scale: 1 / counted rows when `mean`, else 1; the counted rows (target !=
-// ignore); 1.0 if a counted target is out of [0, V), else 0). One CTA (no atomics, nothing to zero first), each
-// thread with 4 targets in flight per trip.
+// ignore); 1.0 if a counted target is out of [0, V), else 0), and the same into `host` unless it is null: pinned
+// host memory the device addresses directly (unified addressing), which the host reads after an event, no copy.
+// One CTA (no atomics, nothing to zero first), each thread with 4 targets in flight per trip.
 __global__ void __launch_bounds__(1024) ce_targets(const long long* __restrict__ target, float* __restrict__ info,
-                                                   long long M, int V, long long ignore, int mean) {
+                                                   float* __restrict__ host, long long M, int V, long long ignore,
+                                                   int mean) {
     __shared__ int counts[32], flags[32];
     int count = 0, bad = 0;
     for (long long base = threadIdx.x; base < M; base += 4 * 1024) {
@@ -675,9 +677,15 @@ __global__ void __launch_bounds__(1024) ce_targets(const long long* __restrict__
         count = __reduce_add_sync(OS_FULL_MASK, lane < nw ? counts[lane] : 0);
         bad = __reduce_or_sync(OS_FULL_MASK, lane < nw ? flags[lane] : 0);
         if (lane == 0) {
-            info[0] = mean ? 1.0f / (float)count : 1.0f;
-            info[1] = (float)count;
-            info[2] = bad ? 1.0f : 0.0f;
+            const float scale = mean ? 1.0f / (float)count : 1.0f, rows = (float)count, flag = bad ? 1.0f : 0.0f;
+            info[0] = scale;
+            info[1] = rows;
+            info[2] = flag;
+            if (host) {
+                host[0] = scale;
+                host[1] = rows;
+                host[2] = flag;
+            }
         }
     }
 }
