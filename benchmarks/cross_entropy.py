@@ -420,7 +420,7 @@ def main():
         FLUSH = flush
         ce_rows(ROWS, writer, lines, lg, args.quick)
         linear_rows(writer, lines, flce)
-    flush()
+        flush()
 
 
 if __name__ == "__main__":
