@@ -197,6 +197,11 @@ def test_gpu_commands_without_gpu_say_so(capsys, command):
     assert "no CUDA GPU" in line and f"`{command}` needs one" in line
 
 
+def test_extras_layout_filter_names_the_layouts(capsys):
+    line = run_bad(capsys, "extras", "--layout", "no such layout")
+    assert "no layout matches" in line and "channels, C = 19" in line
+
+
 def test_report_targets_names_the_misses(tmp_path, capsys):
     """A synthetic sweep: ours below 92% at N = 128, above at 4096; 3x torch at 32 x 131072 (a miss of 4x)."""
     def row(variant, M, N, ms, pct, queued=None):

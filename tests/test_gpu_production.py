@@ -57,6 +57,8 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         # the strided kernels on (M, N) as (outer = M, N, inner = 1): the columns one up to a cluster of 8
         "columns": [(3, 5), (2, 300), (2, 20000), (1, 30000)],
         "strided": [(3, 5), (2, 300)],
+        # (M, N) as (outer = M, N, inner = 1): a thread per row; N = 1, every CAP and its edge, a partial CTA
+        "chan": [(3, 1), (37, 19), (300, 32), (2, 8), (2, 9)],
     }[regime]
 
 
@@ -136,6 +138,13 @@ def _layouts(dtype):
 
     base = rnd(6, 37, 40)
     wide = rnd(5, 1025)
+    adv = rnd(4, 19, 8, 32) * 3  # channels with adversarial columns (the chan kernel: per column, not per row)
+    adv[0, :, 0, 0] = float("-inf")  # all -inf
+    adv[0, :, 0, 1] = float("-inf")
+    adv[0, 5, 0, 1] = 2.0  # one finite value
+    adv[1, 7, 3, 4] = float("nan")
+    adv[2, :, 1, 2] = 1e4 * torch.sign(adv[2, :, 1, 2])  # huge magnitudes
+    adv[3, 11, 2, 5] = 3e4  # an outlier
     return [
         ("contiguous, last dim", rnd(4, 5, 64), 2),
         ("3-D dim 0", base, 0),
@@ -155,6 +164,16 @@ def _layouts(dtype):
         ("dim 0 of 70 x 64", rnd(70, 64), 0),
         ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
         ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
+        # the chan kernels (N <= 32): channels of a segmentation map (2-element accesses in 16 bits), an odd inner
+        # (one element an access), a partial last CTA, every CAP edge, and an unaligned contiguous view
+        ("channels, C = 19", rnd(3, 19, 17, 30), 1),
+        ("channels, C = 21, odd inner", rnd(2, 21, 7, 37), 1),
+        ("channels, C = 32", rnd(2, 32, 300), 1),
+        ("channels, C = 8", rnd(4, 8, 128), 1),
+        ("channels, C = 9, sliced", rnd(5, 16, 9, 64)[:, :9], 1),
+        ("dim 0 of 1 x 1000", rnd(1, 1000), 0),
+        ("channels, unaligned base", rnd(2 * 19 * 64 + 1)[1:].view(2, 19, 64), 1),
+        ("channels, adversarial columns", adv, 1),
     ]
 
 
@@ -205,6 +224,8 @@ def test_forward_backward_layouts(dtype, log):
     ((2048, 2048), 0, torch.float32, "columns"),
     ((8192, 8192), 0, torch.float32, "columns"),  # the brief's dim-0 case: clusters of 8 per strip
     ((3, 70000, 40), 1, torch.bfloat16, "strided"),  # columns beyond a cluster of 8: two passes
+    ((16, 19, 64, 128), 1, torch.bfloat16, "chan"),  # channels: whole columns in registers, forward and backward
+    ((4, 21, 4097), 1, torch.float16, "chan"),  # odd inner: one element an access
 ])
 def test_automatic_plans(shape, dim, dtype, regime):
     x = torch.randn(shape, device="cuda").to(dtype) * 4

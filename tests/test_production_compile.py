@@ -67,6 +67,8 @@ def _block_of(name: str) -> int:
         return args[2] if fam == "ce_row" else args[3]  # ce_row has no op code
     if "split" in fam:
         return P.SPLIT_THREADS
+    if fam.endswith("_chan"):
+        return P.CHAN_THREADS
     return P.STRIDED_THREADS
 
 
@@ -76,11 +78,13 @@ def test_occupancy_targets(inst, report):
     fits an SM."""
     for k, r in report.items():
         fam = k.split("<")[0].split("_", 1)[1]
-        if fam not in ("warp", "row", "cols", "strided"):  # cross-entropy's small launches (ce_targets, ...)
+        if fam not in ("warp", "row", "cols", "strided", "chan"):  # cross-entropy's small launches (ce_targets, ...)
             continue
         threads = _block_of(k)
-        # a row CTA of THREADS not a power of 2 (block_threads: whole warps) gets 1024 // THREADS per SM
-        per_sm = {"warp": 4 * threads, "row": 1024 // threads * threads, "cols": 1024, "strided": 2 * threads}
+        # a row CTA of THREADS not a power of 2 (block_threads: whole warps) gets 1024 // THREADS per SM; chan: one
+        # CTA at least (its registers hold whole columns: occupancy follows CAP)
+        per_sm = {"warp": 4 * threads, "row": 1024 // threads * threads, "cols": 1024, "strided": 2 * threads,
+                  "chan": threads}
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
     for dtype in opdefs.GPU_DTYPES:  # the columns kernels with the most shared memory: two CTAs per SM still
@@ -109,7 +113,7 @@ def test_plans_only_pick_enumerated_kernels(inst):
         N = rng.choice([rng.randint(1, 2048), rng.randint(1, 1 << 19)])
         M = rng.choice([1, 2, rng.randint(1, 300), rng.randint(1, 1 << 20)])
         vec = rng.random() < 0.7
-        regime = rng.choice([None, None, "warp", "block", "cluster", "split", "columns", "strided"])
+        regime = rng.choice([None, None, "warp", "block", "cluster", "split", "columns", "strided", "chan"])
         try:
             p = P.plan(M, N, dtype, op, vec=vec, sms=SMS, regime=regime)
         except P.Unsupported:
@@ -380,6 +384,33 @@ def test_columns_rules():
         assert lanes * 16 >= 64 and c <= P.PORTABLE_CLUSTER
 
 
+def test_chan_rules():
+    # the issue's channel softmax, (16, 19, 512, 1024) over dim 1: a thread per 4-byte access of inner (two bf16
+    # columns), the 19 rows in 24 registers' worth, 256 threads a CTA, no cluster, no shared memory
+    bf16, f32 = torch.bfloat16, torch.float32
+    p = P.plan(16, 19, bf16, "softmax", inner=512 * 1024, layout="strided", sms=SMS)
+    (l,) = p.launches
+    assert p.regime == "chan" and p.W == 2 and l.kernel == "fwd_chan<0,2,2,24>"
+    assert l.block == (P.CHAN_THREADS,) and l.cluster == 1 and l.smem == 0
+    assert p.strips == 512 * 512 and p.items == 16 * p.strips and l.grid == p.items // P.CHAN_THREADS
+    assert p.at(3).launches[0].grid == 3 * p.strips // P.CHAN_THREADS
+    # one element an access: fp32, unaligned data, odd inner
+    assert P.plan(16, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS).kernels == ("fwd_chan<0,0,1,24>",)
+    assert P.plan(16, 19, bf16, "softmax", vec=False, inner=4096, layout="strided", sms=SMS).W == 1
+    assert P.plan(16, 19, bf16, "softmax", inner=4095, layout="strided", sms=SMS).W == 1
+    # backward alike; CAP is N rounded up to 8; 33 rows and more: the columns / strided kernels
+    assert P.plan(2, 21, f32, "log_softmax_backward", inner=100, layout="strided", sms=SMS).kernels == \
+        ("bwd_chan<3,0,1,24>",)
+    assert [P.chan_config(f32, n, 64, True)[1] for n in (1, 8, 9, 32)] == [8, 8, 16, 32]
+    assert P.chan_config(f32, 33, 64, True) is None
+    assert P.plan(2, 33, f32, "softmax", inner=4096, layout="strided", sms=SMS).regime == "columns"
+    assert P.plan(2, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS, regime="strided").regime == "strided"
+    with pytest.raises(P.Unsupported, match="chan"):
+        P.plan(2, 40, f32, "softmax", inner=64, layout="strided", sms=SMS, regime="chan")
+    for op in P.ENGINE_OPS:
+        assert registry.get(f"cuda.{op}_chan").algo_bytes(64, 32, 2) == opdefs.OPS[op].ideal_bytes(64, 32, 2)
+
+
 def test_forced_regimes_refuse_with_reasons():
     f32 = torch.float32
     with pytest.raises(P.Unsupported, match="warp"):
@@ -413,7 +444,7 @@ def test_row_layout_detection():
 
 def test_variants_registered():
     names = [v.name for v in registry.variants(backend="cuda") if v.name in V.VARIANT_NAMES]
-    assert len(names) == len(V.VARIANT_NAMES) == 22  # 4 ops x 5 regimes, and columns for the 2 forward ops
+    assert len(names) == len(V.VARIANT_NAMES) == 26  # 4 ops x 6 regimes, and columns for the 2 forward ops
     for op in P.ENGINE_OPS:
         for regime in P.REGIMES:
             if regime == "columns" and opdefs.OPS[op].backward:

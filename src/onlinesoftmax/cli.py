@@ -305,14 +305,19 @@ def print_sweep(rows: list[dict]) -> None:
 def cmd_extras(args) -> int:
     """The layouts (non-last dims, a sliced view; every op and dtype) and the host overhead per eager call
     (harness/extras.py)."""
-    from .harness.extras import host_rows, layout_rows
+    from .harness.extras import LAYOUTS, host_rows, layout_rows
 
+    layouts = [lay for lay in LAYOUTS if not args.layout or any(t in lay[0] for t in args.layout)]
+    if not layouts:
+        raise OnlineSoftmaxError(f"extras: no layout matches {args.layout}; layouts: "
+                                 f"{', '.join(lay[0] for lay in LAYOUTS)}")
     _require_cuda("extras")
     env = results.environment("cuda")
     copy = copy_gbps("cuda")
     console.print(f"{env['device']}: copy ceiling {copy:.0f} GB/s (read + write, same run)")
     with _Steps("timing") as step:
-        rows = [dict(r, **env) for r in layout_rows(copy, step=step) + host_rows()]
+        rows = layout_rows(copy, layouts=layouts, step=step) + ([] if args.no_host else host_rows())
+        rows = [dict(r, **env) for r in rows]
     table = Table(title="layouts (non-last dims, a sliced view) and host overhead per eager call")
     for col in ("group", "variant", "how", "kernel", "% copy / wall", "host overhead", "ok"):
         table.add_column(col, justify="left" if col in ("group", "variant", "how") else "right")
@@ -492,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("extras", help="every op and dtype over non-last dims (dim 0 of 8192x8192, channel "
                                        "softmax) and a sliced view; host overhead per eager 1x1024 call (GPU)")
+    sp.add_argument("--layout", action="append", metavar="TEXT",
+                    help="only the layouts whose label contains TEXT (repeatable; e.g. 'C = 19'); default: all")
+    sp.add_argument("--no-host", action="store_true", help="skip the host-overhead rows")
     out_option(sp)
     sp.set_defaults(fn=cmd_extras)
 

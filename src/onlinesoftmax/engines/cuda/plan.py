@@ -20,6 +20,8 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
              of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write
     strided  the same (and backward) when the columns do not fit on chip: two passes, the second from L2
+    chan     forward and backward over a short non-last dim (N <= 32: channels): a thread per 4-byte access of the
+             inner dim holds the whole column in registers; 1 read + 1 write, no shared memory
 The 16-byte path (W = vector). Aligned: N (inner for strided), every row stride and every pointer multiples of
 16 bytes. Window (warp, block, cluster; window_path): any N, rows starting anywhere as long as the inputs' rows
 start alike modulo 16 bytes; each row is read through the aligned accesses covering it. Otherwise the plan picks
@@ -45,7 +47,7 @@ FILE = "softmax.cu"  # the kernels' source, in SOURCES
 SOURCES = "onlinesoftmax/engines/cuda/kernels"
 ENGINE_OPS = tuple(op.name for op in SOFTMAX_OPS)
 DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the kernels
-REGIMES = ("warp", "block", "cluster", "split", "columns", "strided")
+REGIMES = ("warp", "block", "cluster", "split", "columns", "strided", "chan")
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
 WARP_THREADS = 256  # the same names in softmax.cu (an enum)
@@ -56,6 +58,9 @@ FWD_ROW_MIN_THREADS = 64
 SPLIT_THREADS = 256
 SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
+CHAN_THREADS = 256
+CHAN_MAX_N = 32  # chan: the longest column held in registers (CAP = N rounded up to CHAN_CAP_STEP)
+CHAN_CAP_STEP = 8
 REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group
@@ -306,6 +311,17 @@ def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple
     return None
 
 
+def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int]]:
+    """(W, CAP) of the chan kernel over a non-last dim of N <= CHAN_MAX_N, or None for longer columns: a thread per
+    access of W columns, the column's N rows in CAP registers (N rounded up to CHAN_CAP_STEP, so that one
+    instantiation serves several N). W: 4-byte accesses (two 16-bit columns) where the data is aligned and inner
+    even; one element otherwise (fp32 always: its element is already 4 bytes)."""
+    if N > CHAN_MAX_N:
+        return None
+    W = 2 if dtype != torch.float32 and vec and inner % 2 == 0 else 1
+    return W, cdiv(N, CHAN_CAP_STEP) * CHAN_CAP_STEP
+
+
 def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
     """Row layout: warp for short rows, then one CTA, then a cluster; when rows are too few to give every SM a CTA
     (and long enough to matter) a wider cluster on the 16-byte path, split on the scalar one; split when the row
@@ -475,9 +491,18 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     o, dt = OPS[op].code, DT_CODE[dtype]
     fwd = not OPS[op].backward
     pre = "fwd" if fwd else "bwd"
-    if layout == "strided" or regime in ("columns", "strided"):
+    if layout == "strided" or regime in ("columns", "strided", "chan"):
         if layout == "rows":  # a (M, N) row input through the strided kernels: (outer=M, N, inner=1)
             inner = 1
+        chan = chan_config(dtype, N, inner, vec) if regime in (None, "chan") else None
+        if chan is not None:
+            W, cap = chan
+            strips = inner // W
+            name = f"{pre}_chan<{o},{dt},{W},{cap}>"
+            launch = _launch(M, name, (strips, CHAN_THREADS, 0), (CHAN_THREADS,), sig="strided")
+            return Plan("chan", op, dtype, M, N, W, (launch,), inner=inner, strips=strips, items=M * strips)
+        if regime == "chan":
+            raise Unsupported(f"the chan kernel holds columns of up to {CHAN_MAX_N} rows (N = {N})")
         W = V if (vec and inner % V == 0) else 1
         cfg = columns_config(op, dtype, W, N, inner) if regime != "strided" else None
         if cfg is not None:
@@ -602,7 +627,8 @@ def _probe_instantiations() -> dict[str, set]:
                         add(M, N, dtype, op, vec=vec, window=window)
                         if op == "softmax":
                             add(M, N, dtype, "cross_entropy", vec=vec, window=window)
-                    for regime, M in itertools.product(("warp", "block", "cluster", "split", "columns"), (2, 1 << 20)):
+                    for regime, M in itertools.product(("warp", "block", "cluster", "split", "columns", "chan"),
+                                                       (2, 1 << 20)):
                         add(M, N, dtype, op, vec=vec, window=window, regime=regime)
                 if window:
                     continue

@@ -198,7 +198,7 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     N = shape[dim] if shape else 1
     strides = [tuple(t.stride()) for t in ins]
     rows = [_row_layout(shape, s, dim) for s in strides]
-    column_kernels = regime in ("columns", "strided")
+    column_kernels = regime in ("columns", "strided", "chan")
     if not column_kernels and all(r is not None for r in rows):
         M = rows[0][0]
         rss = tuple(r[2] for r in rows)

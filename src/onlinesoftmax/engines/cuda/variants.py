@@ -36,7 +36,7 @@ def _supports(op: str, regime: str):
 def _algo_bytes(op: str, regime: str):
     def algo_bytes(M: int, N: int, s: int) -> int:
         ideal = OPS[op].ideal_bytes(M, N, s)
-        if regime in ("warp", "block", "cluster", "columns"):
+        if regime in ("warp", "block", "cluster", "columns", "chan"):
             return ideal
         reads = len(OPS[op].inputs)
         total = ideal + reads * M * N * s  # the second pass re-reads the inputs (from L2 when the plan works)
@@ -80,6 +80,8 @@ _RUNG = {
                 "(M, N) as inner = 1"),
     "strided": ("strided (non-last dim)", "(outer, N, inner) with threads along inner: states down N, tree "
                 "merge, second pass over the strip (L2); here on (M, N) as inner = 1"),
+    "chan": ("columns in registers (short non-last dim)", "(outer, N <= 32, inner): a thread per 4-byte access "
+             "of inner holds its whole column, no shared memory; here on (M, N) as inner = 1 (a thread per row)"),
 }
 
 _SUMMARY_OP = {

@@ -87,11 +87,11 @@ __device__ __forceinline__ void os_stcs(unsigned short* p, unsigned short v) {
     asm volatile("st.global.cs.u16 [%0], %1;" ::"l"(p), "h"(v) : "memory");
 }
 
-// One access of W elements: a uint4 (16 bytes) or one scalar element.
+// One access of W elements: a uint4 (16 bytes), one scalar element, or (16-bit data, the chan kernels) a word of two.
 template <int DT, int W> struct os_io {
     typedef typename os_elem<DT>::type elem;
-    static_assert(W == 1 || W * sizeof(elem) == 16, "W is 1 or one 16-byte vector");
-    typedef typename os_cond<W == 1, elem, uint4>::type raw;
+    static_assert(W == 1 || W * sizeof(elem) == 16 || (DT != 0 && W == 2), "W is 1, one 16-byte vector or a word");
+    typedef typename os_cond<W == 1, elem, typename os_cond<W == 2, unsigned, uint4>::type>::type raw;
 
     // element i*W .. i*W+W-1 of the row at p (p aligned to 16 bytes when W > 1)
     static __device__ __forceinline__ raw load(const elem* p, long long i) {
@@ -100,6 +100,8 @@ template <int DT, int W> struct os_io {
     static __device__ __forceinline__ void unpack(const raw& r, float* f) {
         if constexpr (W == 1) {
             f[0] = os_to_f<DT>(r);
+        } else if constexpr (W == 2) {
+            os_unpack2<DT>(r, f[0], f[1]);
         } else if constexpr (DT == 0) {
             f[0] = __uint_as_float(r.x);
             f[1] = __uint_as_float(r.y);
@@ -116,6 +118,8 @@ template <int DT, int W> struct os_io {
         raw r;
         if constexpr (W == 1) {
             r = os_from_f<DT>(f[0]);
+        } else if constexpr (W == 2) {
+            r = os_pack2<DT>(f[0], f[1]);
         } else if constexpr (DT == 0) {
             r = make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
         } else {

@@ -29,7 +29,9 @@
 //                                        of rows in registers (+ smem); per-column (m, d) by a tree, then through DSMEM
 // fwd_strided<OP,DT,W>                   the same when the columns do not fit on chip: a persistent CTA owns a strip
 //                                        of columns: (m, d) down N, tree merge, second pass (re-read in L2)
-// bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided: the same shapes for OP 2 and 3,
+// fwd_chan<OP,DT,W,CAP>                  a short non-last dim (N <= CAP <= 32: channels): a thread per access of W
+//                                        columns (4 bytes, or one 16-bit element) holds all N rows in registers
+// bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided / bwd_chan: the same for OP 2 and 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
 // SASS: when the regimes were merged (issue 11), every instantiation compiled to the same sm_90 instructions as the
@@ -58,6 +60,7 @@
 //   split_apply:   (a, b, const float* ws, out, long long M, int N, long long sa, long long sb, long long so, int P,
 //                   int CH)
 //   cols, strided: (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
+//   chan:          the same, strips = inner / W (the accesses of one outer index); items unused (outer * strips)
 #include "production.cuh"
 
 // Launch geometry; engines/cuda/plan.py plans with the same numbers under the same names. (An enum: namespace-scope
@@ -69,6 +72,7 @@ enum {
     SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
     STRIDED_THREADS = 512,
     STRIDED_UNROLL = 4,
+    CHAN_THREADS = 256,
     OP_CE = 4  // the cross-entropy loss and gradient (ce_row): a forward op on the row kernel
 };
 
@@ -1061,6 +1065,122 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         }
     }
     if constexpr (C > 1) os_cluster_wait();
+}
+
+// ---- chan: a short non-last dim (channels) --------------------------------------------------------------------------
+// The middle dim of a contiguous (outer, N, inner) tensor with N <= CAP (a multiple of 8, up to 32): thread t owns the
+// W adjacent columns of access t of its outer index and holds all N of their rows in registers, its N loads issued
+// back to back (a warp's load is 64 or 128 contiguous bytes; W = 2 packs two 16-bit columns in a word where inner is
+// even and the data aligned). No shared memory and no barrier: per column the max, then the sum of exp(x - max) (as
+// the warp kernels; softmax keeps e, log_softmax x - max), then the N stores. Backward: the column's sum (and
+// log_softmax's "alive"), then dx.
+template <int OP, int DT, int W, int CAP>
+__device__ __forceinline__ void chan_body(const void* __restrict__ a, const void* __restrict__ b,
+                                          void* __restrict__ out, long long outer, int N, long long inner,
+                                          long long strips) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    const long long t = (long long)blockIdx.x * CHAN_THREADS + threadIdx.x;
+    if (t >= outer * strips) return;
+    const long long o = t / strips;
+    const long long base = o * N * inner + (t - o * strips) * W;
+    const elem* in_a = static_cast<const elem*>(a) + base;
+    const elem* in_b = static_cast<const elem*>(b) + base;
+    elem* dst = static_cast<elem*>(out) + base;
+    const long long step = inner / W;  // one row down, in accesses
+    raw ra[CAP], rb[CAP];
+#pragma unroll
+    for (int r = 0; r < CAP; r++) {
+        if (r < N) op::load(ra[r], rb[r], in_a, in_b, r * step);
+    }
+    // the stores' addresses from a pointer the compiler cannot see through before the loads are issued: else it
+    // computes all of them up front, two registers a row
+    asm volatile("" : "+l"(dst)::"memory");
+    if constexpr (op::FWD) {
+        float v[CAP][W], m[W], d[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            m[j] = OS_NEG_INF;
+            d[j] = 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < CAP; r++) {
+            if (r < N) {
+                op::io::unpack(ra[r], v[r]);
+#pragma unroll
+                for (int j = 0; j < W; j++) m[j] = fmaxf(m[j], v[r][j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            const float s = os_safe_shift(m[j]);
+#pragma unroll
+            for (int r = 0; r < CAP; r++) {
+                if (r < N) {
+                    if constexpr (OP == 0) {
+                        v[r][j] = os_exp_diff(v[r][j], s);
+                        d[j] += v[r][j];
+                    } else {
+                        v[r][j] -= s;
+                        d[j] += os_ex2(v[r][j] * OS_LOG2E);
+                    }
+                }
+            }
+            const typename op::out_params q(m[j], d[j]);
+            m[j] = OP == 0 ? q.inv : q.ld;  // the column's output factor (softmax) or offset (log_softmax)
+        }
+#pragma unroll
+        for (int r = 0; r < CAP; r++) {
+            if (r < N) {
+                float y[W];
+#pragma unroll
+                for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[r][j] * m[j] : v[r][j] - m[j];
+                op::io::store(dst, r * step, y);
+            }
+        }
+    } else {
+        float pa[W], pb[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) pa[j] = pb[j] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < CAP; r++) {
+            if (r < N) {
+                float y[W], dy[W];
+                op::io::unpack(ra[r], y);
+                op::io::unpack(rb[r], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) bwd_acc<OP>(y[j], dy[j], pa[j], pb[j]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < CAP; r++) {
+            if (r < N) {
+                float y[W], dy[W], dx[W];
+                op::io::unpack(ra[r], y);
+                op::io::unpack(rb[r], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa[j], pb[j]);
+                op::io::store(dst, r * step, dx);
+            }
+        }
+    }
+}
+
+// Registers: the forward holds CAP x W floats, the backward CAP words of each input: up to 32 with 4 CTAs per SM (64
+// registers), up to 64 with 3.
+template <int OP, int DT, int W, int CAP>
+__global__ void __launch_bounds__(CHAN_THREADS, 1)
+fwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+         long long inner, long long strips, long long items) {
+    chan_body<fwd_op<OP>::value, DT, W, CAP>(a, b, out, outer, N, inner, strips);
+}
+
+template <int OP, int DT, int W, int CAP>
+__global__ void __launch_bounds__(CHAN_THREADS, 1)
+bwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
+         long long inner, long long strips, long long items) {
+    chan_body<bwd_op<OP>::value, DT, W, CAP>(a, b, out, outer, N, inner, strips);
 }
 
 // ---- strided: a non-last dim whose columns do not fit on chip -------------------------------------------------------
