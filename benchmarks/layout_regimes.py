@@ -17,9 +17,8 @@ import argparse
 import torch
 import triton
 
-from onlinesoftmax.engines.cuda import plan as P
-from onlinesoftmax.errors import OnlineSoftmaxError
 from onlinesoftmax.engines.cuda import run
+from onlinesoftmax.errors import OnlineSoftmaxError
 from onlinesoftmax.harness.bench import copy_gbps
 
 REGIMES = ("chan", "columns", "strided")
