@@ -386,23 +386,24 @@ def test_columns_rules():
 
 def test_chan_rules():
     # the issue's channel softmax, (16, 19, 512, 1024) over dim 1: a thread per 4-byte access of inner (two bf16
-    # columns), the 19 rows in 24 registers' worth, 256 threads a CTA, no cluster, no shared memory
+    # columns), the 19 rows in 20 registers' worth, 256 threads a CTA, no cluster, no shared memory
     bf16, f32 = torch.bfloat16, torch.float32
     p = P.plan(16, 19, bf16, "softmax", inner=512 * 1024, layout="strided", sms=SMS)
     (l,) = p.launches
-    assert p.regime == "chan" and p.W == 2 and l.kernel == "fwd_chan<0,2,2,24>"
+    assert p.regime == "chan" and p.W == 2 and l.kernel == "fwd_chan<0,2,2,20>"
     assert l.block == (P.CHAN_THREADS,) and l.cluster == 1 and l.smem == 0
     assert p.strips == 512 * 512 and p.items == 16 * p.strips and l.grid == p.items // P.CHAN_THREADS
     assert p.at(3).launches[0].grid == 3 * p.strips // P.CHAN_THREADS
     # one element an access: fp32, unaligned data, odd inner
-    assert P.plan(16, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS).kernels == ("fwd_chan<0,0,1,24>",)
+    assert P.plan(16, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS).kernels == ("fwd_chan<0,0,1,20>",)
     assert P.plan(16, 19, bf16, "softmax", vec=False, inner=4096, layout="strided", sms=SMS).W == 1
     assert P.plan(16, 19, bf16, "softmax", inner=4095, layout="strided", sms=SMS).W == 1
-    # backward alike; CAP is N rounded up to 8; 33 rows and more: the columns / strided kernels
+    # backward alike; CAP is N rounded up to 4; 33 rows and more, or 2^31 elements a slice: the columns / strided
+    # kernels
     assert P.plan(2, 21, f32, "log_softmax_backward", inner=100, layout="strided", sms=SMS).kernels == \
         ("bwd_chan<3,0,1,24>",)
-    assert [P.chan_config(f32, n, 64, True)[1] for n in (1, 8, 9, 32)] == [8, 8, 16, 32]
-    assert P.chan_config(f32, 33, 64, True) is None
+    assert [P.chan_config(f32, n, 64, True)[1] for n in (1, 4, 5, 32)] == [4, 4, 8, 32]
+    assert P.chan_config(f32, 33, 64, True) is None and P.chan_config(f32, 16, 1 << 27, True) is None
     assert P.plan(2, 33, f32, "softmax", inner=4096, layout="strided", sms=SMS).regime == "columns"
     assert P.plan(2, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS, regime="strided").regime == "strided"
     with pytest.raises(P.Unsupported, match="chan"):

@@ -60,7 +60,7 @@ SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
 CHAN_THREADS = 256
 CHAN_MAX_N = 32  # chan: the longest column held in registers (CAP = N rounded up to CHAN_CAP_STEP)
-CHAN_CAP_STEP = 8
+CHAN_CAP_STEP = 4
 REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group
@@ -312,11 +312,12 @@ def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple
 
 
 def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int]]:
-    """(W, CAP) of the chan kernel over a non-last dim of N <= CHAN_MAX_N, or None for longer columns: a thread per
-    access of W columns, the column's N rows in CAP registers (N rounded up to CHAN_CAP_STEP, so that one
-    instantiation serves several N). W: 4-byte accesses (two 16-bit columns) where the data is aligned and inner
-    even; one element otherwise (fp32 always: its element is already 4 bytes)."""
-    if N > CHAN_MAX_N:
+    """(W, CAP) of the chan kernel over a non-last dim of N <= CHAN_MAX_N, or None for longer columns and for N x
+    inner of 2^31 elements or more (its row offsets are 32-bit): a thread per access of W columns, the column's N
+    rows in CAP registers (N rounded up to CHAN_CAP_STEP, so that one instantiation serves several N). W: 4-byte
+    accesses (two 16-bit columns) where the data is aligned and inner even; one element otherwise (fp32 always: its
+    element is already 4 bytes)."""
+    if N > CHAN_MAX_N or N * inner >= 2**31:  # the kernel steps down the rows with 32-bit offsets
         return None
     W = 2 if dtype != torch.float32 and vec and inner % 2 == 0 else 1
     return W, cdiv(N, CHAN_CAP_STEP) * CHAN_CAP_STEP

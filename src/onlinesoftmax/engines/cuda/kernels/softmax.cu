@@ -1072,7 +1072,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 // W adjacent columns of access t of its outer index and holds all N of their rows in registers, its N loads issued
 // back to back (a warp's load is 64 or 128 contiguous bytes; W = 2 packs two 16-bit columns in a word where inner is
 // even and the data aligned). No shared memory and no barrier: per column the max, then the sum of exp(x - max) (as
-// the warp kernels; softmax keeps e, log_softmax x - max), then the N stores. Backward: the column's sum (and
+// the warp kernels), then the N stores. Backward: the column's sum (and
 // log_softmax's "alive"), then dx.
 template <int OP, int DT, int W, int CAP>
 __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void* __restrict__ b,
@@ -1088,17 +1088,25 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
     const elem* in_a = static_cast<const elem*>(a) + base;
     const elem* in_b = static_cast<const elem*>(b) + base;
     elem* dst = static_cast<elem*>(out) + base;
-    const long long step = inner / W;  // one row down, in accesses
+    // rows one 32-bit step of accesses apart (the plan keeps N x inner below 2^31): the step is the same for every
+    // thread, so the rows' offsets need no registers of the thread's own, and each address is formed as its access
+    // is issued (64-bit offsets: ptxas computed every row's address before the first load, two registers a row)
+    const unsigned step = (unsigned)(inner / W);
+    const raw* pa = reinterpret_cast<const raw*>(in_a);
+    const raw* pb = reinterpret_cast<const raw*>(in_b);
+    raw* po = reinterpret_cast<raw*>(dst);
     raw ra[CAP], rb[CAP];
 #pragma unroll
     for (int r = 0; r < CAP; r++) {
-        if (r < N) op::load(ra[r], rb[r], in_a, in_b, r * step);
+        if (r < N) {
+            ra[r] = pa[r * step];
+            if constexpr (!op::FWD) rb[r] = pb[r * step];
+        }
     }
-    // the stores' addresses from a pointer the compiler cannot see through before the loads are issued: else it
-    // computes all of them up front, two registers a row
-    asm volatile("" : "+l"(dst)::"memory");
     if constexpr (op::FWD) {
-        float v[CAP][W], m[W], d[W];
+        // the raw accesses stay in registers (one word a row), unpacked on each use: softmax takes exp(x - max) again
+        // for its output rather than keeping e (twice the registers in 16 bits)
+        float m[W], d[W];
 #pragma unroll
         for (int j = 0; j < W; j++) {
             m[j] = OS_NEG_INF;
@@ -1107,36 +1115,36 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
 #pragma unroll
         for (int r = 0; r < CAP; r++) {
             if (r < N) {
-                op::io::unpack(ra[r], v[r]);
+                float x[W];
+                op::io::unpack(ra[r], x);
 #pragma unroll
-                for (int j = 0; j < W; j++) m[j] = fmaxf(m[j], v[r][j]);
+                for (int j = 0; j < W; j++) m[j] = fmaxf(m[j], x[j]);
             }
         }
 #pragma unroll
-        for (int j = 0; j < W; j++) {
-            const float s = os_safe_shift(m[j]);
+        for (int j = 0; j < W; j++) m[j] = os_safe_shift(m[j]);  // the shift s of each column
 #pragma unroll
-            for (int r = 0; r < CAP; r++) {
-                if (r < N) {
-                    if constexpr (OP == 0) {
-                        v[r][j] = os_exp_diff(v[r][j], s);
-                        d[j] += v[r][j];
-                    } else {
-                        v[r][j] -= s;
-                        d[j] += os_ex2(v[r][j] * OS_LOG2E);
-                    }
-                }
+        for (int r = 0; r < CAP; r++) {
+            if (r < N) {
+                float x[W];
+                op::io::unpack(ra[r], x);
+#pragma unroll
+                for (int j = 0; j < W; j++) d[j] += os_exp_diff(x[j], m[j]);
             }
+        }
+#pragma unroll
+        for (int j = 0; j < W; j++) {  // d becomes the column's output factor (softmax) or offset (log_softmax)
             const typename op::out_params q(m[j], d[j]);
-            m[j] = OP == 0 ? q.inv : q.ld;  // the column's output factor (softmax) or offset (log_softmax)
+            d[j] = OP == 0 ? q.inv : q.ld;
         }
 #pragma unroll
         for (int r = 0; r < CAP; r++) {
             if (r < N) {
-                float y[W];
+                float x[W], y[W];
+                op::io::unpack(ra[r], x);
 #pragma unroll
-                for (int j = 0; j < W; j++) y[j] = OP == 0 ? v[r][j] * m[j] : v[r][j] - m[j];
-                op::io::store(dst, r * step, y);
+                for (int j = 0; j < W; j++) y[j] = OP == 0 ? os_exp_diff(x[j], m[j]) * d[j] : (x[j] - m[j]) - d[j];
+                po[r * step] = op::io::pack(y);
             }
         }
     } else {
@@ -1161,14 +1169,15 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
                 op::io::unpack(rb[r], dy);
 #pragma unroll
                 for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa[j], pb[j]);
-                op::io::store(dst, r * step, dx);
+                po[r * step] = op::io::pack(dx);
             }
         }
     }
 }
 
-// Registers: the forward holds CAP x W floats, the backward CAP words of each input: up to 32 with 4 CTAs per SM (64
-// registers), up to 64 with 3.
+// No minimum of CTAs per SM: ptxas forms the rows' addresses before the loads, whatever the code's order, and under a
+// tighter bound spilled a few words (4-24 bytes) instead; unbound, about 3.5 registers a row, no spill (measured:
+// engines/cuda/compiled.py), so CAP sets the occupancy.
 template <int OP, int DT, int W, int CAP>
 __global__ void __launch_bounds__(CHAN_THREADS, 1)
 fwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
