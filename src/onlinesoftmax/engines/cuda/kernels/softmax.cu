@@ -1095,13 +1095,22 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
     const raw* pa = reinterpret_cast<const raw*>(in_a);
     const raw* pb = reinterpret_cast<const raw*>(in_b);
     raw* po = reinterpret_cast<raw*>(dst);
-    // rows past N hold zeros: the folds skip them, the outputs of every row are computed into ra (in place) before any
-    // is stored, and only the stores test N (a branch around each row's output serialised the rows' exponentials:
-    // log_softmax backward fp32 at 22% of copy)
+    // rows past N hold a neutral value (x or log_softmax's y = -inf, softmax's y = 0, dy = 0), so that no fold or
+    // output tests N: only the loads and the final stores do. A test of N in the folds gave ptxas a predicate per row
+    // to combine with each row's own test (log_softmax's y != -inf), placed right after that row's load: every
+    // load's latency in turn (log_softmax backward fp32 at 38% of copy); a branch around each row's output
+    // serialised the exponentials (22%)
+    raw pad;
+    {
+        float f[W];
+#pragma unroll
+        for (int j = 0; j < W; j++) f[j] = OP == 2 ? 0.0f : OS_NEG_INF;
+        pad = op::io::pack(f);
+    }
     raw ra[CAP], rb[CAP];
 #pragma unroll
     for (int r = 0; r < CAP; r++) {
-        ra[r] = r < N ? pa[r * step] : raw();
+        ra[r] = r < N ? pa[r * step] : pad;
         if constexpr (!op::FWD) rb[r] = r < N ? pb[r * step] : raw();
     }
     if constexpr (op::FWD) {
@@ -1115,23 +1124,19 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
         }
 #pragma unroll
         for (int r = 0; r < CAP; r++) {
-            if (r < N) {
-                float x[W];
-                op::io::unpack(ra[r], x);
+            float x[W];
+            op::io::unpack(ra[r], x);
 #pragma unroll
-                for (int j = 0; j < W; j++) m[j] = fmaxf(m[j], x[j]);
-            }
+            for (int j = 0; j < W; j++) m[j] = fmaxf(m[j], x[j]);
         }
 #pragma unroll
         for (int j = 0; j < W; j++) m[j] = os_safe_shift(m[j]);  // the shift s of each column
 #pragma unroll
         for (int r = 0; r < CAP; r++) {
-            if (r < N) {
-                float x[W];
-                op::io::unpack(ra[r], x);
+            float x[W];
+            op::io::unpack(ra[r], x);
 #pragma unroll
-                for (int j = 0; j < W; j++) d[j] += os_exp_diff(x[j], m[j]);
-            }
+            for (int j = 0; j < W; j++) d[j] += os_exp_diff(x[j], m[j]);
         }
 #pragma unroll
         for (int j = 0; j < W; j++) {  // d becomes the column's output factor (softmax) or offset (log_softmax)
@@ -1152,13 +1157,11 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
         for (int j = 0; j < W; j++) pa[j] = pb[j] = 0.0f;
 #pragma unroll
         for (int r = 0; r < CAP; r++) {
-            if (r < N) {
-                float y[W], dy[W];
-                op::io::unpack(ra[r], y);
-                op::io::unpack(rb[r], dy);
+            float y[W], dy[W];
+            op::io::unpack(ra[r], y);
+            op::io::unpack(rb[r], dy);
 #pragma unroll
-                for (int j = 0; j < W; j++) bwd_acc<OP>(y[j], dy[j], pa[j], pb[j]);
-            }
+            for (int j = 0; j < W; j++) bwd_acc<OP>(y[j], dy[j], pa[j], pb[j]);
         }
 #pragma unroll
         for (int r = 0; r < CAP; r++) {
