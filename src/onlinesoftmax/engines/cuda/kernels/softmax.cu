@@ -1179,16 +1179,21 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
     }
 }
 
-// No minimum of CTAs per SM: ptxas forms the rows' addresses before the loads, whatever the code's order, and under a
-// tighter bound spilled a few words (4-24 bytes) instead; unbound, about 3.5 registers a row, no spill (measured:
-// engines/cuda/compiled.py), so CAP sets the occupancy.
+// The CTAs per SM each forward is compiled for, the most at which ptxas makes no spill (engines/cuda/compiled.py):
+// 4 (64 registers) holds every fp32 column and up to 24 rows of 16-bit pairs; 28 rows of pairs at 3, 32 at 2.
+// Unbound, ptxas took 82-95 registers for 20-24 rows of pairs (2-3 CTAs): 16-bit log_softmax at 66-74% of copy at
+// C = 19 and 21, 83-91% at 4 CTAs (benchmarks/results/h200-chan-ctas-ae6cea6.txt).
+template <int W, int CAP> __host__ __device__ constexpr int chan_fwd_ctas() { return W == 1 || CAP <= 24 ? 4 : CAP <= 28 ? 3 : 2; }
+
 template <int OP, int DT, int W, int CAP>
-__global__ void __launch_bounds__(CHAN_THREADS, 1)
+__global__ void __launch_bounds__(CHAN_THREADS, chan_fwd_ctas<W, CAP>())
 fwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
          long long inner, long long strips, long long items) {
     chan_body<fwd_op<OP>::value, DT, W, CAP>(a, b, out, outer, N, inner, strips);
 }
 
+// The backward has no bound: ptxas forms the rows' addresses before the loads and, under a bound, spilled (16-bit
+// pairs, 20 rows and more at 3 CTAs) or matched the unbound speed (2 CTAs); unbound, about 3.5 registers a row.
 template <int OP, int DT, int W, int CAP>
 __global__ void __launch_bounds__(CHAN_THREADS, 1)
 bwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
