@@ -75,7 +75,7 @@ def test_loss_only_inplace_bf16_and_grad_mode(regime, monkeypatch):
     np.testing.assert_allclose(xg.detach().double().numpy(), want_grad, rtol=2e-2, atol=1e-3)
     # mode "grad": the gradient of a shard of columns from the rows' lse (vocab-parallel's second step)
     lse = torch.logsumexp(x.double(), 1).float()
-    g = torch.empty(4, 30, dtype=torch.float32)
+    g = torch.full((4, 30), float("nan"))  # poisoned: row 1 (ignored) must be written as zeros
     x32 = x.float()
     ce.shard_grad(x32[:, 20:50].contiguous(), t, lse, torch.tensor(0.25), "triton", g, offset=20, v_total=70,
                   ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None)

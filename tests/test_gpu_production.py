@@ -232,7 +232,7 @@ def test_automatic_plans(shape, dim, dtype, regime):
     for log in (False, True):
         op = "log_softmax" if log else "softmax"
         assert E.plan_for(op, x, dim=dim).regime == regime
-        out = torch.empty_like(x)
+        out = torch.full_like(x, float("nan"))  # poisoned: an element left unwritten fails
         E.forward(x, out, dim, log)
         want = (torch.log_softmax if log else torch.softmax)(x.double(), dim)
         rtol, atol = _tol(dtype)
@@ -241,7 +241,7 @@ def test_automatic_plans(shape, dim, dtype, regime):
         y = out
         dy = torch.randn_like(x)
         assert E.plan_for(bop, y, dy, dim=dim).regime in (regime, "split", "cluster", "strided")
-        dx = torch.empty_like(x)
+        dx = torch.full_like(x, float("nan"))
         E.backward(y, dy, dx, dim, log)
         yd, dyd = y.double(), dy.double()
         if log:
