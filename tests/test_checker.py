@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from onlinesoftmax import registry, state
-from onlinesoftmax.harness.check import check_variant, compare
+from onlinesoftmax.harness.check import check_variant, compare, error_scale
+from onlinesoftmax.reference import reference
 
 
 def _variant(name, fn):
@@ -51,6 +52,23 @@ def test_known_wrong_variants_fail(fn, kind, seed):
     report = check_variant(v, 4, 300, torch.float32, kind, seed)
     assert not report.ok, report.message
     assert report.n_bad > 0 and report.bad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("N", [300, 4097, 262147])
+def test_known_wrong_softmax_backward_fails(N, dtype, seed):
+    """dx = y * (dy - c) is about 1/N of dy: an error scale of the row's max |dy| had passed an all-zero dx (and
+    one without the c term) from a few thousand elements on; the right answer, rounded to the dtype, passes."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.softmax(torch.randn(2, N, generator=g) * 2, -1).to(dtype)
+    dy = (torch.randn(2, N, generator=g) + 1).to(dtype)  # c = sum y * dy near 1: leaving it out is visible
+    ref = reference("softmax_backward", (y, dy))
+    scale = error_scale("softmax_backward", (y, dy), ref)
+    y64, dy64 = y.double(), dy.double()
+    for wrong in (torch.zeros_like(y), (y64 * dy64).to(dtype)):
+        assert not compare(wrong, ref, dtype, scale).ok
+    right = y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
+    assert compare(right.to(dtype), ref, dtype, scale).ok
 
 
 @pytest.mark.parametrize("kind", ["normal", "offset", "masked", "nan", "one_finite", "huge"])

@@ -56,11 +56,17 @@ class Report:
 def error_scale(op: str, inputs: tuple, ref: np.ndarray) -> np.ndarray:
     """What absolute errors are measured against, beyond |ref| itself.
 
-    Backward ops cancel (dy - sum dy*y): their rounding scales with the row's largest term, not
-    with the (possibly tiny) result. A sum's rounding scales with sum |x|, not with the sum.
+    Backward ops cancel: their rounding scales with the terms, not with the (possibly tiny) result. Softmax's
+    dx = y * (dy - c), c = sum y * dy, rounds at |y| * (max |dy| + |c|) per element (a row-wide max |dy| let an
+    all-zero dx pass for rows of more than a few thousand, where y ~ 1/N); log_softmax's dy - exp(y) * sum dy at the
+    row's largest term. A sum's rounding scales with sum |x|, not with the sum.
     """
     if op == "sum":
         return np.array([np.abs(as_float64(inputs[0])).sum()])
+    if op == "softmax_backward":
+        y, dy = (np.nan_to_num(as_float64(t), nan=0.0, posinf=0.0, neginf=0.0) for t in inputs[:2])
+        c = (y * dy).sum(axis=-1, keepdims=True)
+        return np.abs(y) * (np.abs(dy).max(axis=-1, keepdims=True) + np.abs(c))
     if op.endswith("_backward"):
         finite = np.where(np.isfinite(ref), np.abs(ref), 0.0)
         dy = np.abs(np.nan_to_num(as_float64(inputs[1]), nan=0.0, posinf=0.0, neginf=0.0))
