@@ -1,7 +1,8 @@
 """Time a non-last dim under each regime that can take it (the evidence for plan.py's chan / columns / strided
 choice), on the GPU present:
 
-    PYTHONPATH=src python benchmarks/layout_regimes.py [--shape 16 19 512 1024] [--dim 1] [--dtype bfloat16 ...] [--regimes chan]
+    PYTHONPATH=src python benchmarks/layout_regimes.py [--shape 16 19 512 1024] [--dim 1] [--dtype bfloat16 ...]
+        [--regimes chan ...]
 
 For each dtype and op (softmax, log_softmax and their backward) the rules' plan ("rules", the public entry
 engines.cuda.run.forward / backward) and every regime forced through run.run_regime (chan, columns, strided; a

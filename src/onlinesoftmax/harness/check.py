@@ -63,14 +63,14 @@ def error_scale(op: str, inputs: tuple, ref: np.ndarray) -> np.ndarray:
     """
     if op == "sum":
         return np.array([np.abs(as_float64(inputs[0])).sum()])
-    if op == "softmax_backward":
-        y, dy = (np.nan_to_num(as_float64(t), nan=0.0, posinf=0.0, neginf=0.0) for t in inputs[:2])
-        c = (y * dy).sum(axis=-1, keepdims=True)
-        return np.abs(y) * (np.abs(dy).max(axis=-1, keepdims=True) + np.abs(c))
     if op.endswith("_backward"):
+        dy = np.nan_to_num(as_float64(inputs[1]), nan=0.0, posinf=0.0, neginf=0.0)
+        if op == "softmax_backward":
+            y = np.nan_to_num(as_float64(inputs[0]), nan=0.0, posinf=0.0, neginf=0.0)
+            c = (y * dy).sum(axis=-1, keepdims=True)
+            return np.abs(y) * (np.abs(dy).max(axis=-1, keepdims=True) + np.abs(c))
         finite = np.where(np.isfinite(ref), np.abs(ref), 0.0)
-        dy = np.abs(np.nan_to_num(as_float64(inputs[1]), nan=0.0, posinf=0.0, neginf=0.0))
-        return np.maximum(finite, dy).max(axis=-1, keepdims=True)
+        return np.maximum(finite, np.abs(dy)).max(axis=-1, keepdims=True)
     return np.zeros_like(ref)
 
 

@@ -111,8 +111,7 @@ template <int OP> __device__ __forceinline__ void bwd_acc(float y, float dy, flo
         // b: any y != -inf (NaN counts as alive: the row's output is NaN, as the reference's), a 0 / 1 float made
         // without a predicate: ptxas combined a compare's predicate with the access's bounds test and placed it
         // right after that access's load, so each load waited for the one before (log_softmax backward at 38-67% of
-        // copy where softmax's ran at 86-100%)
-        // (the min in PTX: NVVM turns min(bits ^ -inf, 1) back into a compare and a select)
+        // copy where softmax's ran at 86-100%). The min is PTX: NVVM turns min(bits ^ -inf, 1) back into a compare.
         unsigned live;
         asm("min.u32 %0, %1, 1;" : "=r"(live) : "r"(__float_as_uint(y) ^ 0xff800000u));  // 0 iff y is -inf
         b = fmaxf(b, __uint_as_float(live * 0x3f800000u));
@@ -1190,7 +1189,9 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
 // 4 (64 registers) holds every fp32 column and up to 24 rows of 16-bit pairs; 28 rows of pairs at 3, 32 at 2.
 // Unbound, ptxas took 82-95 registers for 20-24 rows of pairs (2-3 CTAs): 16-bit log_softmax at 66-74% of copy at
 // C = 19 and 21, 83-91% at 4 CTAs (benchmarks/results/h200-chan-ctas-ae6cea6.txt).
-template <int W, int CAP> __host__ __device__ constexpr int chan_fwd_ctas() { return W == 1 || CAP <= 24 ? 4 : CAP <= 28 ? 3 : 2; }
+template <int W, int CAP> __host__ __device__ constexpr int chan_fwd_ctas() {
+    return W == 1 || CAP <= 24 ? 4 : CAP <= 28 ? 3 : 2;
+}
 
 template <int OP, int DT, int W, int CAP>
 __global__ void __launch_bounds__(CHAN_THREADS, chan_fwd_ctas<W, CAP>())
