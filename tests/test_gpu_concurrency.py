@@ -48,8 +48,10 @@ CASES = [
     ("cluster16B_bf16", (8, 131072), BF16, -1, "cluster", None),
     ("split", (4, 300007), F32, -1, "split", None),  # beyond a cluster of 8 (fp32: 278528 elements)
     ("split_long", (2, 1000003), F32, -1, "split", None),
-    ("columns1", (8, 64, 33), F32, 1, "columns", None),
-    ("columns16B", (4, 19, 128), BF16, 1, "columns", None),
+    ("columns1", (8, 300, 33), F32, 1, "columns", None),  # N > 256: past chan
+    ("columns16B", (4, 300, 128), BF16, 1, "columns", None),
+    ("chan", (4, 19, 128), BF16, 1, "chan", None),
+    ("chan_bands", (4, 150, 64), F32, 1, "chan", None),  # 8 threads a column, merged through shared memory
     ("transposed", (300, 64), F32, -1, "warp", "t"),
     ("strided16B", (2, 70000, 8), F32, 1, "strided", None),
     ("strided1", (2, 70001, 3), BF16, 1, "strided", None),
@@ -58,7 +60,8 @@ CASES = [
 BACKWARD = [
     ("bwd_warp", (64, 500), F32, -1, "warp"),
     ("bwd_split", (4, 300007), F32, -1, "split"),
-    ("bwd_strided", (8, 64, 33), F32, 1, "strided"),
+    ("bwd_strided", (8, 300, 33), F32, 1, "strided"),
+    ("bwd_chan_bands", (4, 150, 64), BF16, 1, "chan"),
     ("bwd_cluster", (4, 65536), BF16, -1, "cluster"),
 ]
 TRITON = [("triton_rows", (64, 1000), F32), ("triton_online", (512, 40000), BF16), ("triton_split", (4, 100003), F32)]

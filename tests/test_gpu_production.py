@@ -57,8 +57,10 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         # the strided kernels on (M, N) as (outer = M, N, inner = 1): the columns one up to a cluster of 8
         "columns": [(3, 5), (2, 300), (2, 20000), (1, 30000)],
         "strided": [(3, 5), (2, 300)],
-        # (M, N) as (outer = M, N, inner = 1): a thread per row; N = 1, every CAP and its edge, a partial CTA
-        "chan": [(3, 1), (37, 19), (300, 32), (2, 8), (2, 9)],
+        # (M, N) as (outer = M, N, inner = 1): a thread per row; N = 1, every CAP and its edge, a partial CTA; then
+        # G = 2, 4, 8 threads a row (their edges, an empty last band at N = 129)
+        "chan": [(3, 1), (37, 19), (300, 32), (2, 8), (2, 9), (5, 33), (3, 64), (7, 65), (2, 129), (37, 150),
+                 (2, 256)],
     }[regime]
 
 
@@ -145,6 +147,15 @@ def _layouts(dtype):
     adv[1, 7, 3, 4] = float("nan")
     adv[2, :, 1, 2] = 1e4 * torch.sign(adv[2, :, 1, 2])  # huge magnitudes
     adv[3, 11, 2, 5] = 3e4  # an outlier
+    # the same at C = 150 (8 threads a column, bands of 20 rows): a finite value in the last band only (the bands
+    # before it empty), the max in a middle band, a NaN in the first
+    adv150 = rnd(3, 150, 2, 32) * 3
+    adv150[0, :, 0, 0] = float("-inf")
+    adv150[0, :, 0, 1] = float("-inf")
+    adv150[0, 149, 0, 1] = 2.0
+    adv150[1, 3, 1, 4] = float("nan")
+    adv150[1, :, 0, 2] = 1e4 * torch.sign(adv150[1, :, 0, 2])
+    adv150[2, 77, 1, 5] = 3e4
     return [
         ("contiguous, last dim", rnd(4, 5, 64), 2),
         ("3-D dim 0", base, 0),
@@ -164,7 +175,7 @@ def _layouts(dtype):
         ("dim 0 of 70 x 64", rnd(70, 64), 0),
         ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
         ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
-        # the chan kernels (N <= 32): channels of a segmentation map (2-element accesses in 16 bits), an odd inner
+        # the chan kernels (one thread a column, N <= 32): channels of a segmentation map (2-element accesses in 16 bits), an odd inner
         # (one element an access), a partial last CTA, every CAP edge, and an unaligned contiguous view
         ("channels, C = 19", rnd(3, 19, 17, 30), 1),
         ("channels, C = 21, odd inner", rnd(2, 21, 7, 37), 1),
@@ -174,6 +185,13 @@ def _layouts(dtype):
         ("dim 0 of 1 x 1000", rnd(1, 1000), 0),
         ("channels, unaligned base", rnd(2 * 19 * 64 + 1)[1:].view(2, 19, 64), 1),
         ("channels, adversarial columns", adv, 1),
+        # chan with G = 2, 4, 8 threads a column (N <= 256): band edges, an empty last band (N = 129), odd inner
+        ("channels, C = 33", rnd(3, 33, 64), 1),
+        ("channels, C = 65, odd inner", rnd(2, 65, 7, 5), 1),
+        ("channels, C = 129", rnd(2, 129, 96), 1),
+        ("channels, C = 150", rnd(2, 150, 8, 16), 1),
+        ("channels, C = 256, sliced", rnd(3, 300, 40)[:, :256], 1),
+        ("channels, C = 150, adversarial columns", adv150, 1),
     ]
 
 
@@ -226,6 +244,7 @@ def test_forward_backward_layouts(dtype, log):
     ((3, 70000, 40), 1, torch.bfloat16, "strided"),  # columns beyond a cluster of 8: two passes
     ((16, 19, 64, 128), 1, torch.bfloat16, "chan"),  # channels: whole columns in registers, forward and backward
     ((4, 21, 4097), 1, torch.float16, "chan"),  # odd inner: one element an access
+    ((2, 150, 64, 64), 1, torch.bfloat16, "chan"),  # C = 150: 8 threads a column
 ])
 def test_automatic_plans(shape, dim, dtype, regime):
     x = torch.randn(shape, device="cuda").to(dtype) * 4

@@ -359,9 +359,9 @@ def test_strided_rules():
     # short columns: lanes across inner instead of idle rows
     lanes, rows, strips, cap = P.strided_tile("softmax", torch.float32, 4, 8, 4096, SMS)
     assert rows == 8 and lanes == 64 and lanes * rows <= P.STRIDED_THREADS
-    p = P.plan(4, 100, torch.bfloat16, "softmax_backward", inner=24, layout="strided", sms=SMS)
+    p = P.plan(4, 300, torch.bfloat16, "softmax_backward", inner=24, layout="strided", sms=SMS)  # N > 256: not chan
     assert p.regime == "strided" and p.W == 8 and p.items == 4 * p.strips
-    assert P.plan(4, 100, torch.bfloat16, "softmax", inner=20, layout="strided", sms=SMS).W == 1
+    assert P.plan(4, 300, torch.bfloat16, "softmax", inner=20, layout="strided", sms=SMS).W == 1
 
 
 def test_columns_rules():
@@ -390,24 +390,30 @@ def test_chan_rules():
     bf16, f32 = torch.bfloat16, torch.float32
     p = P.plan(16, 19, bf16, "softmax", inner=512 * 1024, layout="strided", sms=SMS)
     (l,) = p.launches
-    assert p.regime == "chan" and p.W == 2 and l.kernel == "fwd_chan<0,2,2,20>"
+    assert p.regime == "chan" and p.W == 2 and l.kernel == "fwd_chan<0,2,2,20,1>"
     assert l.block == (P.CHAN_THREADS,) and l.cluster == 1 and l.smem == 0
     assert p.strips == 512 * 512 and p.items == 16 * p.strips and l.grid == p.items // P.CHAN_THREADS
     assert p.at(3).launches[0].grid == 3 * p.strips // P.CHAN_THREADS
     # one element an access: fp32, unaligned data, odd inner
-    assert P.plan(16, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS).kernels == ("fwd_chan<0,0,1,20>",)
+    assert P.plan(16, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS).kernels == ("fwd_chan<0,0,1,20,1>",)
     assert P.plan(16, 19, bf16, "softmax", vec=False, inner=4096, layout="strided", sms=SMS).W == 1
     assert P.plan(16, 19, bf16, "softmax", inner=4095, layout="strided", sms=SMS).W == 1
-    # backward alike; CAP is N rounded up to 4; 33 rows and more, or 2^31 elements a slice: the columns / strided
-    # kernels
+    # backward alike; CAP is N rounded up to 4 up to 32 rows; then G = 2, 4, 8 threads a column, a band of N / G
+    # rows each (rounded up to 4), 256 / G columns a CTA (the ADE20K-style C = 150: 8 bands of 20); 257 rows and
+    # more, or 2^31 elements a slice: the columns / strided kernels
     assert P.plan(2, 21, f32, "log_softmax_backward", inner=100, layout="strided", sms=SMS).kernels == \
-        ("bwd_chan<3,0,1,24>",)
-    assert [P.chan_config(f32, n, 64, True)[1] for n in (1, 4, 5, 32)] == [4, 4, 8, 32]
-    assert P.chan_config(f32, 33, 64, True) is None and P.chan_config(f32, 16, 1 << 27, True) is None
-    assert P.plan(2, 33, f32, "softmax", inner=4096, layout="strided", sms=SMS).regime == "columns"
+        ("bwd_chan<3,0,1,24,1>",)
+    assert [P.chan_config(f32, n, 64, True) for n in (1, 4, 5, 32, 33, 64, 65, 150, 256)] == \
+        [(1, 4, 1), (1, 4, 1), (1, 8, 1), (1, 32, 1), (1, 20, 2), (1, 32, 2), (1, 20, 4), (1, 20, 8), (1, 32, 8)]
+    assert P.chan_config(f32, 257, 64, True) is None and P.chan_config(f32, 16, 1 << 27, True) is None
+    p = P.plan(8, 150, bf16, "softmax_backward", inner=256 * 256, layout="strided", sms=SMS)
+    (l,) = p.launches
+    assert p.regime == "chan" and l.kernel == "bwd_chan<2,2,2,20,8>" and l.block == (P.CHAN_THREADS,)
+    assert l.grid == 8 * 256 * 128 // (P.CHAN_THREADS // 8)
+    assert P.plan(2, 257, f32, "softmax", inner=4096, layout="strided", sms=SMS).regime == "columns"
     assert P.plan(2, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS, regime="strided").regime == "strided"
     with pytest.raises(P.Unsupported, match="chan"):
-        P.plan(2, 40, f32, "softmax", inner=64, layout="strided", sms=SMS, regime="chan")
+        P.plan(2, 300, f32, "softmax", inner=64, layout="strided", sms=SMS, regime="chan")
     for op in P.ENGINE_OPS:
         assert registry.get(f"cuda.{op}_chan").algo_bytes(64, 32, 2) == opdefs.OPS[op].ideal_bytes(64, 32, 2)
 

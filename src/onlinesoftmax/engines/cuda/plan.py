@@ -20,8 +20,9 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
              of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write
     strided  the same (and backward) when the columns do not fit on chip: two passes, the second from L2
-    chan     forward and backward over a short non-last dim (N <= 32: channels): a thread per 4-byte access of the
-             inner dim holds the whole column in registers; 1 read + 1 write, no shared memory
+    chan     forward and backward over a short non-last dim (N <= 256: channels): G threads per 4-byte access of the
+             inner dim hold its column in registers, a band of up to 32 rows each; 1 read + 1 write, and for G > 1
+             one merge of the bands' pairs through shared memory
 The 16-byte path (W = vector). Aligned: N (inner for strided), every row stride and every pointer multiples of
 16 bytes. Window (warp, block, cluster; window_path): any N, rows starting anywhere as long as the inputs' rows
 start alike modulo 16 bytes; each row is read through the aligned accesses covering it. Otherwise the plan picks
@@ -59,8 +60,10 @@ SPLIT_THREADS = 256
 SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
 CHAN_THREADS = 256
-CHAN_MAX_N = 32  # chan: the longest column held in registers (CAP = N rounded up to CHAN_CAP_STEP)
+CHAN_BAND = 32  # chan: the most rows of a column one thread holds in registers (CAP: its band, a CHAN_CAP_STEP multiple)
 CHAN_CAP_STEP = 4
+CHAN_MAX_GROUP = 8  # chan: the most threads (bands) a column; CHAN_THREADS / CHAN_MAX_GROUP = 32 columns a CTA
+CHAN_MAX_N = CHAN_BAND * CHAN_MAX_GROUP
 REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group
@@ -311,16 +314,17 @@ def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple
     return None
 
 
-def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int]]:
-    """(W, CAP) of the chan kernel over a non-last dim of N <= CHAN_MAX_N, or None for longer columns and for N x
-    inner of 2^31 elements or more (its row offsets are 32-bit): a thread per access of W columns, the column's N
-    rows in CAP registers (N rounded up to CHAN_CAP_STEP, so that one instantiation serves several N). W: 4-byte
-    accesses (two 16-bit columns) where the data is aligned and inner even; one element otherwise (fp32 always: its
-    element is already 4 bytes)."""
+def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int, int]]:
+    """(W, CAP, G) of the chan kernel over a non-last dim of N <= CHAN_MAX_N, or None for longer columns and for N x
+    inner of 2^31 elements or more (its row offsets are 32-bit): G threads per access of W columns (the fewest
+    powers of 2 whose bands of CHAN_BAND rows cover N), each holding a band of CAP rows in registers (N / G rounded
+    up to CHAN_CAP_STEP, so that one instantiation serves several N). W: 4-byte accesses (two 16-bit columns) where
+    the data is aligned and inner even; one element otherwise (fp32 always: its element is already 4 bytes)."""
     if N > CHAN_MAX_N or N * inner >= 2**31:  # the kernel steps down the rows with 32-bit offsets
         return None
     W = 2 if dtype != torch.float32 and vec and inner % 2 == 0 else 1
-    return W, cdiv(N, CHAN_CAP_STEP) * CHAN_CAP_STEP
+    G = pow2ceil(cdiv(N, CHAN_BAND))
+    return W, cdiv(cdiv(N, G), CHAN_CAP_STEP) * CHAN_CAP_STEP, G
 
 
 def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
@@ -497,10 +501,10 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
             inner = 1
         chan = chan_config(dtype, N, inner, vec) if regime in (None, "chan") else None
         if chan is not None:
-            W, cap = chan
+            W, cap, G = chan
             strips = inner // W
-            name = f"{pre}_chan<{o},{dt},{W},{cap}>"
-            launch = _launch(M, name, (strips, CHAN_THREADS, 0), (CHAN_THREADS,), sig="strided")
+            name = f"{pre}_chan<{o},{dt},{W},{cap},{G}>"
+            launch = _launch(M, name, (strips, CHAN_THREADS // G, 0), (CHAN_THREADS,), sig="strided")
             return Plan("chan", op, dtype, M, N, W, (launch,), inner=inner, strips=strips, items=M * strips)
         if regime == "chan":
             raise Unsupported(f"the chan kernel holds columns of up to {CHAN_MAX_N} rows (N = {N})")
@@ -586,6 +590,8 @@ def _probe_ns(W: int, window: bool = False) -> list[int]:
         p = 1 << k
         ns.update({p - 1, p, p + 1, p + p // 2})
     ns.update(32 * k * s + d for k in range(2, 17) for s in (1, 2, 3, 4, 8, 16, 32) for d in (0, 1))  # block: warps
+    ns.update(g * cap + d for g in (1, 2, 4, 8) for cap in range(CHAN_CAP_STEP, CHAN_BAND + 1, CHAN_CAP_STEP)
+              for d in (0, 1))  # chan: every band and group
     ns = {n * W for n in ns} | ns
     if window:
         ns |= {n - W + 1 for n in ns if n > W} | {n - W + 2 for n in ns if n > W}

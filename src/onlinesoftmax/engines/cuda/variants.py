@@ -80,8 +80,9 @@ _RUNG = {
                 "(M, N) as inner = 1"),
     "strided": ("strided (non-last dim)", "(outer, N, inner) with threads along inner: states down N, tree "
                 "merge, second pass over the strip (L2); here on (M, N) as inner = 1"),
-    "chan": ("columns in registers (short non-last dim)", "(outer, N <= 32, inner): a thread per 4-byte access "
-             "of inner holds its whole column, no shared memory; here on (M, N) as inner = 1 (a thread per row)"),
+    "chan": ("columns in registers (short non-last dim)", "(outer, N <= 256, inner): per 4-byte access of inner, "
+             "1 to 8 threads hold its column in registers, bands of up to 32 rows merged through shared memory; here "
+             "on (M, N) as inner = 1 (threads per row)"),
 }
 
 _SUMMARY_OP = {

@@ -1074,23 +1074,55 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 }
 
 // ---- chan: a short non-last dim (channels) --------------------------------------------------------------------------
-// The middle dim of a contiguous (outer, N, inner) tensor with N <= CAP (a multiple of 8, up to 32): thread t owns the
-// W adjacent columns of access t of its outer index and holds all N of their rows in registers, its N loads issued
-// back to back (a warp's load is 64 or 128 contiguous bytes; W = 2 packs two 16-bit columns in a word where inner is
-// even and the data aligned). No shared memory and no barrier: per column the max, then the sum of exp(x - max) (as
-// the warp kernels), then the N stores. Backward: the column's sum (and
-// log_softmax's "alive"), then dx.
-template <int OP, int DT, int W, int CAP>
+// The middle dim of a contiguous (outer, N, inner) tensor with N <= G x CAP (CAP a multiple of 4, up to 32; G threads
+// a column, G a power of 2 up to 8): thread (g, c) owns the W adjacent columns of access c of its outer index and
+// holds their rows [g x CAP, g x CAP + CAP) in registers, its loads issued back to back (a warp's load is 64 or 128
+// contiguous bytes of one row; W = 2 packs two 16-bit columns in a word where inner is even and the data aligned).
+// Per column the max, then the sum of exp(x - max) (as the warp kernels), then the stores. Backward: the column's sum
+// (and log_softmax's "alive"), then dx. G = 1: no shared memory and no barrier; G > 1: the bands' pairs merge once
+// through shared memory (chan_merge).
+
+// The G threads of a column (COLS = CHAN_THREADS / G apart in the CTA, one per band) merge their pairs in band
+// order: every thread of the column ends with the same pair, bitwise.
+template <int RED, int W, int G>
+__device__ __forceinline__ void chan_merge(float (&a)[W], float (&b)[W]) {
+    constexpr int COLS = CHAN_THREADS / G;
+    __shared__ float sa[CHAN_THREADS * W], sb[CHAN_THREADS * W];
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        sa[threadIdx.x * W + j] = a[j];
+        sb[threadIdx.x * W + j] = b[j];
+    }
+    __syncthreads();
+    const int c = threadIdx.x % COLS;
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        a[j] = sa[c * W + j];
+        b[j] = sb[c * W + j];
+#pragma unroll
+        for (int q = 1; q < G; q++) os_combine<RED>(a[j], b[j], sa[(q * COLS + c) * W + j], sb[(q * COLS + c) * W + j]);
+    }
+}
+
+template <int OP, int DT, int W, int CAP, int G>
 __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void* __restrict__ b,
                                           void* __restrict__ out, long long outer, int N, long long inner,
                                           long long strips) {
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
-    const long long t = (long long)blockIdx.x * CHAN_THREADS + threadIdx.x;
-    if (t >= outer * strips) return;
+    constexpr int COLS = CHAN_THREADS / G;
+    const int g = G == 1 ? 0 : threadIdx.x / COLS;  // the compiler does not know threadIdx.x < CHAN_THREADS
+    const long long t = (long long)blockIdx.x * COLS + (G == 1 ? threadIdx.x : threadIdx.x % COLS);
+    // the band's rows: N at G = 1 (CAP >= N); a thread past the last access (G > 1: it still meets the barrier)
+    // or past the last row has none
+    int n = min(CAP, N - g * CAP);
+    if (t >= outer * strips) {
+        if constexpr (G == 1) return;
+        n = 0;
+    }
     const long long o = t / strips;
-    const long long base = o * N * inner + (t - o * strips) * W;
+    const long long base = o * N * inner + (t - o * strips) * W + (long long)(g * CAP) * inner;
     const elem* in_a = static_cast<const elem*>(a) + base;
     const elem* in_b = static_cast<const elem*>(b) + base;
     elem* dst = static_cast<elem*>(out) + base;
@@ -1101,8 +1133,8 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
     const raw* pa = reinterpret_cast<const raw*>(in_a);
     const raw* pb = reinterpret_cast<const raw*>(in_b);
     raw* po = reinterpret_cast<raw*>(dst);
-    // rows past N hold a neutral value (x or log_softmax's y = -inf, softmax's y = 0, dy = 0), so that no fold or
-    // output tests N: only the loads and the final stores do. A test of N in the folds gave ptxas a predicate per row
+    // rows past n hold a neutral value (x or log_softmax's y = -inf, softmax's y = 0, dy = 0), so that no fold or
+    // output tests n: only the loads and the final stores do. A test of N in the folds gave ptxas a predicate per row
     // to combine with each row's own test (log_softmax's y != -inf), placed right after that row's load: every
     // load's latency in turn (log_softmax backward fp32 at 38% of copy); a branch around each row's output
     // serialised the exponentials (22%)
@@ -1116,8 +1148,8 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
     raw ra[CAP], rb[CAP];
 #pragma unroll
     for (int r = 0; r < CAP; r++) {
-        ra[r] = r < N ? pa[r * step] : pad;
-        if constexpr (!op::FWD) rb[r] = r < N ? pb[r * step] : raw();
+        ra[r] = r < n ? pa[r * step] : pad;
+        if constexpr (!op::FWD) rb[r] = r < n ? pb[r * step] : raw();
     }
     if constexpr (op::FWD) {
         // the raw accesses stay in registers (one word a row), unpacked on each use: softmax takes exp(x - max) again
@@ -1136,7 +1168,7 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
             for (int j = 0; j < W; j++) m[j] = fmaxf(m[j], x[j]);
         }
 #pragma unroll
-        for (int j = 0; j < W; j++) m[j] = os_safe_shift(m[j]);  // the shift s of each column
+        for (int j = 0; j < W; j++) m[j] = os_safe_shift(m[j]);  // the shift s of each column (of the band: G > 1)
 #pragma unroll
         for (int r = 0; r < CAP; r++) {
             float x[W];
@@ -1144,9 +1176,17 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
 #pragma unroll
             for (int j = 0; j < W; j++) d[j] += os_exp_diff(x[j], m[j]);
         }
+        if constexpr (G > 1) {
+            // the band's (m, d): s is its max, except for an empty band (d = 0; d >= 1 otherwise), whose s = 0
+            // must not count as a max
+#pragma unroll
+            for (int j = 0; j < W; j++) m[j] = d[j] == 0.0f ? OS_NEG_INF : m[j];
+            chan_merge<op::RED, W, G>(m, d);
+        }
 #pragma unroll
         for (int j = 0; j < W; j++) {  // d becomes the column's output factor (softmax) or offset (log_softmax)
             const typename op::out_params q(m[j], d[j]);
+            m[j] = q.s;
             d[j] = OP == 0 ? q.inv : q.ld;
         }
 #pragma unroll
@@ -1169,6 +1209,7 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
 #pragma unroll
             for (int j = 0; j < W; j++) bwd_acc<OP>(y[j], dy[j], pa[j], pb[j]);
         }
+        if constexpr (G > 1) chan_merge<op::RED, W, G>(pa, pb);
 #pragma unroll
         for (int r = 0; r < CAP; r++) {
             float y[W], dy[W], dx[W];
@@ -1181,32 +1222,34 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
     }
 #pragma unroll
     for (int r = 0; r < CAP; r++) {
-        if (r < N) po[r * step] = ra[r];
+        if (r < n) po[r * step] = ra[r];
     }
 }
 
 // The CTAs per SM each forward is compiled for, the most at which ptxas makes no spill (engines/cuda/compiled.py):
 // 4 (64 registers) holds every fp32 column and up to 24 rows of 16-bit pairs; 28 rows of pairs at 3, 32 at 2.
 // Unbound, ptxas took 82-95 registers for 20-24 rows of pairs (2-3 CTAs): 16-bit log_softmax at 66-74% of copy at
-// C = 19 and 21, 83-91% at 4 CTAs (benchmarks/results/h200-chan-ctas-ae6cea6.txt).
-template <int W, int CAP> __host__ __device__ constexpr int chan_fwd_ctas() {
-    return W == 1 || CAP <= 24 ? 4 : CAP <= 28 ? 3 : 2;
+// C = 19 and 21, 83-91% at 4 CTAs (benchmarks/results/h200-chan-ctas-ae6cea6.txt). The merge of G > 1 bands costs
+// a few registers: 4 CTAs up to 28 rows (3 at 32), and up to 20 rows of pairs (2 beyond: at 3, 24 rows spilled).
+template <int W, int CAP, int G> __host__ __device__ constexpr int chan_fwd_ctas() {
+    if (G == 1) return W == 1 || CAP <= 24 ? 4 : CAP <= 28 ? 3 : 2;
+    return W == 1 ? (CAP <= 28 ? 4 : 3) : (CAP <= 20 ? 4 : 2);
 }
 
-template <int OP, int DT, int W, int CAP>
-__global__ void __launch_bounds__(CHAN_THREADS, chan_fwd_ctas<W, CAP>())
+template <int OP, int DT, int W, int CAP, int G>
+__global__ void __launch_bounds__(CHAN_THREADS, chan_fwd_ctas<W, CAP, G>())
 fwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
          long long inner, long long strips, long long items) {
-    chan_body<fwd_op<OP>::value, DT, W, CAP>(a, b, out, outer, N, inner, strips);
+    chan_body<fwd_op<OP>::value, DT, W, CAP, G>(a, b, out, outer, N, inner, strips);
 }
 
 // The backward has no bound: ptxas forms the rows' addresses before the loads and, under a bound, spilled (16-bit
 // pairs, 20 rows and more at 3 CTAs) or matched the unbound speed (2 CTAs); unbound, about 3.5 registers a row.
-template <int OP, int DT, int W, int CAP>
+template <int OP, int DT, int W, int CAP, int G>
 __global__ void __launch_bounds__(CHAN_THREADS, 1)
 bwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
          long long inner, long long strips, long long items) {
-    chan_body<bwd_op<OP>::value, DT, W, CAP>(a, b, out, outer, N, inner, strips);
+    chan_body<bwd_op<OP>::value, DT, W, CAP, G>(a, b, out, outer, N, inner, strips);
 }
 
 // ---- strided: a non-last dim whose columns do not fit on chip -------------------------------------------------------
