@@ -59,8 +59,8 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "strided": [(3, 5), (2, 300)],
         # (M, N) as (outer = M, N, inner = 1): a thread per row; N = 1, every CAP and its edge, a partial CTA; then
         # G = 2, 4, 8 threads a row (their edges, an empty last band at N = 129)
-        "chan": [(3, 1), (37, 19), (300, 32), (2, 8), (2, 9), (5, 33), (3, 64), (7, 65), (2, 129), (37, 150),
-                 (2, 256)],
+        "chan": [(3, 1), (37, 19), (300, 32), (2, 8), (2, 9), (5, 33), (3, 40), (7, 41), (2, 80), (3, 81), (2, 129),
+                 (37, 150), (2, 161), (2, 256)],
     }[regime]
 
 

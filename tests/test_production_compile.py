@@ -399,12 +399,13 @@ def test_chan_rules():
     assert P.plan(16, 19, bf16, "softmax", vec=False, inner=4096, layout="strided", sms=SMS).W == 1
     assert P.plan(16, 19, bf16, "softmax", inner=4095, layout="strided", sms=SMS).W == 1
     # backward alike; CAP is N rounded up to 4 up to 32 rows; then G = 2, 4, 8 threads a column, a band of N / G
-    # rows each (rounded up to 4), 256 / G columns a CTA (the ADE20K-style C = 150: 8 bands of 20); 257 rows and
-    # more, or 2^31 elements a slice: the columns / strided kernels
+    # rows each (rounded up to 4; at most 20 up to G = 8), 256 / G columns a CTA (the ADE20K-style C = 150: 8 bands
+    # of 20); 257 rows and more, or 2^31 elements a slice: the columns / strided kernels
     assert P.plan(2, 21, f32, "log_softmax_backward", inner=100, layout="strided", sms=SMS).kernels == \
         ("bwd_chan<3,0,1,24,1>",)
-    assert [P.chan_config(f32, n, 64, True) for n in (1, 4, 5, 32, 33, 64, 65, 150, 256)] == \
-        [(1, 4, 1), (1, 4, 1), (1, 8, 1), (1, 32, 1), (1, 20, 2), (1, 32, 2), (1, 20, 4), (1, 20, 8), (1, 32, 8)]
+    assert [P.chan_config(f32, n, 64, True) for n in (1, 4, 5, 32, 33, 40, 41, 64, 81, 150, 161, 256)] == \
+        [(1, 4, 1), (1, 4, 1), (1, 8, 1), (1, 32, 1), (1, 20, 2), (1, 20, 2), (1, 12, 4), (1, 16, 4), (1, 12, 8),
+         (1, 20, 8), (1, 24, 8), (1, 32, 8)]
     assert P.chan_config(f32, 257, 64, True) is None and P.chan_config(f32, 16, 1 << 27, True) is None
     p = P.plan(8, 150, bf16, "softmax_backward", inner=256 * 256, layout="strided", sms=SMS)
     (l,) = p.launches

@@ -63,6 +63,7 @@ CHAN_THREADS = 256
 CHAN_BAND = 32  # chan: the most rows of a column one thread holds in registers (CAP: its band, a CHAN_CAP_STEP multiple)
 CHAN_CAP_STEP = 4
 CHAN_MAX_GROUP = 8  # chan: the most threads (bands) a column; CHAN_THREADS / CHAN_MAX_GROUP = 32 columns a CTA
+CHAN_MERGED_BAND = 20  # chan, G > 1: the longest band where G <= CHAN_MAX_GROUP allows (chan_config)
 CHAN_MAX_N = CHAN_BAND * CHAN_MAX_GROUP
 REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
@@ -316,14 +317,16 @@ def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple
 
 def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int, int]]:
     """(W, CAP, G) of the chan kernel over a non-last dim of N <= CHAN_MAX_N, or None for longer columns and for N x
-    inner of 2^31 elements or more (its row offsets are 32-bit): G threads per access of W columns (the fewest
-    powers of 2 whose bands of CHAN_BAND rows cover N), each holding a band of CAP rows in registers (N / G rounded
-    up to CHAN_CAP_STEP, so that one instantiation serves several N). W: 4-byte accesses (two 16-bit columns) where
-    the data is aligned and inner even; one element otherwise (fp32 always: its element is already 4 bytes)."""
+    inner of 2^31 elements or more (its row offsets are 32-bit): G threads per access of W columns, each holding a
+    band of CAP rows in registers (N / G rounded up to CHAN_CAP_STEP, so that one instantiation serves several N).
+    G = 1 up to CHAN_BAND rows; beyond, the fewest powers of 2 whose bands are at most CHAN_MERGED_BAND rows (up to
+    CHAN_MAX_GROUP): measured at C = 64 and 256, bands of 32 rows ran the backward at 60-80% of copy (one 256-thread
+    CTA an SM in fp32, 185 registers), bands of 20 at C = 150 at 80-95%. W: 4-byte accesses (two 16-bit columns)
+    where the data is aligned and inner even; one element otherwise (fp32 always: its element is already 4 bytes)."""
     if N > CHAN_MAX_N or N * inner >= 2**31:  # the kernel steps down the rows with 32-bit offsets
         return None
     W = 2 if dtype != torch.float32 and vec and inner % 2 == 0 else 1
-    G = pow2ceil(cdiv(N, CHAN_BAND))
+    G = 1 if N <= CHAN_BAND else min(CHAN_MAX_GROUP, pow2ceil(cdiv(N, CHAN_MERGED_BAND)))
     return W, cdiv(cdiv(N, G), CHAN_CAP_STEP) * CHAN_CAP_STEP, G
 
 
@@ -592,6 +595,7 @@ def _probe_ns(W: int, window: bool = False) -> list[int]:
     ns.update(32 * k * s + d for k in range(2, 17) for s in (1, 2, 3, 4, 8, 16, 32) for d in (0, 1))  # block: warps
     ns.update(g * cap + d for g in (1, 2, 4, 8) for cap in range(CHAN_CAP_STEP, CHAN_BAND + 1, CHAN_CAP_STEP)
               for d in (0, 1))  # chan: every band and group
+    ns.update(CHAN_MERGED_BAND * g + d for g in (1, 2, 4, 8) for d in (0, 1))
     ns = {n * W for n in ns} | ns
     if window:
         ns |= {n - W + 1 for n in ns if n > W} | {n - W + 2 for n in ns if n > W}
