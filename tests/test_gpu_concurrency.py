@@ -220,13 +220,13 @@ def test_triton_threads_match_the_call_alone():
     _run_mode("triton", jobs, devices, own_streams=False)
 
 
-@pytest.mark.parametrize("case", ["split", "transposed", "columns"])
+@pytest.mark.parametrize("case", ["split", "transposed", "chan"])
 def test_reduce_overhead_forward_and_backward(case):
     """torch.compile(mode="reduce-overhead") records CUDA graphs (graph trees): every tensor our ops allocate
     inside must be freed or returned (the cached workspace of be1e6c1 failed here)."""
     torch._dynamo.reset()
     shape, dim, view = {"split": ((64, 4097), -1, None), "transposed": ((300, 64), -1, "t"),
-                        "columns": ((8, 64, 33), 1, None)}[case]
+                        "chan": ((8, 64, 33), 1, None)}[case]  # a non-last dim: 4 threads a column
     w = torch.rand(shape[-1], device="cuda") + 0.5  # positive: a masked line stays -inf
 
     def f(x):

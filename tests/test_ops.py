@@ -279,6 +279,24 @@ def test_module_masked_rows():
 
 
 # ------------------------------------------------------------------------------ torch.compile
+def test_the_gpu_probe_is_a_constant_to_torch_compile(monkeypatch):
+    """The first call of engines.cuda_runs can be inside a compiled region (torch.compile(fullgraph=True) of a CUDA
+    tensor's softmax in a fresh process): Dynamo must call it, not trace into it. Here the probe makes a Cython call
+    (NVRTC's nvrtcVersion, as the real probe does), which a trace cannot follow: without the mark it broke the graph."""
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    from onlinesoftmax import runtime
+    from onlinesoftmax.ops import engines
+
+    def probe():
+        nvrtc.nvrtcVersion()
+        return None
+
+    monkeypatch.setattr(runtime, "available", probe)
+    monkeypatch.setattr(engines, "_cuda_runs", [])
+    f = torch.compile(lambda t: t + 1 if engines.cuda_runs() else t - 1, fullgraph=True, backend="eager")
+    assert f(torch.zeros(2)).tolist() == [1.0, 1.0]
+
+
 def test_torch_compile_fullgraph_sees_the_custom_op(seed):
     x = generate_input((4, 16), torch.float32, "normal", seed).requires_grad_()
 

@@ -3,8 +3,9 @@ without triton; one clear error where it is missing) and the production CUDA eng
 
 from __future__ import annotations
 
-import functools
 import importlib
+
+import torch
 
 from ..errors import Unavailable
 
@@ -17,12 +18,20 @@ def triton(module: str):
         raise Unavailable(f"the Triton backend needs triton: {exc}") from None
 
 
-@functools.cache
-def cuda_runs() -> bool:
-    """Whether the production CUDA kernels can run here (torch sees a GPU, cuda.core imports): decided once."""
-    from ..runtime import available
+_cuda_runs: list = []  # cuda_runs' answer, once known
 
-    return available() is None
+
+@torch.compiler.assume_constant_result
+def cuda_runs() -> bool:
+    """Whether the production CUDA kernels can run here (torch sees a GPU, cuda.core imports): decided once. A
+    constant to torch.compile: Dynamo calls it while tracing instead of tracing into it. Its first call can be inside
+    a compiled region, where tracing reached NVRTC's nvrtcVersion (Cython) and broke a fullgraph trace (seen on the
+    H200; functools.cache hid the mark from Dynamo, hence the list)."""
+    if not _cuda_runs:
+        from ..runtime import available
+
+        _cuda_runs.append(available() is None)
+    return _cuda_runs[0]
 
 
 def cuda():
