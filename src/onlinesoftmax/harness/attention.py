@@ -4,11 +4,12 @@ SDPA's math, flash and cuDNN backends, at the anchors' shapes (B S = 16384 token
 Per row: median time (triton's do_bench, L2 flushed), TFLOP/s on 4 B H S^2 D (half when causal), the bytes models
 (HBM, and loads from L2), the workspace (model, and measured as the peak allocated above inputs and output), the
 speed-up over A0, the ptxas report of our kernels, and a float64 check of that same output on sampled query rows of
-the first and last head.
+its heads (check_sample).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -26,7 +27,8 @@ SHAPES = ((16, 32, 1024, 64), (16, 16, 1024, 128), (4, 32, 4096, 64), (4, 16, 40
 SDPA = (("torch.sdpa_math", "SDPA math", "MATH"),
         ("torch.sdpa_flash", "SDPA flash", "FLASH_ATTENTION"),
         ("torch.sdpa_cudnn", "SDPA cuDNN", "CUDNN_ATTENTION"))
-SAMPLE_ROWS = 64  # checked query rows at each end of the sequence, in the first and the last head
+SAMPLE_ROWS = 64  # checked query rows at each end of the sequence (check_sample)
+CHECKED_HEADS = 8  # up to this many (batch, head) pairs: every one checked; beyond, the first, middle and last
 FIELDS = ("group", "variant", "rung", "B", "H", "S", "D", "causal", "dtype", "time_ms", "tflops", "pct_flash",
           "speedup_a0", "hbm_model_bytes", "l2_model_bytes", "extra_model_bytes", "extra_measured_bytes",
           "registers", "smem", "stack", "spill_stores", "spill_loads", "kernel", "max_abs_err", "rel_err", "ok",
@@ -63,18 +65,27 @@ def inputs(B: int, H: int, S: int, D: int, dtype: torch.dtype, seed: int = 0, ki
 
 
 def check_sample(out, q, k, v, causal: bool):
-    """The float64 check of `out` on sampled query rows (both ends) of the first and the last head."""
+    """The float64 check of `out` on sampled query rows (both ends) of every head (of the first, middle and last
+    beyond CHECKED_HEADS), and of every element's finiteness (q, k and v are finite: an element left NaN, as a
+    poisoned output's unwritten one, fails wherever it is)."""
     S = q.shape[-2]
     rows = sorted(set(range(min(S, SAMPLE_ROWS))) | set(range(max(0, S - SAMPLE_ROWS), S)))
     flat = [t.reshape(-1, S, t.shape[-1]) for t in (out, q, k, v)]
-    heads = sorted({0, flat[1].shape[0] - 1})
+    n = flat[1].shape[0]
+    heads = range(n) if n <= CHECKED_HEADS else sorted({0, n // 2, n - 1})
     got, ref, scale = [], [], []
     for h in heads:
         o, qh, kh, vh = (t[h].cpu() for t in flat)
         got.append(o[rows])
         ref.append(reference_attention(qh, kh, vh, causal, rows=rows)[0])
         scale.append(reference_attention(qh, kh, vh.abs(), causal, rows=rows)[0])  # sum_j p_j |v_j|: P's rounding scale
-    return compare(torch.cat(got), np.concatenate(ref), out.dtype, np.concatenate(scale))
+    report = compare(torch.cat(got), np.concatenate(ref), out.dtype, np.concatenate(scale))
+    finite = torch.isfinite(out)
+    if not finite.all():
+        where = tuple(int(i) for i in (~finite).nonzero()[0])
+        report = replace(report, ok=False, n_bad=report.n_bad + int((~finite).sum()),
+                         bad=[(where, float(out[where]), "finite")] + report.bad)
+    return report
 
 
 def measure(call, q, k, v, causal: bool, ours: bool) -> dict:
