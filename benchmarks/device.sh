@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-# Stages: verify (GPU tests, check, ladder) | concurrency | release [sweep args] | attention | attention-hbm [B H S D]
+# Stages: verify (GPU tests, check, ladder) | tests (every GPU test, parallel processes) | concurrency
+#         | release [sweep args] | attention | attention-hbm [B H S D]
 #         | sweep [sweep args] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
 #         | any CLI command
 set -uo pipefail
@@ -28,6 +29,27 @@ case "$stage" in
     osm check --backend cuda --seed 2026 2>&1 | tee "$OUT/check-cuda.txt" | tail -60
     osm check --backend triton --seed 2026 2>&1 | tee "$OUT/check-triton.txt" | tail -30
     osm ladder --out "$OUT/ladder.csv" 2>&1 | tee "$OUT/ladder.txt"
+    ;;
+  tests)  # every GPU test at once, in parallel pytest processes (each compiles what its tests load: a cold cache
+    # took more than 380 s for test_gpu_production.py alone, one process); a summary line per group, logs in one archive
+    mkdir -p "$OUT/tests"
+    P=tests/test_gpu_production.py
+    groups=("$P -k 'variant_matches and float32'" "$P -k 'variant_matches and not float32'"
+            "$P -k 'not variant_matches and not window_path'" "$P -k 'window_path and float32'"
+            "$P -k 'window_path and float16 and not bfloat16'" "$P -k 'window_path and bfloat16'" tests/test_gpu_triton.py
+            tests/test_gpu_concurrency.py tests/test_gpu_cuda.py tests/test_gpu_cross_entropy.py
+            tests/test_gpu_dropin.py "tests/test_gpu_attention.py tests/test_gpu_attention_ladder.py")
+    for i in "${!groups[@]}"; do
+      ( echo "# pytest -m gpu ${groups[$i]}"
+        eval ONLINESOFTMAX_EVIDENCE="$OUT/tests" timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rs \
+          -p no:cacheprovider "${groups[$i]}" ) >"$OUT/tests/group-$i.log" 2>&1 &
+    done
+    wait
+    for i in "${!groups[@]}"; do
+      echo "${groups[$i]}: $(grep -E ' in [0-9.]+s' "$OUT/tests/group-$i.log" | tail -1)"
+    done | tee "$OUT/tests-summary.txt"
+    grep -h -E '^(FAILED|ERROR)' "$OUT"/tests/group-*.log | tee -a "$OUT/tests-summary.txt"
+    tar czf "$OUT/tests.tgz" -C "$OUT" tests && rm -r "$OUT/tests"
     ;;
   concurrency)  # issue 10: the concurrency tests with their counts, then the host cost of new row counts
     ONLINESOFTMAX_EVIDENCE="$OUT" python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_concurrency.py 2>&1 \
