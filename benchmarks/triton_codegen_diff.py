@@ -3,6 +3,7 @@
     python benchmarks/triton_codegen_diff.py --base REV [--out DIR]  # REV's src/ against the working tree's
     PYTHONPATH=src python benchmarks/triton_codegen_diff.py dump OUT  # one tree (what --base runs twice)
     PYTHONPATH=src python benchmarks/triton_codegen_diff.py dump OUT --launch triton.softmax_rows.float32.4096x32768
+    PYTHONPATH=src python benchmarks/triton_codegen_diff.py dump OUT --launch triton.softmax_cols.bfloat16.8x150x65536
     python benchmarks/triton_codegen_diff.py compare OUT_A OUT_B
 
 `dump` drives every launch the launchers can make: it runs every Triton variant of the registry
@@ -58,15 +59,16 @@ def grid(quick: bool):
                 if M * N <= 1 << 30:
                     for v in variants(backend="triton"):
                         for dtype in v.dtypes:
-                            yield family, v.name, str(dtype).replace("torch.", ""), M, N
+                            yield family, v.name, str(dtype).replace("torch.", ""), (M, N)
 
 
 def given(names):
-    """The launches named VARIANT.DTYPE.MxN (as `dump` names configurations)."""
+    """The launches named VARIANT.DTYPE.MxN (as `dump` names configurations), or triton.OP_cols.DTYPE.OxNxI: the
+    columns kernel over dim 1 of a contiguous (O, N, I) tensor (no registry variant: the public ops' non-last
+    dims)."""
     for name in names:
         variant, dtype, shape = name.rsplit(".", 2)
-        M, N = map(int, shape.split("x"))
-        yield "given", variant, dtype, M, N
+        yield "given", variant, dtype, tuple(map(int, shape.split("x")))
 
 
 def normalise(ptx: str, name: str) -> str:
@@ -149,13 +151,20 @@ def dump(out: pathlib.Path, launches_to_drive) -> None:
 
     real_run = JITFunction.run
     JITFunction.run = compile_only
-    for family, name, dtype_name, M, N in launches_to_drive:
-        variant, dtype = get(name), getattr(torch, dtype_name)
+    for family, name, dtype_name, shape in launches_to_drive:
+        dtype = getattr(torch, dtype_name)
+        where.update(family=family, name=f"{name}.{dtype_name}.{'x'.join(map(str, shape))}")
+        if name.endswith("_cols"):
+            op = OPS[name.split(".", 1)[1][: -len("_cols")]]
+            ins = tuple(torch.empty(shape, dtype=dtype, device="meta") for _ in op.inputs)
+            if not tv.kernels().softmax_columns(ins, torch.empty(shape, dtype=dtype, device="meta"), op.backward, op.log):
+                raise SystemExit(f"the columns kernel refuses {name} {dtype_name} {shape}")
+            continue
+        (M, N), variant = shape, get(name)
         if dtype not in variant.dtypes or variant.supports(M, N, dtype):
             if family == "given":
                 raise SystemExit(f"the registry refuses {name} {dtype_name} ({M}, {N})")
             continue
-        where.update(family=family, name=f"{name}.{dtype_name}.{M}x{N}")
         inputs = tuple(torch.empty(M, N, dtype=dtype, device="meta") for _ in OPS[variant.op].inputs)
         variant.run(inputs, torch.empty(M, N, dtype=dtype, device="meta"))
     (out / "index.json").write_text(json.dumps({"configs": configs, "launches": launches}, indent=1))

@@ -159,3 +159,41 @@ def test_resources_report():
                     ("triton.softmax_split", 262144), ("triton.softmax_online", 65536)]:
         r = get(name).resources(512, N, F32)
         assert r["registers"] > 0 and r["stack"] == 0, (name, r)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("shape, dim", [((16, 19, 64, 128), 1), ((8, 150, 32, 64), 1), ((2, 1000, 16, 16), 1),
+                                        ((8192, 64), 0), ((3, 33, 4095), 1)])
+def test_non_last_dims_take_the_columns_kernel(shape, dim, dtype, monkeypatch):
+    """backend="triton" over a non-last dim of a contiguous tensor runs the columns kernel (the transposing path
+    fails the test), forward and backward, against float64 with NaN-poisoned outputs (an unwritten element
+    fails)."""
+    import numpy as np
+
+    from onlinesoftmax import reference
+    from onlinesoftmax.harness.check import compare, error_scale
+    from onlinesoftmax.ops import softmax as ops
+
+    monkeypatch.setattr(ops, "_triton_rows", lambda *a: pytest.fail("the non-last dim was moved last"))
+    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: torch.full_like(t, float("nan"), **kw))
+    g = torch.Generator(device="cuda").manual_seed(sum(shape))
+    x = (torch.randn(shape, generator=g, device="cuda") * 3).to(dtype)
+    dy = torch.randn(shape, generator=g, device="cuda").to(dtype)
+    N = shape[dim]
+
+    def rows(t):
+        return t.movedim(dim, -1).reshape(-1, N).cpu()
+
+    for log in (False, True):
+        op = "log_softmax" if log else "softmax"
+        y = ops.forward(x, dim, log, "triton")
+        torch.cuda.synchronize()
+        rep = compare(rows(y), reference.reference(op, (rows(x),)), dtype)
+        assert rep.ok, (op, rep.message)
+        dx = ops.backward(y, dy, dim, log, "triton")
+        torch.cuda.synchronize()
+        ins = (rows(y), rows(dy))
+        ref = reference.reference(op + "_backward", ins)
+        rep = compare(rows(dx), ref, dtype, error_scale(op + "_backward", ins, ref))
+        assert rep.ok, (op + "_backward", rep.message)
+        assert np.isfinite(rows(dx).double().numpy()).all()

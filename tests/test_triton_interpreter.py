@@ -230,6 +230,79 @@ def test_auto_regime_runs(seed):
     np.testing.assert_allclose(out.double().numpy(), reference.softmax(x), rtol=2e-5, atol=1e-6)
 
 
+# ------------------------------------------------------------ non-last dims: the columns kernel
+def _columns_input(shape, dim, dtype, g):
+    """randn * 3 with adversarial columns along dim: all -inf, one finite value, a NaN, +-1e4, an outlier."""
+    x = torch.randn(shape, generator=g, dtype=torch.float64) * 3
+    xm = x.movedim(dim, -1).reshape(-1, shape[dim])  # a view: each row is one column along dim
+    lines = xm.shape[0]
+    if lines >= 5:
+        xm[0] = float("-inf")
+        xm[1] = float("-inf")
+        xm[1, -1] = 2.0
+        xm[2, shape[dim] // 2] = float("nan")
+        xm[3] = 1e4 * torch.sign(xm[3])
+        xm[4, 0] = 3e4
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("shape, dim", [((3, 19, 37), 1), ((2, 150, 10), 1), ((37, 5), 0), ((2, 3, 33, 4), 2),
+                                        ((4, 1, 6), 1), ((2, 1024, 3), 1), ((9, 8, 2), 0)])
+def test_non_last_dims_take_the_columns_kernel(shape, dim, dtype, monkeypatch):
+    """softmax / log_softmax and their backward over a non-last dim of a contiguous tensor run the columns kernel
+    (the transposing path is made to fail), on adversarial columns, against float64 with poisoned outputs."""
+    import onlinesoftmax as osm
+    from onlinesoftmax.ops import softmax as ops
+
+    monkeypatch.setattr(ops, "_triton_rows", lambda *a: pytest.fail("the non-last dim was moved last"))
+    g = torch.Generator().manual_seed(sum(shape) + dim)
+    x = _columns_input(shape, dim, dtype, g)
+    dy = torch.randn(shape, generator=g).to(dtype)
+    N = shape[dim]
+
+    def rows(t):  # the dim last, one row per column
+        return t.movedim(dim, -1).reshape(-1, N)
+
+    for log in (False, True):
+        op = "log_softmax" if log else "softmax"
+        y = ops.forward(x, dim, log, "triton")
+        ref = reference.reference(op, (rows(x),))
+        rep = compare(rows(y), ref, dtype)
+        assert rep.ok, (op, rep.message)
+        # the backward from the reference's y (rounded to the dtype), so that a NaN column stays NaN only there
+        yr = torch.from_numpy(ref).to(dtype).reshape(x.movedim(dim, -1).shape).movedim(-1, dim).contiguous()
+        dx = ops.backward(yr, dy, dim, log, "triton")
+        bop = op + "_backward"
+        ins = (rows(yr), rows(dy))
+        bref = reference.reference(bop, ins)
+        rep = compare(rows(dx), bref, dtype, error_scale(bop, ins, bref))
+        assert rep.ok, (bop, rep.message)
+    assert osm.softmax(x, dim, backend="triton").shape == x.shape
+
+
+def test_columns_kernel_limits(monkeypatch):
+    """Past COLS_MAX_N rows, or from a non-contiguous input, the dim is moved last (the rows kernels); the launcher
+    refuses tensors that do not match out."""
+    from onlinesoftmax.ops import softmax as ops
+
+    moved = []
+    rows = ops._triton_rows
+    monkeypatch.setattr(ops, "_triton_rows", lambda *a: (moved.append(1), rows(*a)))
+    monkeypatch.setattr(R, "COLS_MAX_N", 8)
+    x = torch.randn(3, 9, 5)
+    torch.testing.assert_close(ops.forward(x, 1, False, "triton"), torch.softmax(x, 1))
+    assert moved == [1]
+    torch.testing.assert_close(ops.forward(x[:, :8, :4], 1, True, "triton"), torch.log_softmax(x[:, :8, :4], 1))
+    assert moved == [1, 1]
+    torch.testing.assert_close(ops.forward(x[:, :8].contiguous(), 1, False, "triton"), torch.softmax(x[:, :8], 1))
+    assert moved == [1, 1]  # contiguous and 8 rows: the columns kernel
+    with pytest.raises(OnlineSoftmaxError, match="contiguous"):
+        K.softmax_columns((torch.randn(2, 4, 3).transpose(0, 2),), torch.empty(3, 4, 2), False)
+    with pytest.raises(OnlineSoftmaxError, match="dtype"):
+        K.softmax_columns((torch.randn(2, 4, 3), torch.randn(2, 4, 3, dtype=F16)), torch.empty(2, 4, 3), True)
+
+
 # ---------------------------------------------------------------------------------- errors
 def test_launcher_errors():
     x = torch.randn(2, 8)
@@ -257,8 +330,8 @@ def test_launcher_errors():
 def test_kernels_compile_for_sm90_without_spills(tmp_path):
     """The compiled (not interpreted) kernels build for sm_90, through the launchers as they launch
     (benchmarks/triton_codegen_diff.py, the tool that compares their PTX before and after a
-    change), and each regime's largest configuration has no stack frame (no spills), but for
-    the backward rows kernel."""
+    change), and each regime's largest configuration (and the columns kernel's at C = 150) has no
+    stack frame (no spills), but for the backward rows kernel."""
     import json
     import pathlib
     import subprocess
@@ -274,7 +347,8 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
                       ("log_softmax_backward", "bfloat16")]:
         backward = op.endswith("backward")
         launches += [f"triton.{op}_rows.{dtype}.4096x{R.rows_max_n(getattr(torch, dtype), backward)}",
-                     f"triton.{op}_online.{dtype}.4096x65536", f"triton.{op}_split.{dtype}.512x262144"]
+                     f"triton.{op}_online.{dtype}.4096x65536", f"triton.{op}_split.{dtype}.512x262144",
+                     f"triton.{op}_cols.{dtype}.2x{R.COLS_MAX_N}x4096", f"triton.{op}_cols.{dtype}.8x150x65536"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root / "src"), env.get("PYTHONPATH")) if p)
     r = subprocess.run([sys.executable, str(root / "benchmarks" / "triton_codegen_diff.py"), "dump", str(tmp_path),

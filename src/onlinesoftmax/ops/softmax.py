@@ -38,6 +38,7 @@ dropin.py routes torch's own softmax calls on CUDA tensors to the same launchers
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 
@@ -147,15 +148,29 @@ def _cuda_backward(y, dy, dim, log):
 
 def _triton_forward(x, dim, log):
     out = torch.empty_like(x, memory_format=CONTIGUOUS)
-    _triton_rows(lambda a, o: engines.triton("softmax").softmax_forward(a[0], o, log=log), (x,), out, dim)
+    if not _triton_columns((x,), out, dim, False, log):
+        _triton_rows(lambda a, o: engines.triton("softmax").softmax_forward(a[0], o, log=log), (x,), out, dim)
     return out
 
 
 def _triton_backward(y, dy, dim, log):
     out = torch.empty_like(y, memory_format=CONTIGUOUS)
-    _triton_rows(lambda a, o: engines.triton("softmax").softmax_backward(a[0], a[1], o, log=log),
-                 (y, dy.to(y.dtype)), out, dim)
+    ins = (y, dy.to(y.dtype))
+    if not _triton_columns(ins, out, dim, True, log):
+        _triton_rows(lambda a, o: engines.triton("softmax").softmax_backward(a[0], a[1], o, log=log), ins, out, dim)
     return out
+
+
+def _triton_columns(tensors, out, dim, backward, log) -> bool:
+    """A non-last dim of contiguous tensors through the Triton columns kernel, where it takes the dim (no copy
+    each way); False where it does not run."""
+    shape = out.shape
+    inner = math.prod(shape[dim + 1:])
+    if inner == 1 or not all(t.is_contiguous() for t in tensors):
+        return False
+    view = (math.prod(shape[:dim]), shape[dim], inner)
+    return engines.triton("softmax").softmax_columns(tuple(t.view(view) for t in tensors), out.view(view), backward,
+                                                    log)
 
 
 def _triton_rows(launch, tensors, out, dim) -> None:

@@ -21,7 +21,7 @@ from ...errors import OnlineSoftmaxError
 from ...intmath import cdiv
 from . import softmax_rules as rules
 from .softmax_rules import pick_regime
-from .softmax_kernels import interpreting, online_kernel, rows_kernel, split_kernel
+from .softmax_kernels import cols_kernel, interpreting, online_kernel, rows_kernel, split_kernel
 
 _SMS: dict = {}
 
@@ -146,14 +146,40 @@ def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> No
         return (torch.zeros if zero else torch.empty)(n, dtype=dtype, device=out.device)
 
     p = plan(backward, log, regime, M, N, out.dtype, sms, tensors, tuple(t.stride(0) for t in tensors), workspace)
-    if p is None:
-        return
-    if out.is_cuda and out.device.index != torch.cuda.current_device():
+    if p is not None:
+        _launch_on(out.device, p.kernel, p.grid, p.args, p.meta, p.key)
+
+
+def _launch_on(device: torch.device, kernel, grid, args, meta, key) -> None:
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
         # Triton launches on the current device's context and stream: make them the tensors' device
-        with torch.cuda.device(out.device):
-            _launch(p.kernel, p.grid, p.args, p.meta, p.key, out.device)
+        with torch.cuda.device(device):
+            _launch(kernel, grid, args, meta, key, device)
     else:
-        _launch(p.kernel, p.grid, p.args, p.meta, p.key, out.device)
+        _launch(kernel, grid, args, meta, key, device)
+
+
+def softmax_columns(tensors: tuple, out: torch.Tensor, backward: bool, log: bool = False) -> bool:
+    """out <- the op along dim 1 of contiguous 3-D (outer, N, inner) tensors: (x,) forward, (y, dy) backward,
+    through the columns kernel, read where they lie. False, launching nothing, where rules.cols_config does not
+    take N (or the grid would pass 2^31 programs): the caller moves the dim last instead."""
+    outer, N, inner = out.shape
+    cfg = rules.cols_config(N, inner, out.dtype, backward)
+    strips = cdiv(inner, cfg.BLOCK_I) if cfg else 0
+    if cfg is None or outer * strips >= 2**31:
+        return False
+    for name, t in zip(("y", "dy") if backward else ("x",), tensors):
+        if t.shape != out.shape or t.dtype != out.dtype or not t.is_contiguous():
+            raise OnlineSoftmaxError(f"{name} must be contiguous with out's shape and dtype {tuple(out.shape)}, "
+                                     f"{out.dtype}; got {tuple(t.shape)}, {t.dtype}, strides {t.stride()}")
+    if not out.is_contiguous():
+        raise OnlineSoftmaxError(f"out must be contiguous, got strides {out.stride()}")
+    if out.numel():
+        a, b = (tensors[0], tensors[1]) if backward else (tensors[0], None)
+        _launch_on(out.device, cols_kernel, (outer * strips,), (a, b, out, N, inner, strips),
+                   dict(BLOCK_N=cfg.BLOCK_N, BLOCK_I=cfg.BLOCK_I, BACKWARD=backward, LOG=log,
+                        num_warps=cfg.num_warps), None)
+    return True
 
 
 def softmax_forward(x: torch.Tensor, out: torch.Tensor, log: bool = False, regime: Optional[str] = None) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""The Triton softmax kernels: one kernel per regime (rows, online, split; see rules.py), each
-written once for the four ops. The op is a compile-time policy, two tl.constexpr flags:
+"""The Triton softmax kernels: one kernel per regime (rows, online, split; see rules.py) and one for
+non-last dims (cols), each written once for the four ops. The op is a compile-time policy, two tl.constexpr flags:
 
     BACKWARD=False  in = x, dy = None, out = y     LOG: softmax or log_softmax
     BACKWARD=True   in = y, dy = dy,   out = dx    LOG: of softmax or of log_softmax
@@ -9,8 +9,8 @@ forward launch passes None for dy_ptr and stride_dy: Triton makes a None argumen
 constant, which leaves the compiled kernel's parameters, and `if BACKWARD:` keeps only one side, so
 each op compiles to the kernel it would be written alone.
 
-Everything works on 2-D tensors (M, N) with column stride 1 and any row stride, in fp32, fp16 or
-bf16, accumulating in fp32 and writing the input dtype into a preallocated `out`. The semantics
+The regimes work on 2-D tensors (M, N) with column stride 1 and any row stride (cols: contiguous
+(outer, N, inner), reduced over N), in fp32, fp16 or bf16, accumulating in fp32 and writing the input dtype into a preallocated `out`. The semantics
 are those of `onlinesoftmax.reference` (and `state.py` for the merge):
 
     softmax(x)      = exp(x - m) / d                      m = max x, d = sum exp(x - m)
@@ -115,6 +115,32 @@ def _grad(y, dy, s, live, LOG: tl.constexpr):
 
 
 @_device_fn
+def _forward_tile(x, AXIS: tl.constexpr, LOG: tl.constexpr):
+    """softmax or log_softmax of a tile of fp32 values along AXIS (whole rows or columns; padding -inf), with one
+    exp per element."""
+    z = x - tl.expand_dims(_guard(tl.max(x, axis=AXIS)), AXIS)
+    e = tl.exp2(z * LOG2E)
+    d = tl.expand_dims(tl.sum(e, axis=AXIS), AXIS)
+    if LOG:
+        return z - tl.log(tl.where(d == 0, 1.0, d))
+    else:
+        return e * (1.0 / tl.where(d == 0, float("inf"), d))
+
+
+@_device_fn
+def _backward_tile(y, dy, AXIS: tl.constexpr, LOG: tl.constexpr):
+    """dx of a tile of fp32 y and dy along AXIS (whole rows or columns; padding adds nothing: dy 0, and y 0, or
+    -inf for log_softmax, which is not live)."""
+    if LOG:
+        s = tl.sum(dy, axis=AXIS)
+        live = tl.max(tl.where(y == float("-inf"), 0.0, 1.0), axis=AXIS)
+    else:
+        s = tl.sum(dy * y, axis=AXIS)
+        live = s  # unused
+    return _grad(y, dy, tl.expand_dims(s, AXIS), tl.expand_dims(live, AXIS), LOG)
+
+
+@_device_fn
 def _wait_for(count_ptr, target):
     """Spin until *count_ptr >= target (acquire: the partials published before it are visible)."""
     n = tl.atomic_add(count_ptr, 0, sem="acquire")
@@ -141,27 +167,37 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
         ok = (rows < M)[:, None] & col_ok[None, :]
         if BACKWARD:
             dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-            # padding adds nothing: 0 to sum dy*y, and -inf is not live
             y = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok,
                         other=float("-inf") if LOG else 0.0).to(tl.float32)
-            if LOG:
-                s = tl.sum(dy, axis=1)
-                live = tl.max(tl.where(y == float("-inf"), 0.0, 1.0), axis=1)
-            else:
-                s = tl.sum(dy * y, axis=1)
-                live = s  # unused
-            out = _grad(y, dy, s[:, None], live[:, None], LOG)
+            out = _backward_tile(y, dy, 1, LOG)
         else:
             x = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok, other=float("-inf"))
-            x = x.to(tl.float32)
-            z = x - _guard(tl.max(x, axis=1))[:, None]
-            e = tl.exp2(z * LOG2E)  # the one exp per element
-            d = tl.sum(e, axis=1)[:, None]
-            if LOG:
-                out = z - tl.log(tl.where(d == 0, 1.0, d))
-            else:
-                out = e * (1.0 / tl.where(d == 0, float("inf"), d))
+            out = _forward_tile(x.to(tl.float32), 1, LOG)
         tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Columns: a non-last dim of a contiguous (outer, N, inner) tensor, N <= COLS_MAX_N, read where it lies
+#   a program holds a [BLOCK_N, BLOCK_I] tile: all N rows of BLOCK_I adjacent columns of one outer index, and
+#   reduces along axis 0 (the rows kernel's math); each row of the tile is BLOCK_I contiguous elements
+#   forward 1 read + 1 write, backward 2 reads + 1 write (a transpose to rows and back costs two copies more)
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def cols_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips,
+                BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr):
+    pid = tl.program_id(0)
+    o = (pid // strips).to(tl.int64)
+    i = (pid % strips) * BLOCK_I + tl.arange(0, BLOCK_I)
+    n = tl.arange(0, BLOCK_N)
+    ok = (n < N)[:, None] & (i < inner)[None, :]
+    offs = o * N * inner + n[:, None].to(tl.int64) * inner + i[None, :]
+    if BACKWARD:
+        dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(in_ptr + offs, mask=ok, other=float("-inf") if LOG else 0.0).to(tl.float32)
+        out = _backward_tile(y, dy, 0, LOG)
+    else:
+        out = _forward_tile(tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32), 0, LOG)
+    tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 # ---------------------------------------------------------------------------------------------

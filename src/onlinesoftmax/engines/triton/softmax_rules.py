@@ -36,6 +36,9 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
 
 Tuning knobs are module constants (the lead tunes them on the H200); FORCE_CHUNK and
 FORCE_PROGRAMS let tests drive the online/split regimes with tiny shapes under TRITON_INTERPRET=1.
+
+A non-last dim of up to COLS_MAX_N elements takes the columns kernel (`cols_config`) where it lies: all N rows of
+BLOCK_I adjacent columns in one tile, reduced along the tile's first axis; longer ones are moved to the last dim.
 """
 
 from __future__ import annotations
@@ -61,6 +64,11 @@ ROWS_PIPELINE_BYTES = 64 * 1024  # rows: prefetch the next tile through shared m
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
 ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
 ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends longer rows (x, or y + dy) to "split"
+COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile holds whole ...
+COLS_TILE = 8192  # ... elements of a tile (of each input) ...
+COLS_MIN_BYTES = 32  # ... the fewest contiguous bytes of each row it reads where the tile allows (one sector) ...
+COLS_ELEMS_PER_THREAD = 16  # ... and the elements of each input a thread holds (the warps follow)
+COLS_MAX_WARPS = 16
 SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
 SPLIT_MIN_CHUNK = 2048  # ... and smallest, so one ticket (an atomic) buys enough work
 SPLIT_TASKS_PER_PROGRAM = 4  # split: aim for this many chunks per program at least
@@ -173,6 +181,30 @@ def rows_num_warps(tile_elems: int, dtype: torch.dtype) -> int:
     """Half the fp32 rule's warps for 16-bit tiles (4-8 warps measured best there)."""
     warps = num_warps_for(tile_elems)
     return max(1, warps // 2) if dtype in _FP16_BF16 else warps
+
+
+@dataclass(frozen=True)
+class ColsConfig:
+    BLOCK_N: int
+    BLOCK_I: int
+    num_warps: int
+
+
+def cols_config(N: int, inner: int, dtype: torch.dtype, backward: bool = False) -> Optional[ColsConfig]:
+    """The columns kernel over a non-last dim (N rows of `inner` contiguous columns), or None beyond COLS_MAX_N
+    rows: a tile of all the rows (BLOCK_N = next_power_of_2(N)) by BLOCK_I columns, COLS_TILE elements of all
+    inputs together (BLOCK_I at least one sector of each row while that fits), COLS_ELEMS_PER_THREAD of each
+    input a thread (ptxas for sm_90: the backward of 16-bit log_softmax spilled at N = 1024 with the forward's
+    tile; tests/test_triton_interpreter.py checks the largest). Not timed on a GPU yet."""
+    if N > COLS_MAX_N:
+        return None
+    block_n = pow2ceil(N)
+    tile = COLS_TILE // (2 if backward else 1)  # elements of all inputs together
+    block_i = min(max(tile // block_n, 1), pow2ceil(inner))
+    if block_n * block_i < tile:  # short columns: at least a sector of each row, within the tile
+        block_i = min(max(block_i, COLS_MIN_BYTES // dtype.itemsize), pow2ceil(inner))
+    warps = min(COLS_MAX_WARPS, max(4, block_n * block_i // (32 * COLS_ELEMS_PER_THREAD)))
+    return ColsConfig(block_n, block_i, pow2ceil(warps))
 
 
 @dataclass(frozen=True)
