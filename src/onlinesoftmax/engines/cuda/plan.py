@@ -60,7 +60,7 @@ SPLIT_THREADS = 256
 SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
 CHAN_THREADS = 256
-CHAN_BAND = 32  # chan: the most rows of a column one thread holds in registers (CAP: its band, a CHAN_CAP_STEP multiple)
+CHAN_BAND = 32  # chan: the most rows of a column one thread holds in registers (CAP, a CHAN_CAP_STEP multiple)
 CHAN_CAP_STEP = 4
 CHAN_MAX_GROUP = 8  # chan: the most threads (bands) a column; CHAN_THREADS / CHAN_MAX_GROUP = 32 columns a CTA
 CHAN_MERGED_BAND = 20  # chan, G > 1: the longest band where G <= CHAN_MAX_GROUP allows (chan_config)

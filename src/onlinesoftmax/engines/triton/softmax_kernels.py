@@ -1,5 +1,6 @@
 """The Triton softmax kernels: one kernel per regime (rows, online, split; see rules.py) and one for
-non-last dims (cols), each written once for the four ops. The op is a compile-time policy, two tl.constexpr flags:
+non-last dims (cols), each written once for the four ops. The op is a compile-time policy, two
+tl.constexpr flags:
 
     BACKWARD=False  in = x, dy = None, out = y     LOG: softmax or log_softmax
     BACKWARD=True   in = y, dy = dy,   out = dx    LOG: of softmax or of log_softmax
@@ -10,8 +11,9 @@ constant, which leaves the compiled kernel's parameters, and `if BACKWARD:` keep
 each op compiles to the kernel it would be written alone.
 
 The regimes work on 2-D tensors (M, N) with column stride 1 and any row stride (cols: contiguous
-(outer, N, inner), reduced over N), in fp32, fp16 or bf16, accumulating in fp32 and writing the input dtype into a preallocated `out`. The semantics
-are those of `onlinesoftmax.reference` (and `state.py` for the merge):
+(outer, N, inner), reduced over N), in fp32, fp16 or bf16, accumulating in fp32 and writing the
+input dtype into a preallocated `out`. The semantics are those of `onlinesoftmax.reference` (and
+`state.py` for the merge):
 
     softmax(x)      = exp(x - m) / d                      m = max x, d = sum exp(x - m)
     log_softmax(x)  = (x - m) - log d

@@ -65,8 +65,7 @@ ONLINE_CHUNK = 4096  # elements per iteration of the online loops
 ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
 ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends longer rows (x, or y + dy) to "split"
 COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile holds whole ...
-COLS_TILE = 8192  # ... elements of a tile (of each input) ...
-COLS_MIN_BYTES = 32  # ... the fewest contiguous bytes of each row it reads where the tile allows (one sector) ...
+COLS_TILE = 8192  # ... elements of a tile (forward; half of it backward, for y and dy) ...
 COLS_ELEMS_PER_THREAD = 16  # ... and the elements of each input a thread holds (the warps follow)
 COLS_MAX_WARPS = 16
 SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
@@ -193,18 +192,17 @@ class ColsConfig:
 def cols_config(N: int, inner: int, dtype: torch.dtype, backward: bool = False) -> Optional[ColsConfig]:
     """The columns kernel over a non-last dim (N rows of `inner` contiguous columns), or None beyond COLS_MAX_N
     rows: a tile of all the rows (BLOCK_N = next_power_of_2(N)) by BLOCK_I columns, COLS_TILE elements of all
-    inputs together (BLOCK_I at least one sector of each row while that fits), COLS_ELEMS_PER_THREAD of each
-    input a thread (ptxas for sm_90: the backward of 16-bit log_softmax spilled at N = 1024 with the forward's
-    tile; tests/test_triton_interpreter.py checks the largest). Not timed on a GPU yet."""
+    inputs together (fewer where inner is short; at N = 1024, 8 columns: 16 or 32 bytes of each row),
+    COLS_ELEMS_PER_THREAD of each input a thread (the warps: powers of 2, as the tile is). ptxas for sm_90: the
+    backward of 16-bit log_softmax spilled at N = 1024 with the forward's tile; tests/test_triton_interpreter.py
+    checks the largest. Not timed on a GPU yet."""
     if N > COLS_MAX_N:
         return None
     block_n = pow2ceil(N)
     tile = COLS_TILE // (2 if backward else 1)  # elements of all inputs together
-    block_i = min(max(tile // block_n, 1), pow2ceil(inner))
-    if block_n * block_i < tile:  # short columns: at least a sector of each row, within the tile
-        block_i = min(max(block_i, COLS_MIN_BYTES // dtype.itemsize), pow2ceil(inner))
+    block_i = min(tile // block_n, pow2ceil(inner))  # tile // block_n >= 4: block_n <= COLS_MAX_N
     warps = min(COLS_MAX_WARPS, max(4, block_n * block_i // (32 * COLS_ELEMS_PER_THREAD)))
-    return ColsConfig(block_n, block_i, pow2ceil(warps))
+    return ColsConfig(block_n, block_i, warps)
 
 
 @dataclass(frozen=True)
