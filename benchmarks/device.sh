@@ -36,8 +36,8 @@ case "$stage" in
     P=tests/test_gpu_production.py
     groups=("$P -k 'variant_matches and float32'" "$P -k 'variant_matches and not float32'"
             "$P -k 'not variant_matches and not window_path'" "$P -k 'window_path and float32'"
-            "$P -k 'window_path and float16 and not bfloat16'" "$P -k 'window_path and bfloat16'" tests/test_gpu_triton.py
-            tests/test_gpu_concurrency.py tests/test_gpu_cuda.py tests/test_gpu_cross_entropy.py
+            "$P -k 'window_path and float16 and not bfloat16'" "$P -k 'window_path and bfloat16'"
+            tests/test_gpu_triton.py tests/test_gpu_concurrency.py tests/test_gpu_cuda.py tests/test_gpu_cross_entropy.py
             tests/test_gpu_dropin.py "tests/test_gpu_attention.py tests/test_gpu_attention_ladder.py")
     for i in "${!groups[@]}"; do
       ( echo "# pytest -m gpu ${groups[$i]}"

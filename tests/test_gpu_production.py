@@ -140,22 +140,19 @@ def _layouts(dtype):
 
     base = rnd(6, 37, 40)
     wide = rnd(5, 1025)
-    adv = rnd(4, 19, 8, 32) * 3  # channels with adversarial columns (the chan kernel: per column, not per row)
-    adv[0, :, 0, 0] = float("-inf")  # all -inf
-    adv[0, :, 0, 1] = float("-inf")
-    adv[0, 5, 0, 1] = 2.0  # one finite value
-    adv[1, 7, 3, 4] = float("nan")
-    adv[2, :, 1, 2] = 1e4 * torch.sign(adv[2, :, 1, 2])  # huge magnitudes
-    adv[3, 11, 2, 5] = 3e4  # an outlier
-    # the same at C = 150 (8 threads a column, bands of 20 rows): a finite value in the last band only (the bands
-    # before it empty), the max in a middle band, a NaN in the first
-    adv150 = rnd(3, 150, 2, 32) * 3
-    adv150[0, :, 0, 0] = float("-inf")
-    adv150[0, :, 0, 1] = float("-inf")
-    adv150[0, 149, 0, 1] = 2.0
-    adv150[1, 3, 1, 4] = float("nan")
-    adv150[1, :, 0, 2] = 1e4 * torch.sign(adv150[1, :, 0, 2])
-    adv150[2, 77, 1, 5] = 3e4
+    def adversarial(x):
+        """Channels (dim 1) with adversarial columns (the chan kernel: per column, not per row): all -inf; -inf
+        but for one finite value in the last row (at C = 150, in the last of 8 bands: the bands before it empty);
+        a NaN; huge magnitudes; an outlier in the middle row."""
+        C = x.shape[1]
+        x[0, :, 0, 0] = float("-inf")
+        x[0, :, 0, 1] = float("-inf")
+        x[0, C - 1, 0, 1] = 2.0
+        x[1, 3, 1, 4] = float("nan")
+        x[2, :, 1, 2] = 1e4 * torch.sign(x[2, :, 1, 2])
+        x[-1, C // 2, 1, 5] = 3e4
+        return x
+
     return [
         ("contiguous, last dim", rnd(4, 5, 64), 2),
         ("3-D dim 0", base, 0),
@@ -175,8 +172,8 @@ def _layouts(dtype):
         ("dim 0 of 70 x 64", rnd(70, 64), 0),
         ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
         ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
-        # the chan kernels (one thread a column, N <= 32): channels of a segmentation map (2-element accesses in 16 bits), an odd inner
-        # (one element an access), a partial last CTA, every CAP edge, and an unaligned contiguous view
+        # the chan kernels (one thread a column, N <= 32): channels of a segmentation map (2-element accesses in
+        # 16 bits), an odd inner (one element an access), a partial last CTA, every CAP edge, an unaligned view
         ("channels, C = 19", rnd(3, 19, 17, 30), 1),
         ("channels, C = 21, odd inner", rnd(2, 21, 7, 37), 1),
         ("channels, C = 32", rnd(2, 32, 300), 1),
@@ -184,14 +181,14 @@ def _layouts(dtype):
         ("channels, C = 9, sliced", rnd(5, 16, 9, 64)[:, :9], 1),
         ("dim 0 of 1 x 1000", rnd(1, 1000), 0),
         ("channels, unaligned base", rnd(2 * 19 * 64 + 1)[1:].view(2, 19, 64), 1),
-        ("channels, adversarial columns", adv, 1),
+        ("channels, adversarial columns", adversarial(rnd(4, 19, 8, 32) * 3), 1),
         # chan with G = 2, 4, 8 threads a column (N <= 256): band edges, an empty last band (N = 129), odd inner
         ("channels, C = 33", rnd(3, 33, 64), 1),
         ("channels, C = 65, odd inner", rnd(2, 65, 7, 5), 1),
         ("channels, C = 129", rnd(2, 129, 96), 1),
         ("channels, C = 150", rnd(2, 150, 8, 16), 1),
         ("channels, C = 256, sliced", rnd(3, 300, 40)[:, :256], 1),
-        ("channels, C = 150, adversarial columns", adv150, 1),
+        ("channels, C = 150, adversarial columns", adversarial(rnd(3, 150, 2, 32) * 3), 1),
     ]
 
 
