@@ -594,8 +594,7 @@ def _probe_ns(W: int, window: bool = False) -> list[int]:
         ns.update({p - 1, p, p + 1, p + p // 2})
     ns.update(32 * k * s + d for k in range(2, 17) for s in (1, 2, 3, 4, 8, 16, 32) for d in (0, 1))  # block: warps
     ns.update(g * cap + d for g in (1, 2, 4, 8) for cap in range(CHAN_CAP_STEP, CHAN_BAND + 1, CHAN_CAP_STEP)
-              for d in (0, 1))  # chan: every band and group
-    ns.update(CHAN_MERGED_BAND * g + d for g in (1, 2, 4, 8) for d in (0, 1))
+              for d in (0, 1))  # chan: every band and group (CHAN_MERGED_BAND x G among them)
     ns = {n * W for n in ns} | ns
     if window:
         ns |= {n - W + 1 for n in ns if n > W} | {n - W + 2 for n in ns if n > W}
