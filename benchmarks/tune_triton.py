@@ -1,10 +1,11 @@
 """Try the Triton backend's tuning knobs on the GPU present; print the best setting per problem.
 
-    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick] > tune.txt
+    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns] > tune.txt
 
-Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes). For each, the knobs of
-engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and the
-result checked against torch in fp32. The output is the evidence for the rules in that module.
+Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes; --columns: a channel softmax over dim 1
+of (B, C, 256, 256) with B * C * 65536 = 2^27, and of (8, 1000, 64, 64), through the columns kernels). For each,
+the knobs of engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and
+the result checked against torch in fp32. The output is the evidence for the rules in that module.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from triton.testing import do_bench
 from onlinesoftmax.harness.bench import copy_gbps, gbps
 from onlinesoftmax.engines.triton import softmax_rules as R
 from onlinesoftmax.engines.triton import softmax as K
+from onlinesoftmax.ops import softmax as ops
 
 ELEMENTS = 1 << 27
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -41,31 +43,45 @@ def long_settings(backward: bool, N: int):
     yield "split", dict(regime="split")
 
 
-def run(op: str, dtype, N: int, setting: dict, copy: float):
+def columns_settings(N: int):
+    """The columns kernels over a non-last dim of N: the tile kernel and, for N up to 256, the streamed one
+    holding the whole dim or tiles of it at several sizes (values of all inputs per thread)."""
+    yield "tile kernel", dict(COLS_STREAM_MAX_N=0)
+    for whole, tile in ((128, 32), (64, 32), (128, 64), (0, 32), (0, 64)) if N <= 256 else ():
+        yield f"stream whole<={whole} tile={tile}", dict(COLS_STREAM_MAX_N=R.COLS_MAX_N, COLS_WHOLE_VALUES=whole,
+                                                          COLS_STREAM_VALUES=tile)
+
+
+def run(op: str, dtype, shape: tuple, dim: int, setting: dict, copy: float):
+    """% of copy and the max error against torch in fp32 of the op over `dim` of randn(shape), the knobs set
+    (a dim other than the last goes through the public launcher: the columns kernels)."""
     backward = op.endswith("backward")
     log = op.startswith("log")
-    M = ELEMENTS // N
+    regime = setting.get("regime")
+    last = dim == len(shape) - 1
     saved = {k: getattr(R, k) for k in setting if k != "regime"}
     try:
         for k, v in setting.items():
             if k != "regime":
                 setattr(R, k, v)
-        x = torch.randn(M, N, device="cuda", dtype=dtype)
+        x = torch.randn(shape, device="cuda", dtype=dtype)
         out = torch.empty_like(x)
         if backward:
-            y = (torch.log_softmax if log else torch.softmax)(x.float(), -1).to(dtype)
+            y = (torch.log_softmax if log else torch.softmax)(x.float(), dim).to(dtype)
             dy = torch.randn_like(x)
-            fn = lambda: K.softmax_backward(y, dy, out, log=log, regime=setting["regime"])  # noqa: E731
-            want = (dy.float() - torch.exp(y.float()) * dy.float().sum(-1, keepdim=True)) if log else \
-                y.float() * (dy.float() - (dy.float() * y.float()).sum(-1, keepdim=True))
+            fn = (lambda: K.softmax_backward(y, dy, out, log=log, regime=regime)) if last else \
+                (lambda: ops.backward(y, dy, dim, log, "triton"))  # noqa: E731
+            want = (dy.float() - torch.exp(y.float()) * dy.float().sum(dim, keepdim=True)) if log else \
+                y.float() * (dy.float() - (dy.float() * y.float()).sum(dim, keepdim=True))
             nbytes = 3 * x.numel() * x.element_size()
         else:
-            fn = lambda: K.softmax_forward(x, out, log=log, regime=setting["regime"])  # noqa: E731
-            want = (torch.log_softmax if log else torch.softmax)(x.float(), -1)
+            fn = (lambda: K.softmax_forward(x, out, log=log, regime=regime)) if last else \
+                (lambda: ops.forward(x, dim, log, "triton"))  # noqa: E731
+            want = (torch.log_softmax if log else torch.softmax)(x.float(), dim)
             nbytes = 2 * x.numel() * x.element_size()
-        fn()
+        got = fn()  # the launchers return out; the public ones a new tensor
         torch.cuda.synchronize()
-        err = (out.float() - want).abs().max().item()
+        err = (got.float() - want).abs().max().item()
         ms = do_bench(fn, warmup=5, rep=25, return_mode="median")
         return 100 * gbps(nbytes, ms) / copy, err
     except Exception as exc:  # noqa: BLE001 - a setting that does not build is reported, not fatal
@@ -79,26 +95,36 @@ def run(op: str, dtype, N: int, setting: dict, copy: float):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer problems")
+    ap.add_argument("--columns", action="store_true",
+                    help="the columns kernels over dim 1 of (B, C, H, W) channel layouts instead of rows")
     args = ap.parse_args()
     copy = copy_gbps("cuda")
     print(f"# {torch.cuda.get_device_name()} copy {copy:.0f} GB/s", flush=True)
-    problems = [("softmax", d, n) for d in DTYPES for n in (128, 512, 2048, 8192, 32768)]
-    problems += [("softmax_backward", d, n) for d in DTYPES for n in (512, 16384)]
-    long = [("softmax", d, n) for d in DTYPES for n in (65536, 262144)]
-    long += [("softmax_backward", d, n) for d in DTYPES for n in (32768, 131072)]
-    if args.quick:
-        problems, long = problems[::2], long[::2]
+    if args.columns:
+        ops_ = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
+        problems = [(op, d, (ELEMENTS // (C * 65536), C, 256, 256), 1) for C in (19, 21, 64, 150)
+                    for d in DTYPES for op in ops_]
+        problems += [(op, d, (8, 1000, 64, 64), 1) for d in DTYPES for op in ops_]
+        settings_for = {p: columns_settings(p[2][1]) for p in problems}
+    else:
+        rows = [("softmax", d, n) for d in DTYPES for n in (128, 512, 2048, 8192, 32768)]
+        rows += [("softmax_backward", d, n) for d in DTYPES for n in (512, 16384)]
+        long = [("softmax", d, n) for d in DTYPES for n in (65536, 262144)]
+        long += [("softmax_backward", d, n) for d in DTYPES for n in (32768, 131072)]
+        if args.quick:
+            rows, long = rows[::2], long[::2]
+        problems = [(op, d, (ELEMENTS // n, n), 1) for op, d, n in rows + long]
+        settings_for = {(op, d, (ELEMENTS // n, n), 1): rows_settings() if (op, d, n) in rows else
+                        long_settings(op.endswith("backward"), n) for op, d, n in rows + long}
     summary = []
-    for op, dname, N in problems + long:
-        backward = op.endswith("backward")
-        settings = rows_settings() if (op, dname, N) in problems else long_settings(backward, N)
+    for op, dname, shape, dim in problems:
         results = []
-        for name, setting in settings:
-            pct, err = run(op, DTYPES[dname], N, setting, copy)
-            print(f"{op} {dname} N={N}: {name}: {pct:.0f}% err={err}", flush=True)
+        for name, setting in settings_for[(op, dname, shape, dim)]:
+            pct, err = run(op, DTYPES[dname], shape, dim, setting, copy)
+            print(f"{op} {dname} {'x'.join(map(str, shape))} dim {dim}: {name}: {pct:.0f}% err={err}", flush=True)
             results.append((pct if pct == pct else -1, name))
         best = max(results)
-        summary.append(f"{op:18s} {dname} N={N:6d}: best {best[0]:.0f}% with {best[1]}")
+        summary.append(f"{op:20s} {dname} {'x'.join(map(str, shape)):>16s}: best {best[0]:.0f}% with {best[1]}")
     print("\n".join(["", "# best per problem"] + summary))
     return 0
 

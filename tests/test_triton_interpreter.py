@@ -250,12 +250,18 @@ def _columns_input(shape, dim, dtype, g):
 @pytest.mark.parametrize("shape, dim", [((3, 19, 37), 1), ((2, 150, 10), 1), ((37, 5), 0), ((2, 3, 33, 4), 2),
                                         ((4, 1, 6), 1), ((2, 1024, 3), 1), ((9, 8, 2), 0)])
 def test_non_last_dims_take_the_columns_kernel(shape, dim, dtype, monkeypatch):
-    """softmax / log_softmax and their backward over a non-last dim of a contiguous tensor run the columns kernel
-    (the transposing path is made to fail), on adversarial columns, against float64 with poisoned outputs."""
+    """softmax / log_softmax and their backward over a non-last dim of a contiguous tensor run a columns kernel
+    (the transposing path is made to fail): the streamed one up to COLS_STREAM_MAX_N rows (a whole-dim tile or
+    several, small_knobs' two persistent programs walking the tasks), the tile one above; on adversarial columns, against
+    float64, the outputs poisoned with NaN."""
     import onlinesoftmax as osm
     from onlinesoftmax.ops import softmax as ops
 
     monkeypatch.setattr(ops, "_triton_rows", lambda *a: pytest.fail("the non-last dim was moved last"))
+    monkeypatch.setattr(torch, "empty_like", lambda t, **kw: torch.full_like(t, float("nan"), **kw))
+    launched = []
+    launch = K._launch_on
+    monkeypatch.setattr(K, "_launch_on", lambda dev, kernel, *a: (launched.append(kernel), launch(dev, kernel, *a)))
     g = torch.Generator().manual_seed(sum(shape) + dim)
     x = _columns_input(shape, dim, dtype, g)
     dy = torch.randn(shape, generator=g).to(dtype)
@@ -279,6 +285,8 @@ def test_non_last_dims_take_the_columns_kernel(shape, dim, dtype, monkeypatch):
         rep = compare(rows(dx), bref, dtype, error_scale(bop, ins, bref))
         assert rep.ok, (bop, rep.message)
     assert osm.softmax(x, dim, backend="triton").shape == x.shape
+    stream = shape[dim] <= R.COLS_STREAM_MAX_N
+    assert launched == [K.cols_stream_kernel if stream else K.cols_kernel] * 5
 
 
 def test_columns_kernel_limits(monkeypatch):
@@ -330,8 +338,9 @@ def test_launcher_errors():
 def test_kernels_compile_for_sm90_without_spills(tmp_path):
     """The compiled (not interpreted) kernels build for sm_90, through the launchers as they launch
     (benchmarks/triton_codegen_diff.py, the tool that compares their PTX before and after a
-    change), and each regime's largest configuration (and the columns kernel's at C = 150) has no
-    stack frame (no spills), but for the backward rows kernel."""
+    change), and each regime's largest configuration (and the columns kernels' at C = 150, and the streamed one's
+    with the most rows one tile holds, and at its most rows) has no stack frame (no spills), but for the backward rows
+    kernel."""
     import json
     import pathlib
     import subprocess
@@ -346,9 +355,11 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
     for op, dtype in [("softmax", "float32"), ("log_softmax", "bfloat16"), ("softmax_backward", "float32"),
                       ("log_softmax_backward", "bfloat16")]:
         backward = op.endswith("backward")
+        whole = R.COLS_WHOLE_VALUES // (16 // getattr(torch, dtype).itemsize * (2 if backward else 1))
         launches += [f"triton.{op}_rows.{dtype}.4096x{R.rows_max_n(getattr(torch, dtype), backward)}",
                      f"triton.{op}_online.{dtype}.4096x65536", f"triton.{op}_split.{dtype}.512x262144",
-                     f"triton.{op}_cols.{dtype}.2x{R.COLS_MAX_N}x4096", f"triton.{op}_cols.{dtype}.8x150x65536"]
+                     f"triton.{op}_cols.{dtype}.2x{R.COLS_MAX_N}x4096", f"triton.{op}_cols.{dtype}.8x150x65536",
+                     f"triton.{op}_cols.{dtype}.4x{whole}x4096", f"triton.{op}_cols.{dtype}.2x{R.COLS_STREAM_MAX_N}x4096"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root / "src"), env.get("PYTHONPATH")) if p)
     r = subprocess.run([sys.executable, str(root / "benchmarks" / "triton_codegen_diff.py"), "dump", str(tmp_path),

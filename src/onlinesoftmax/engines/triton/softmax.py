@@ -21,7 +21,7 @@ from ...errors import OnlineSoftmaxError
 from ...intmath import cdiv
 from . import softmax_rules as rules
 from .softmax_rules import pick_regime
-from .softmax_kernels import cols_kernel, interpreting, online_kernel, rows_kernel, split_kernel
+from .softmax_kernels import cols_kernel, cols_stream_kernel, interpreting, online_kernel, rows_kernel, split_kernel
 
 _SMS: dict = {}
 
@@ -161,10 +161,12 @@ def _launch_on(device: torch.device, kernel, grid, args, meta, key) -> None:
 
 def softmax_columns(tensors: tuple, out: torch.Tensor, backward: bool, log: bool = False) -> bool:
     """out <- the op along dim 1 of contiguous 3-D (outer, N, inner) tensors: (x,) forward, (y, dy) backward,
-    through the columns kernel, read where they lie. False, launching nothing, where rules.cols_config does not
-    take N (or the grid would pass 2^31 programs): the caller moves the dim last instead."""
+    read where they lie: the streamed columns kernel for a short dim (rules.cols_stream_config), else the tile
+    columns kernel (rules.cols_config). False, launching nothing, where neither takes N (or the grid would pass
+    2^31 programs): the caller moves the dim last instead."""
     outer, N, inner = out.shape
-    cfg = rules.cols_config(N, inner, out.dtype, backward)
+    stream = rules.cols_stream_config(N, out.dtype, backward)
+    cfg = stream or rules.cols_config(N, inner, out.dtype, backward)
     strips = cdiv(inner, cfg.BLOCK_I) if cfg else 0
     if cfg is None or outer * strips >= 2**31:
         return False
@@ -174,11 +176,20 @@ def softmax_columns(tensors: tuple, out: torch.Tensor, backward: bool, log: bool
                                      f"{out.dtype}; got {tuple(t.shape)}, {t.dtype}, strides {t.stride()}")
     if not out.is_contiguous():
         raise OnlineSoftmaxError(f"out must be contiguous, got strides {out.stride()}")
-    if out.numel():
-        a, b = (tensors[0], tensors[1]) if backward else (tensors[0], None)
+    if not out.numel():
+        return True
+    a, b = (tensors[0], tensors[1]) if backward else (tensors[0], None)
+    op = dict(BACKWARD=backward, LOG=log, num_warps=cfg.num_warps)
+    if stream is None:
         _launch_on(out.device, cols_kernel, (outer * strips,), (a, b, out, N, inner, strips),
-                   dict(BLOCK_N=cfg.BLOCK_N, BLOCK_I=cfg.BLOCK_I, BACKWARD=backward, LOG=log,
-                        num_warps=cfg.num_warps), None)
+                   dict(BLOCK_N=cfg.BLOCK_N, BLOCK_I=cfg.BLOCK_I, **op), None)
+        return True
+    tasks = outer * strips
+    key = ("cols_stream", backward, cfg, log, out.dtype)
+    programs = min(_programs(key, cfg.num_warps, sm_count(out.device), tasks),
+                   rules.cols_stream_programs(N, cfg, out.element_size(), backward))
+    _launch_on(out.device, cols_stream_kernel, (programs,), (a, b, out, N, inner, strips, tasks),
+               dict(BLOCK_N=cfg.BLOCK_N, BLOCK_I=cfg.BLOCK_I, WHOLE=cfg.WHOLE, **op), key)
     return True
 
 

@@ -202,6 +202,67 @@ def cols_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips,
     tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def cols_stream_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips, tasks, BLOCK_N: tl.constexpr,
+                       BLOCK_I: tl.constexpr, WHOLE: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr):
+    """A short non-last dim with every column in one thread: BLOCK_I is the program's threads times one 16-byte
+    access, so a [BLOCK_N, BLOCK_I] tile keeps its BLOCK_N rows inside each thread and reduces along them with no
+    exchange between threads (cols_kernel's tiles spread the rows over the warps and reduce through shared memory,
+    with barriers). Persistent: a program takes tasks (outer index, strip of BLOCK_I columns) with a grid stride.
+    A dim of at most BLOCK_N rows (WHOLE) is one tile, read once; a longer one is read BLOCK_N rows at a time:
+    pass 1 folds every column's state (forward (m, d), one exponential per element and one per tile; backward the
+    sums), pass 2 re-reads the rows (the launcher bounds the programs so that what pass 1 read is still in L2) and
+    writes."""
+    n = tl.arange(0, BLOCK_N)
+    for task in tl.range(tl.program_id(0), tasks, tl.num_programs(0)):
+        o = (task // strips).to(tl.int64)
+        i = (task % strips) * BLOCK_I + tl.arange(0, BLOCK_I)
+        base = o * N * inner + i
+        if WHOLE:
+            ok = (n < N)[:, None] & (i < inner)[None, :]
+            offs = base[None, :] + n[:, None].to(tl.int64) * inner
+            if BACKWARD:
+                dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+                y = tl.load(in_ptr + offs, mask=ok, other=float("-inf") if LOG else 0.0).to(tl.float32)
+                out = _backward_tile(y, dy, 0, LOG)
+            else:
+                out = _forward_tile(tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32), 0, LOG)
+            tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=ok)
+        else:
+            a, b = _empty(BLOCK_I, BACKWARD)
+            for r0 in range(0, N, BLOCK_N):
+                ok = (r0 + n < N)[:, None] & (i < inner)[None, :]
+                offs = base[None, :] + (r0 + n)[:, None].to(tl.int64) * inner
+                if BACKWARD:
+                    dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+                    if LOG:
+                        y = tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32)
+                        a += tl.sum(dy, 0)
+                        b = tl.maximum(b, tl.max(tl.where(y == float("-inf"), 0.0, 1.0), 0))
+                    else:
+                        a += tl.sum(dy * tl.load(in_ptr + offs, mask=ok, other=0.0).to(tl.float32), 0)
+                else:  # (m, d) <- the tile's max, then d rescaled once and the tile's exponentials added
+                    x = tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32)
+                    m = tl.maximum(a, tl.max(x, 0))
+                    shift = _guard(m)
+                    b = b * tl.exp2((a - shift) * LOG2E) + tl.sum(tl.exp2((x - shift[None, :]) * LOG2E), 0)
+                    a = m
+            if not BACKWARD:
+                a = _guard(a)
+            for k in range(0, N, BLOCK_N):  # last tile first: the likeliest still in cache
+                r0 = (N - 1) // BLOCK_N * BLOCK_N - k
+                ok = (r0 + n < N)[:, None] & (i < inner)[None, :]
+                offs = base[None, :] + (r0 + n)[:, None].to(tl.int64) * inner
+                if BACKWARD:
+                    dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+                    y = tl.load(in_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+                    out = _grad(y, dy, a[None, :], b[None, :], LOG)
+                else:
+                    x = tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32)
+                    out = _normalise(x, a[None, :], b[None, :], LOG)
+                tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=ok)
+
+
 # ---------------------------------------------------------------------------------------------
 # Regime 2: one row per program (persistent), chunked reduction, then a re-read
 #   forward:  read x twice (second from L2 when it fits), write y   3*M*N*size bytes

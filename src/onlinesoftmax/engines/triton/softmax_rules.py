@@ -68,6 +68,11 @@ COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile h
 COLS_TILE = 8192  # ... elements of a tile (forward; half of it backward, for y and dy) ...
 COLS_ELEMS_PER_THREAD = 16  # ... and the elements of each input a thread holds (the warps follow)
 COLS_MAX_WARPS = 16
+COLS_STREAM_MAX_N = 64  # a non-last dim up to this long takes the streamed columns kernel (cols_stream_config) ...
+COLS_STREAM_WARPS = 4  # ... programs of this many warps ...
+COLS_STREAM_VALUES = 32  # ... each thread holding this many values of all inputs a tile (a longer dim) ...
+COLS_WHOLE_VALUES = 64  # ... or the whole dim, where it takes no more than this
+COLS_STREAM_L2_BYTES = 16 << 20  # ... and the programs' columns in flight between the passes within this of L2
 SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
 SPLIT_MIN_CHUNK = 2048  # ... and smallest, so one ticket (an atomic) buys enough work
 SPLIT_TASKS_PER_PROGRAM = 4  # split: aim for this many chunks per program at least
@@ -203,6 +208,35 @@ def cols_config(N: int, inner: int, dtype: torch.dtype, backward: bool = False) 
     block_i = min(tile // block_n, pow2ceil(inner))  # tile // block_n >= 4: block_n <= COLS_MAX_N
     warps = min(COLS_MAX_WARPS, max(4, block_n * block_i // (32 * COLS_ELEMS_PER_THREAD)))
     return ColsConfig(block_n, block_i, warps)
+
+
+@dataclass(frozen=True)
+class ColsStreamConfig:
+    BLOCK_N: int  # rows a tile
+    BLOCK_I: int  # columns a program: its threads x one 16-byte access
+    WHOLE: bool  # the dim is one tile
+    num_warps: int
+
+
+def cols_stream_config(N: int, dtype: torch.dtype, backward: bool = False) -> Optional[ColsStreamConfig]:
+    """The streamed columns kernel for a non-last dim of up to COLS_STREAM_MAX_N rows (and COLS_MAX_N; None
+    beyond): every column in one thread, the whole dim in one tile when its values (all inputs) fit
+    COLS_WHOLE_VALUES a thread, else tiles of COLS_STREAM_VALUES. Not timed on a GPU yet."""
+    if N > min(COLS_STREAM_MAX_N, COLS_MAX_N):
+        return None
+    vec, inputs = 16 // dtype.itemsize, 2 if backward else 1
+    block_i = vec * 32 * COLS_STREAM_WARPS
+    whole = pow2ceil(N) * vec * inputs <= COLS_WHOLE_VALUES
+    block_n = pow2ceil(N) if whole else max(1, COLS_STREAM_VALUES // (vec * inputs))
+    return ColsStreamConfig(block_n, block_i, whole, COLS_STREAM_WARPS)
+
+
+def cols_stream_programs(N: int, cfg: ColsStreamConfig, itemsize: int, backward: bool) -> int:
+    """The most programs whose columns (all inputs) stay within COLS_STREAM_L2_BYTES between the two passes
+    (unbounded for a whole-dim tile, read once)."""
+    if cfg.WHOLE:
+        return 2**31 - 1
+    return max(1, COLS_STREAM_L2_BYTES // (N * cfg.BLOCK_I * itemsize * (2 if backward else 1)))
 
 
 @dataclass(frozen=True)
