@@ -46,10 +46,11 @@ def long_settings(backward: bool, N: int):
 def columns_settings(N: int):
     """The columns kernels over a non-last dim of N: the tile kernel and, for N up to 256, the streamed one
     holding the whole dim or tiles of it at several sizes (values of all inputs per thread)."""
-    yield "tile kernel", dict(COLS_STREAM_MAX_N=0)
+    yield "tile kernel", dict(COLS_STREAM_MAX_N=0, COLS_STREAM_BWD_MAX_N=0)
     for whole, tile in ((128, 32), (64, 32), (128, 64), (0, 32), (0, 64)) if N <= 256 else ():
-        yield f"stream whole<={whole} tile={tile}", dict(COLS_STREAM_MAX_N=R.COLS_MAX_N, COLS_WHOLE_VALUES=whole,
-                                                          COLS_STREAM_VALUES=tile)
+        yield f"stream whole<={whole} tile={tile}", dict(COLS_STREAM_MAX_N=R.COLS_MAX_N,
+                                                          COLS_STREAM_BWD_MAX_N=R.COLS_MAX_N,
+                                                          COLS_WHOLE_VALUES=whole, COLS_STREAM_VALUES=tile)
 
 
 def run(op: str, dtype, shape: tuple, dim: int, setting: dict, copy: float):

@@ -251,7 +251,7 @@ def _columns_input(shape, dim, dtype, g):
                                         ((4, 1, 6), 1), ((2, 1024, 3), 1), ((9, 8, 2), 0)])
 def test_non_last_dims_take_the_columns_kernel(shape, dim, dtype, monkeypatch):
     """softmax / log_softmax and their backward over a non-last dim of a contiguous tensor run a columns kernel
-    (the transposing path is made to fail): the streamed one up to COLS_STREAM_MAX_N rows (a whole-dim tile or
+    (the transposing path is made to fail): the streamed one up to its limits (a whole-dim tile or
     several, small_knobs' two persistent programs walking the tasks), the tile one above; on adversarial columns, against
     float64, the outputs poisoned with NaN."""
     import onlinesoftmax as osm
@@ -285,8 +285,10 @@ def test_non_last_dims_take_the_columns_kernel(shape, dim, dtype, monkeypatch):
         rep = compare(rows(dx), bref, dtype, error_scale(bop, ins, bref))
         assert rep.ok, (bop, rep.message)
     assert osm.softmax(x, dim, backend="triton").shape == x.shape
-    stream = shape[dim] <= R.COLS_STREAM_MAX_N
-    assert launched == [K.cols_stream_kernel if stream else K.cols_kernel] * 5
+    fwd, bwd = (K.cols_stream_kernel if R.cols_stream_config(N, dtype, b) else K.cols_kernel for b in (False, True))
+    assert launched == [fwd, bwd, fwd, bwd, fwd]
+    assert (N <= R.COLS_STREAM_MAX_N) == (fwd is K.cols_stream_kernel)
+    assert (N <= R.COLS_STREAM_BWD_MAX_N) == (bwd is K.cols_stream_kernel)
 
 
 def test_columns_kernel_limits(monkeypatch):
@@ -356,10 +358,11 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
                       ("log_softmax_backward", "bfloat16")]:
         backward = op.endswith("backward")
         whole = R.COLS_WHOLE_VALUES // (16 // getattr(torch, dtype).itemsize * (2 if backward else 1))
+        streamed = R.COLS_STREAM_BWD_MAX_N if backward else R.COLS_STREAM_MAX_N
         launches += [f"triton.{op}_rows.{dtype}.4096x{R.rows_max_n(getattr(torch, dtype), backward)}",
                      f"triton.{op}_online.{dtype}.4096x65536", f"triton.{op}_split.{dtype}.512x262144",
                      f"triton.{op}_cols.{dtype}.2x{R.COLS_MAX_N}x4096", f"triton.{op}_cols.{dtype}.8x150x65536",
-                     f"triton.{op}_cols.{dtype}.4x{whole}x4096", f"triton.{op}_cols.{dtype}.2x{R.COLS_STREAM_MAX_N}x4096"]
+                     f"triton.{op}_cols.{dtype}.4x{whole}x4096", f"triton.{op}_cols.{dtype}.2x{streamed}x4096"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root / "src"), env.get("PYTHONPATH")) if p)
     r = subprocess.run([sys.executable, str(root / "benchmarks" / "triton_codegen_diff.py"), "dump", str(tmp_path),
@@ -373,4 +376,6 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
         # (benchmarks/results/h200-tune-triton.txt)
         allowed = 128 if name.split(".")[1].endswith("backward_rows") else 0
         assert res["stack"] <= allowed and res["local"] == 0, (name, res)
-        assert res["registers"] <= 128, (name, res)
+        # the streamed columns kernel holds 64 values a thread a tile, 128 in a whole-dim tile (138-254 registers):
+        # each measured faster than half of that (h200-tune-triton-columns-85e14e9.txt, softmax_rules.py)
+        assert res["registers"] <= (255 if res["kernel"] == "cols_stream_kernel" else 128), (name, res)

@@ -37,8 +37,10 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
 Tuning knobs are module constants (the lead tunes them on the H200); FORCE_CHUNK and
 FORCE_PROGRAMS let tests drive the online/split regimes with tiny shapes under TRITON_INTERPRET=1.
 
-A non-last dim of up to COLS_MAX_N elements takes the columns kernel (`cols_config`) where it lies: all N rows of
-BLOCK_I adjacent columns in one tile, reduced along the tile's first axis; longer ones are moved to the last dim.
+A non-last dim is read where it lies: up to COLS_STREAM_MAX_N rows (COLS_STREAM_BWD_MAX_N backward) by the streamed
+columns kernel (`cols_stream_config`: every column inside one thread), up to COLS_MAX_N by the tile columns kernel
+(`cols_config`: all N rows of BLOCK_I adjacent columns in one tile, reduced along its first axis); longer ones are
+moved to the last dim.
 """
 
 from __future__ import annotations
@@ -68,10 +70,11 @@ COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile h
 COLS_TILE = 8192  # ... elements of a tile (forward; half of it backward, for y and dy) ...
 COLS_ELEMS_PER_THREAD = 16  # ... and the elements of each input a thread holds (the warps follow)
 COLS_MAX_WARPS = 16
-COLS_STREAM_MAX_N = 64  # a non-last dim up to this long takes the streamed columns kernel (cols_stream_config) ...
+COLS_STREAM_MAX_N = 64  # a non-last dim up to this long takes the streamed columns kernel forward ...
+COLS_STREAM_BWD_MAX_N = 32  # ... and up to this long backward (cols_stream_config) ...
 COLS_STREAM_WARPS = 4  # ... programs of this many warps ...
-COLS_STREAM_VALUES = 32  # ... each thread holding this many values of all inputs a tile (a longer dim) ...
-COLS_WHOLE_VALUES = 64  # ... or the whole dim, where it takes no more than this
+COLS_STREAM_VALUES = 64  # ... each thread holding this many values of all inputs a tile (a longer dim) ...
+COLS_WHOLE_VALUES = 128  # ... or the whole dim, where it takes no more than this
 COLS_STREAM_L2_BYTES = 16 << 20  # ... and the programs' columns in flight between the passes within this of L2
 SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
 SPLIT_MIN_CHUNK = 2048  # ... and smallest, so one ticket (an atomic) buys enough work
@@ -200,7 +203,9 @@ def cols_config(N: int, inner: int, dtype: torch.dtype, backward: bool = False) 
     inputs together (fewer where inner is short; at N = 1024, 8 columns: 16 or 32 bytes of each row),
     COLS_ELEMS_PER_THREAD of each input a thread (the warps: powers of 2, as the tile is). ptxas for sm_90: the
     backward of 16-bit log_softmax spilled at N = 1024 with the forward's tile; tests/test_triton_interpreter.py
-    checks the largest. Not timed on a GPU yet."""
+    checks the largest. On the H200 (h200-tune-triton-columns-85e14e9.txt), % of copy fp32 / bf16: C = 64 backward
+    98-100 / 54-93, C = 150 forward 70-71 / 33-34 and backward 74-87 / 48-66, C = 1000 (inner 4096) forward 64 / 27
+    and backward 29-30 / 19; not tuned beyond this rule."""
     if N > COLS_MAX_N:
         return None
     block_n = pow2ceil(N)
@@ -219,10 +224,18 @@ class ColsStreamConfig:
 
 
 def cols_stream_config(N: int, dtype: torch.dtype, backward: bool = False) -> Optional[ColsStreamConfig]:
-    """The streamed columns kernel for a non-last dim of up to COLS_STREAM_MAX_N rows (and COLS_MAX_N; None
-    beyond): every column in one thread, the whole dim in one tile when its values (all inputs) fit
-    COLS_WHOLE_VALUES a thread, else tiles of COLS_STREAM_VALUES. Not timed on a GPU yet."""
-    if N > min(COLS_STREAM_MAX_N, COLS_MAX_N):
+    """The streamed columns kernel for a non-last dim of up to COLS_STREAM_MAX_N rows forward, COLS_STREAM_BWD_MAX_N
+    backward (and COLS_MAX_N; None beyond: the tile kernel): every column in one thread, the whole dim in one tile
+    when its values (all inputs) fit COLS_WHOLE_VALUES a thread, else tiles of COLS_STREAM_VALUES.
+
+    Timed on the H200 against the tile kernel (benchmarks/tune_triton.py --columns,
+    benchmarks/results/h200-tune-triton-columns-85e14e9.txt), % of copy over dim 1 of (B, C, 256, 256), fp32 / bf16:
+    C = 19 forward 92 / 62-68 (tile kernel 25 / 6-7), backward 73-76 / 46-54 (65 and 36 / 36 and 19); C = 21 alike;
+    C = 64 forward 69-72 / 45-49 (39-40 / 21), but backward 32-35 / 19-21 against the tile kernel's 98-100 / 54-93;
+    C = 150 the tile kernel everywhere (forward 70 against 33). A whole-dim tile of 128 values (fp32 N = 19..32
+    forward, one read) ran at 92 where tiles re-read from L2 ran at 81-84; tiles of 64 values beat 32 but for 16-bit
+    log_softmax backward (46-47 against 50 at C = 19, 40 against 46 at C = 21)."""
+    if N > min(COLS_STREAM_BWD_MAX_N if backward else COLS_STREAM_MAX_N, COLS_MAX_N):
         return None
     vec, inputs = 16 // dtype.itemsize, 2 if backward else 1
     block_i = vec * 32 * COLS_STREAM_WARPS
