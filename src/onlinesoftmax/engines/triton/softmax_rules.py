@@ -73,7 +73,8 @@ COLS_MAX_WARPS = 16
 COLS_STREAM_MAX_N = 64  # a non-last dim up to this long takes the streamed columns kernel forward ...
 COLS_STREAM_BWD_MAX_N = 32  # ... and up to this long backward (cols_stream_config) ...
 COLS_STREAM_WARPS = 4  # ... programs of this many warps ...
-COLS_STREAM_VALUES = 64  # ... each thread holding this many values of all inputs a tile (a longer dim) ...
+COLS_STREAM_VALUES = 64  # ... each thread holding this many values of all inputs a tile (a longer dim; half in
+#                          16-bit backward) ...
 COLS_WHOLE_VALUES = 128  # ... or the whole dim, where it takes no more than this
 COLS_STREAM_L2_BYTES = 16 << 20  # ... and the programs' columns in flight between the passes within this of L2
 SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
@@ -234,13 +235,15 @@ def cols_stream_config(N: int, dtype: torch.dtype, backward: bool = False) -> Op
     C = 64 forward 69-72 / 45-49 (39-40 / 21), but backward 32-35 / 19-21 against the tile kernel's 98-100 / 54-93;
     C = 150 the tile kernel everywhere (forward 70 against 33). A whole-dim tile of 128 values (fp32 N = 19..32
     forward, one read) ran at 92 where tiles re-read from L2 ran at 81-84; tiles of 64 values beat 32 but for 16-bit
-    log_softmax backward (46-47 against 50 at C = 19, 40 against 46 at C = 21)."""
+    log_softmax backward (46 against 50 at C = 19, 40 against 46-47 at C = 21, where torch's runs at 49 and 38), so
+    the 16-bit backward takes tiles of 32 (softmax backward 50 and 46 there, against torch's 34 and 28)."""
     if N > min(COLS_STREAM_BWD_MAX_N if backward else COLS_STREAM_MAX_N, COLS_MAX_N):
         return None
     vec, inputs = 16 // dtype.itemsize, 2 if backward else 1
     block_i = vec * 32 * COLS_STREAM_WARPS
     whole = pow2ceil(N) * vec * inputs <= COLS_WHOLE_VALUES
-    block_n = pow2ceil(N) if whole else max(1, COLS_STREAM_VALUES // (vec * inputs))
+    values = COLS_STREAM_VALUES // (2 if backward and dtype in _FP16_BF16 else 1)
+    block_n = pow2ceil(N) if whole else max(1, values // (vec * inputs))
     return ColsStreamConfig(block_n, block_i, whole, COLS_STREAM_WARPS)
 
 

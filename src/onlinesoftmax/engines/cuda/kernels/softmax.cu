@@ -1114,9 +1114,10 @@ __device__ __forceinline__ void chan_body(const void* __restrict__ a, const void
     constexpr int COLS = CHAN_THREADS / G;
     const int g = G == 1 ? 0 : threadIdx.x / COLS;  // the compiler does not know threadIdx.x < CHAN_THREADS
     const long long t = (long long)blockIdx.x * COLS + (G == 1 ? threadIdx.x : threadIdx.x % COLS);
-    // the band's rows: N at G = 1 (CAP >= N); a thread past the last access (G > 1: it still meets the barrier)
-    // or past the last row has none
-    int n = min(CAP, N - g * CAP);
+    // the band's rows: N at G = 1 (CAP >= N; min(CAP, N) there made the log_softmax backward 8-17% longer, fp32
+    // CAP = 24 at 138 registers, one CTA an SM: 67% of copy at C = 21 where N ran at 94%); a thread past the last
+    // access (G > 1: it still meets the barrier) or past the last row has none
+    int n = G == 1 ? N : min(CAP, N - g * CAP);
     if (t >= outer * strips) {
         if constexpr (G == 1) return;
         n = 0;
@@ -1243,10 +1244,18 @@ fwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     chan_body<fwd_op<OP>::value, DT, W, CAP, G>(a, b, out, outer, N, inner, strips);
 }
 
-// The backward has no bound: ptxas forms the rows' addresses before the loads and, under a bound, spilled (16-bit
-// pairs, 20 rows and more at 3 CTAs) or matched the unbound speed (2 CTAs); unbound, about 3.5 registers a row.
+// The backward's CTAs per SM: ptxas forms the rows' addresses before the loads and, under a bound, spilled (16-bit
+// pairs, 20 rows and more at 3 CTAs) or matched the unbound speed (2 CTAs); unbound, about 3.5 registers a row, so
+// that bands of 24 rows and more took 134-185 registers: one CTA an SM (fp32 log_softmax at C = 21, 136 registers:
+// 67% of copy at 3211f09, 94% at 128 registers before 0bd7b11 added 8). Bound to 2 CTAs (128 registers) where ptxas
+// then makes no spill: one element a thread up to 32 rows (28 when G > 1; 32 spilled 8 bytes in fp32), pairs of
+// 16-bit columns at 24 rows when G > 1 (28 and more spilled 8-124 bytes; G = 1 stays within 128 up to 28).
+template <int W, int CAP, int G> __host__ __device__ constexpr int chan_bwd_ctas() {
+    return (W == 1 ? CAP >= 24 && (G == 1 || CAP <= 28) : CAP == 24 && G > 1) ? 2 : 1;
+}
+
 template <int OP, int DT, int W, int CAP, int G>
-__global__ void __launch_bounds__(CHAN_THREADS, 1)
+__global__ void __launch_bounds__(CHAN_THREADS, chan_bwd_ctas<W, CAP, G>())
 bwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
          long long inner, long long strips, long long items) {
     chan_body<bwd_op<OP>::value, DT, W, CAP, G>(a, b, out, outer, N, inner, strips);
