@@ -104,6 +104,20 @@ def test_occupancy_targets(inst, report):
             assert 2 * (dyn + report[name]["smem"] + 1024) <= SMEM_PER_SM, (name, dyn)
 
 
+def test_chan_backward_holds_two_ctas_where_bound(report):
+    """softmax.cu's chan_bwd_ctas: bands of 24-32 rows of one element (24-28 when G > 1) and bands of 24 rows of
+    16-bit pairs when G > 1 fit two 256-thread CTAs an SM; unbound they took 134-185 registers, one CTA (fp32
+    log_softmax backward at C = 21: 67% of copy on the H200)."""
+    bound = 0
+    for k, r in report.items():
+        if k.startswith("bwd_chan<"):
+            _, _, W, cap, G = (int(a) for a in k[len("bwd_chan<"):-1].split(","))
+            if (cap >= 24 and (G == 1 or cap <= 28)) if W == 1 else (cap == 24 and G > 1):
+                bound += 1
+                assert r["registers"] * 2 * P.CHAN_THREADS <= REGS_PER_SM, (k, r["registers"])
+    assert bound >= 30
+
+
 def test_plans_only_pick_enumerated_kernels(inst):
     """The probe grid of `instantiations` covers what plan returns on arbitrary shapes."""
     rng = random.Random(1234)
