@@ -9,6 +9,10 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 ONLINESOFTMAX_CACHE=/tmp/osm-cache
+# A kernel cache compiled without a GPU and carried as .osmcache (ONLINESOFTMAX_CACHE=$PWD/.osmcache python
+# benchmarks/precompile.py --tests, or without --tests for the sweep's shapes; the same NVRTC version) saves the
+# device the compiles
+if [ -d .osmcache ]; then mkdir -p /tmp/osm-cache && cp -rn .osmcache/. /tmp/osm-cache/; fi
 # Wheels carried in .whl/ (Liger-Kernel for the sweep, expecttest for the OpInfo tests; see docs/tuning.md)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl

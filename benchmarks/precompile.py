@@ -4,6 +4,8 @@ run it here with ONLINESOFTMAX_CACHE pointing at a folder to carry, and the devi
 NVRTC version is the same; otherwise it compiles them, still in parallel).
 
     python benchmarks/precompile.py [--workers 16] [--n N ...]    (default: the sweep's shapes)
+    python benchmarks/precompile.py --tests    (instead: what tests/test_gpu_production.py's fixture compiles, and
+                                                every chan kernel: ~550 kernels, ~40 MB, ~2 minutes on 2 cores)
 """
 
 import argparse
@@ -30,12 +32,39 @@ def sweep_kernels(ns, sms: int) -> set:
     return names
 
 
+def test_kernels(sms: int) -> set:
+    """The kernels of the production GPU tests' variant shapes (their module's own list, read here without a GPU:
+    it skips itself where torch sees none) and every chan instantiation (the layout tests' columns)."""
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+    seen = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True
+    try:
+        import test_gpu_production as T
+    finally:
+        torch.cuda.is_available = seen
+    names = {k for k in P.instantiations() if "_chan<" in k}
+    for v in T._variants():
+        regime = v.name.rsplit("_", 1)[1]
+        for dtype in T.DTYPES:
+            for M, N in T._shapes(v.op, regime, dtype):
+                try:
+                    names.update(P.plan(M, N, dtype, v.op, sms=sms, regime=regime).kernels)
+                except P.Unsupported:
+                    pass
+    return names
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--n", type=int, nargs="*", default=SWEEP_N)
+    ap.add_argument("--tests", action="store_true", help="the production GPU tests' kernels instead of the sweep's")
     args = ap.parse_args()
-    names = sweep_kernels(args.n, K.sms(0 if torch.cuda.is_available() else None))
+    sms = K.sms(0 if torch.cuda.is_available() else None)
+    names = test_kernels(sms) if args.tests else sweep_kernels(args.n, sms)
     t = time.perf_counter()
     K.compile_all(names, batch=1, workers=args.workers)
     print(f"{len(names)} kernels ready in {time.perf_counter() - t:.1f} s ({args.workers} workers)")
