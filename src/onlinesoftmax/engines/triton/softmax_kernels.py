@@ -184,6 +184,19 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
 #   reduces along axis 0 (the rows kernel's math); each row of the tile is BLOCK_I contiguous elements
 #   forward 1 read + 1 write, backward 2 reads + 1 write (a transpose to rows and back costs two copies more)
 # ---------------------------------------------------------------------------------------------
+@_device_fn
+def _whole_columns(in_ptr, dy_ptr, out_ptr, offs, ok, BACKWARD: tl.constexpr, LOG: tl.constexpr):
+    """The op over whole columns: a tile at offs (the dim along axis 0, masked by ok; padding -inf, or 0 for
+    softmax's y and dy) read once, reduced along axis 0 and written (both columns kernels)."""
+    if BACKWARD:
+        dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(in_ptr + offs, mask=ok, other=float("-inf") if LOG else 0.0).to(tl.float32)
+        out = _backward_tile(y, dy, 0, LOG)
+    else:
+        out = _forward_tile(tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32), 0, LOG)
+    tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=ok)
+
+
 @triton.jit
 def cols_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips,
                 BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr):
@@ -192,14 +205,8 @@ def cols_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips,
     i = (pid % strips) * BLOCK_I + tl.arange(0, BLOCK_I)
     n = tl.arange(0, BLOCK_N)
     ok = (n < N)[:, None] & (i < inner)[None, :]
-    offs = o * N * inner + n[:, None].to(tl.int64) * inner + i[None, :]
-    if BACKWARD:
-        dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-        y = tl.load(in_ptr + offs, mask=ok, other=float("-inf") if LOG else 0.0).to(tl.float32)
-        out = _backward_tile(y, dy, 0, LOG)
-    else:
-        out = _forward_tile(tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32), 0, LOG)
-    tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=ok)
+    _whole_columns(in_ptr, dy_ptr, out_ptr, o * N * inner + n[:, None].to(tl.int64) * inner + i[None, :], ok,
+                   BACKWARD, LOG)
 
 
 @triton.jit
@@ -220,14 +227,8 @@ def cols_stream_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips, tasks, BLOCK_N
         base = o * N * inner + i
         if WHOLE:
             ok = (n < N)[:, None] & (i < inner)[None, :]
-            offs = base[None, :] + n[:, None].to(tl.int64) * inner
-            if BACKWARD:
-                dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-                y = tl.load(in_ptr + offs, mask=ok, other=float("-inf") if LOG else 0.0).to(tl.float32)
-                out = _backward_tile(y, dy, 0, LOG)
-            else:
-                out = _forward_tile(tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32), 0, LOG)
-            tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=ok)
+            _whole_columns(in_ptr, dy_ptr, out_ptr, base[None, :] + n[:, None].to(tl.int64) * inner, ok, BACKWARD,
+                           LOG)
         else:
             a, b = _empty(BLOCK_I, BACKWARD)
             for r0 in range(0, N, BLOCK_N):
