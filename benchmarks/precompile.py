@@ -5,7 +5,7 @@ NVRTC version is the same; otherwise it compiles them, still in parallel).
 
     python benchmarks/precompile.py [--workers 16] [--n N ...]    (default: the sweep's shapes)
     python benchmarks/precompile.py --tests    (instead: what tests/test_gpu_production.py's fixture compiles, and
-                                                every chan kernel: ~550 kernels, ~40 MB, ~2 minutes on 2 cores)
+                                                every chan and flat kernel: ~740 kernels, ~50 MB, ~3 minutes on 2 cores)
 """
 
 import argparse
@@ -27,14 +27,16 @@ def sweep_kernels(ns, sms: int) -> set:
             dtype = parse_dtype(dt)
             V = P.vec_width(dtype)
             for M, N in shapes:  # fresh contiguous tensors: aligned; rows N apart (the window path for N % V)
-                p = P.plan(M, N, dtype, op, vec=N % V == 0 or M == 1, window=1, sms=sms)
-                names.update(p.kernels)
+                for flat in (True, False):  # the flat regime's, and what the rules pick without it (tune_rows)
+                    p = P.plan(M, N, dtype, op, vec=N % V == 0 or M == 1, window=1, sms=sms, flat=flat)
+                    names.update(p.kernels)
     return names
 
 
 def test_kernels(sms: int) -> set:
     """The kernels of the production GPU tests' variant shapes (their module's own list, read here without a GPU:
-    it skips itself where torch sees none) and every chan instantiation (the layout tests' columns)."""
+    it skips itself where torch sees none) and every chan and flat instantiation (the layout tests' columns, the flat
+    regime's tests and tune_rows --flat)."""
     import pathlib
     import sys
 
@@ -45,13 +47,13 @@ def test_kernels(sms: int) -> set:
         import test_gpu_production as T
     finally:
         torch.cuda.is_available = seen
-    names = {k for k in P.instantiations() if "_chan<" in k}
+    names = {k for k in P.instantiations() if "_chan<" in k or "_flat<" in k}
     for v in T._variants():
         regime = v.name.rsplit("_", 1)[1]
         for dtype in T.DTYPES:
             for M, N in T._shapes(v.op, regime, dtype):
                 try:
-                    names.update(P.plan(M, N, dtype, v.op, sms=sms, regime=regime).kernels)
+                    names.update(P.plan(M, N, dtype, v.op, sms=sms, regime=regime, flat=True).kernels)
                 except P.Unsupported:
                     pass
     return names

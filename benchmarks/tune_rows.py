@@ -14,6 +14,9 @@ registers alone (threads as cluster_config sizes them) and, where registers do n
 slots; besides the op, the cross-entropy kernel alone (engines.cuda.run.cross_entropy: loss, lse and gradient of
 every row, the same row kernel), as % of one read of the logits + one write of the gradient.
 
+--flat: rows that are not whole 16-byte accesses (forward or backward ops): torch, the rules without the flat regime,
+then the flat regime (rows staged in shared memory) at several chunk sizes (FLAT_CHUNK_BYTES).
+
 --warp: short rows (the warp regime; forward or backward ops): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
 the rules' access path (the window, for odd N in 16 bits) and on the scalar path (W = 1, forced), its slots per
 lane the rule's power of two or exactly the row's accesses over the lanes.
@@ -34,7 +37,8 @@ from onlinesoftmax.intmath import cdiv
 from onlinesoftmax.runtime.bounded import BoundedCache
 
 ELEMENTS = 1 << 27
-RULES = (P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access)
+RULES = (P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access, P.use_flat,
+         P.FLAT_CHUNK_BYTES)
 
 
 def forget() -> None:
@@ -44,12 +48,17 @@ def forget() -> None:
             v.clear()
 
 
-def force(threads_slots=None, cluster=None, warp=None) -> None:
+def force(threads_slots=None, cluster=None, warp=None, flat=None) -> None:
     """The rules as they are (all None); the block regime with one (threads, slots); the cluster regime with
     one (C, threads, sslots) (C == 1: the block regime, registers then shared memory as the rules size it); or the
     warp regime with (scalar, rpt, exact): the scalar path forced or not, rows per lane group, the lanes' slots the
-    rule's power of two or exactly the row's accesses over the lanes."""
-    P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access = RULES
+    rule's power of two or exactly the row's accesses over the lanes. flat: False, the flat regime never picked;
+    a byte count, always picked (where the tensors allow it) with chunks of that many bytes."""
+    (P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access, P.use_flat,
+     P.FLAT_CHUNK_BYTES) = RULES
+    if flat is not None:
+        P.use_flat = lambda *a, **k: bool(flat)
+        P.FLAT_CHUNK_BYTES = flat or RULES[-1]
     if warp is not None:
         scalar, rpt, exact = warp
 
@@ -125,6 +134,16 @@ def timed(op: str, x: torch.Tensor, ref: torch.Tensor, copy: float, dy=None) -> 
     return f"{n * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%} (err {err:.1g})"
 
 
+def timed_torch(op: str, fn, x: torch.Tensor, dy, copy: float) -> str:
+    """torch's op (its autograd's backward kernel for a backward op) as % of copy."""
+    if dy is None:
+        ms = triton.testing.do_bench(lambda: fn(x, -1))
+        return f"{2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%}"
+    back = torch._softmax_backward_data if op == "softmax_backward" else torch._log_softmax_backward_data
+    ms = triton.testing.do_bench(lambda: back(dy, x, 1, x.dtype))
+    return f"{3 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="bfloat16")
@@ -132,6 +151,7 @@ def main() -> None:
     ap.add_argument("--n", nargs="*", type=int, default=[1023, 1024, 1025, 1152, 3000, 4095, 4096, 4097, 12289])
     ap.add_argument("--clusters", action="store_true", help="CTAs per row (registers or shared memory), + ce_row")
     ap.add_argument("--warp", action="store_true", help="short rows: rows per lane group, window or scalar path")
+    ap.add_argument("--flat", action="store_true", help="rows off the vector: the flat regime's chunks against the rest")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     copy = copy_gbps("cuda")
@@ -148,6 +168,16 @@ def main() -> None:
             ref = (y * (g - (g * y).sum(-1, keepdim=True)) if args.op == "softmax_backward" else
                    g - y.exp() * g.sum(-1, keepdim=True))
         force(None)
+        if args.flat:
+            fn = getattr(torch, args.op.removesuffix("_backward"))
+            line = f"{M}x{N} | torch: {timed_torch(args.op, fn, x, dy, copy)}"
+            for flat in (False, 8192, 16384, 32768):
+                force(flat=flat)
+                p = run.plan_for(args.op, *((x,) if dy is None else (x, dy)))
+                line += f" | {p.regime} {p.kernels[0]} R{p.rows}: {timed(args.op, x, ref, copy, dy)}"
+            force(None)
+            print(line, flush=True)
+            continue
         rules = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1).launches[0].kernel
         line = f"{M}x{N} | rules {rules}: {timed(args.op, x, ref, copy, dy)}"
         if args.clusters:

@@ -59,6 +59,10 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "strided": [(3, 5), (2, 300)],
         # (M, N) as (outer = M, N, inner = 1): a thread per row; N = 1, every CAP and its edge, a partial CTA; then
         # G = 2, 4, 8 threads a row (their edges, an empty last band at N = 129)
+        # contiguous aligned rows staged in shared memory: N = 1, a row per CTA's warp and more, the tensor ending
+        # inside an access, every slot count's edge, a partial last CTA, N a multiple of the vector
+        "flat": [(3, 1), (37, 33), (300, 127), (131, 129), (70, 257), (19, 1023), (11, 1025), (5, P.FLAT_MAX_N),
+                 (9, 8 * W)],
         "chan": [(3, 1), (37, 19), (300, 32), (2, 8), (2, 9), (5, 33), (3, 40), (7, 41), (2, 80), (3, 81), (2, 129),
                  (37, 150), (2, 161), (2, 256)],
     }[regime]
@@ -77,7 +81,7 @@ def _precompile():
         for dtype in DTYPES:
             for M, N in _shapes(v.op, regime, dtype):
                 try:
-                    names.update(P.plan(M, N, dtype, v.op, sms=K.sms(0), regime=regime).kernels)
+                    names.update(P.plan(M, N, dtype, v.op, sms=K.sms(0), regime=regime, flat=True).kernels)
                 except P.Unsupported:
                     pass
     K.compile_all(names, arch, batch=1, workers=max(1, min(16, os.cpu_count() or 1)))
@@ -226,6 +230,9 @@ def test_forward_backward_layouts(dtype, log):
 
 @pytest.mark.parametrize("shape, dim, dtype, regime", [
     ((4096, 128), 1, torch.bfloat16, "warp"),
+    ((9001, 127), 1, torch.bfloat16, "flat"),  # odd rows, contiguous: staged in shared memory; the tensor ends mid-access
+    ((2001, 1025), 1, torch.float16, "flat"),
+    ((40000, 33), 1, torch.float32, "flat"),
     ((2048, 4096), 1, torch.float32, "block"),
     ((256, 32768), 1, torch.bfloat16, "block"),
     ((256, 65536), 1, torch.float16, "block"),  # 16-bit forward: 64K elements in one CTA (registers + smem)

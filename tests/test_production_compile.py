@@ -127,9 +127,9 @@ def test_plans_only_pick_enumerated_kernels(inst):
         N = rng.choice([rng.randint(1, 2048), rng.randint(1, 1 << 19)])
         M = rng.choice([1, 2, rng.randint(1, 300), rng.randint(1, 1 << 20)])
         vec = rng.random() < 0.7
-        regime = rng.choice([None, None, "warp", "block", "cluster", "split", "columns", "strided", "chan"])
+        regime = rng.choice([None, None, "warp", "block", "cluster", "split", "columns", "strided", "chan", "flat"])
         try:
-            p = P.plan(M, N, dtype, op, vec=vec, sms=SMS, regime=regime)
+            p = P.plan(M, N, dtype, op, vec=vec, sms=SMS, regime=regime, flat=rng.random() < 0.5)
         except P.Unsupported:
             continue
         for k in p.kernels:
@@ -282,6 +282,47 @@ def test_row_access_from_pointers():
     assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 66)) == (False, 0)  # dy's rows drift
     assert E._row_access(al(4096, 4112, 8192), 1, 64, V, (64, 66)) == (True, 1)  # one row: strides do not matter
     assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 68)) == (True, 1)
+
+
+def test_flat_rules():
+    """The flat regime: each CTA's chunk of R rows starts on a 16-byte boundary (R x N x size a multiple of 16) and
+    holds FLAT_CHUNK_BYTES of each input at most, unless one step of rows is more; the lanes' slots cover the row;
+    forced, it needs the tensors' word that they are contiguous and aligned (flat=True)."""
+    for dtype in opdefs.GPU_DTYPES:
+        size, V = torch.empty((), dtype=dtype).element_size(), P.vec_width(dtype)
+        for N in list(range(1, 300)) + list(range(300, P.FLAT_MAX_N + 1, 37)) + [P.FLAT_MAX_N]:
+            R, step = P.flat_rows(dtype, N), V // math.gcd(N, V)
+            assert R >= step and R % step == 0 and R * N * size % 16 == 0, (dtype, N, R)
+            assert R * N * size <= P.FLAT_CHUNK_BYTES or R == step, (dtype, N, R)
+            slots = P.flat_slots(N)
+            assert slots in P.FLAT_SLOTS and 32 * slots >= N
+            assert slots == P.FLAT_SLOTS[0] or 32 * P.FLAT_SLOTS[P.FLAT_SLOTS.index(slots) - 1] < N
+            for op in P.ENGINE_OPS:
+                p = P.plan(1000, N, dtype, op, vec=False, window=1, sms=SMS, regime="flat", flat=True)
+                (l,) = p.launches
+                assert (p.regime, p.rows, l.grid, l.block, l.sig) == ("flat", R, -(-1000 // R), (P.FLAT_THREADS,),
+                                                                      "flat")
+                assert l.kernel == f"{'bwd' if op.endswith('backward') else 'fwd'}_flat<{opdefs.OPS[op].code}," \
+                                   f"{P.DT_CODE[dtype]},{slots}>"
+                assert l.smem == R * N * size * len(opdefs.OPS[op].inputs)
+                assert p.at(5 * 10**6).launches[0].grid == -(-5 * 10**6 // R)
+    with pytest.raises(P.Unsupported, match="contiguous"):
+        P.plan(1000, 127, torch.bfloat16, "softmax", vec=False, window=1, sms=SMS, regime="flat")
+    with pytest.raises(P.Unsupported, match="too long"):
+        P.plan(1000, P.FLAT_MAX_N + 1, torch.bfloat16, "softmax", vec=False, window=1, sms=SMS, regime="flat",
+               flat=True)
+
+
+def test_flat_from_pointers():
+    """run.py's word that every tensor is one contiguous block of rows N apart starting on a 16-byte boundary."""
+    al = E._alignment
+    assert E._flat(al(4096, 0, 8192), 10, 63, (63,))
+    assert E._flat(al(4096, 12288, 8192), 10, 63, (63, 63))
+    assert not E._flat(al(4096, 0, 8192), 10, 63, (64,))  # sliced rows
+    assert not E._flat(al(4098, 0, 8194), 10, 63, (63,))  # a contiguous view that starts off a boundary
+    assert not E._flat(al(4096, 12290, 8192), 10, 63, (63, 63))  # dy off a boundary
+    assert not E._flat(al(4096, 0, 8192), 10, 63, (0,))  # expanded rows
+    assert E._flat(al(4096, 0, 8192), 1, 63, (100,))  # one row: its stride does not matter
 
 
 def test_warp_rules():
@@ -466,7 +507,7 @@ def test_row_layout_detection():
 
 def test_variants_registered():
     names = [v.name for v in registry.variants(backend="cuda") if v.name in V.VARIANT_NAMES]
-    assert len(names) == len(V.VARIANT_NAMES) == 26  # 4 ops x 6 regimes, and columns for the 2 forward ops
+    assert len(names) == len(V.VARIANT_NAMES) == 30  # 4 ops x 7 regimes, and columns for the 2 forward ops
     for op in P.ENGINE_OPS:
         for regime in P.REGIMES:
             if regime == "columns" and opdefs.OPS[op].backward:

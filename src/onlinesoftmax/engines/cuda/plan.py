@@ -20,6 +20,9 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
              of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write
     strided  the same (and backward) when the columns do not fit on chip: two passes, the second from L2
+    flat     rows of N elements that are not whole 16-byte accesses, every tensor one contiguous aligned block (most
+             tensors: `flat`): a CTA stages R rows (a whole number of accesses) in shared memory with 16-byte
+             copies, a warp per row computes there, 16-byte stores; N <= FLAT_MAX_N
     chan     forward and backward over a short non-last dim (N <= 256: channels): G threads per 4-byte access of the
              inner dim hold its column in registers, a band of up to 32 rows each; 1 read + 1 write, and for G > 1
              one merge of the bands' pairs through shared memory
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -48,7 +52,7 @@ FILE = "softmax.cu"  # the kernels' source, in SOURCES
 SOURCES = "onlinesoftmax/engines/cuda/kernels"
 ENGINE_OPS = tuple(op.name for op in SOFTMAX_OPS)
 DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the kernels
-REGIMES = ("warp", "block", "cluster", "split", "columns", "strided", "chan")
+REGIMES = ("warp", "block", "cluster", "split", "columns", "strided", "chan", "flat")
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
 WARP_THREADS = 256  # the same names in softmax.cu (an enum)
@@ -68,6 +72,10 @@ CHAN_MAX_N = CHAN_BAND * CHAN_MAX_GROUP
 REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw 32-bit words of y+dy bwd)
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group
+FLAT_THREADS = 256
+FLAT_CHUNK_BYTES = 16384  # flat: the bytes of each input one CTA stages in shared memory (at least a whole access)
+FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36)  # flat: elements per lane and row (instantiations)
+FLAT_MAX_N = 32 * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
@@ -182,6 +190,28 @@ def scalar_short_rows(op: str, N: int, V: int, vec: bool, window: int) -> bool:
     129 65 (87) -> 95, 255 68 (81) -> 86."""
     return (not OPS[op].backward and bool(window) and not (vec and N % V == 0)
             and 32 < N <= WARP_SCALAR_MAX_N)
+
+
+def flat_slots(N: int) -> int:
+    """flat: the elements each lane takes of a row (the smallest FLAT_SLOTS entry >= N / 32)."""
+    for s in FLAT_SLOTS:
+        if 32 * s >= N:
+            return s
+    raise Unsupported(f"N = {N} > {FLAT_MAX_N}: too long for the flat kernels' warp per row")
+
+
+def flat_rows(dtype, N: int) -> int:
+    """flat: rows per CTA, a multiple of V / gcd(N, V) so that every CTA's chunk starts on a 16-byte boundary, as many
+    as FLAT_CHUNK_BYTES of each input hold (at least that multiple)."""
+    V = vec_width(dtype)
+    step = V // math.gcd(N, V)
+    return max(step, FLAT_CHUNK_BYTES // (N * _SIZES[dtype]) // step * step)
+
+
+def use_flat(op: str, dtype, M: int, N: int, sms: int) -> bool:
+    """The automatic choice of the flat regime for contiguous aligned rows: N not a multiple of the vector (whole
+    accesses read at full speed on the aligned path), up to FLAT_MAX_N, and rows enough for a chunk per SM."""
+    return N % vec_width(dtype) != 0 and N <= FLAT_MAX_N and M >= flat_rows(dtype, N) * sms
 
 
 def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
@@ -376,7 +406,7 @@ class Launch:
     block: tuple  # (x,) or (x, y)
     cluster: int = 1
     smem: int = 0  # dynamic shared memory bytes
-    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | ce (ce_row)
+    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row)
     per: tuple = (1, 1, 0)  # the grid rule: grid = grid_for(M, per)
 
 
@@ -403,6 +433,7 @@ class Plan:
     strips: int = 0  # strided: column strips per outer index
     items: int = 0  # strided: outer * strips
     workspace: int = 0  # split: fp32 elements (2 per chunk)
+    rows: int = 0  # flat: rows per CTA
 
     @property
     def kernels(self) -> tuple:
@@ -421,18 +452,26 @@ class Plan:
 
 
 def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window: int = 0, inner: int = 1,
-         layout: str = "rows", sms: int = DEFAULT_SMS, regime: Optional[str] = None, out_dtype=None) -> Plan:
+         layout: str = "rows", sms: int = DEFAULT_SMS, regime: Optional[str] = None, out_dtype=None,
+         flat: bool = False) -> Plan:
     """The launch plan for `op` on M rows of N (layout "rows"), or on (outer=M, N, inner) (layout "strided").
     vec: every pointer is 16-byte aligned and every row stride a multiple of the vector (the plan checks N / inner).
     window: the rows of the inputs start alike modulo 16 bytes, aligned or not: 1, the out rows too; 2, the out
     rows otherwise (implied: 1 by vec). The row kernels then read any N with 16-byte accesses (window_path).
     regime: force one (the registry variants do); raises Unsupported if it cannot take the shape.
     out_dtype: float32 for 16-bit data, forward: the cast fused into the stores (rows in the warp, block and
-    cluster regimes, out rows starting as the inputs'); Unsupported elsewhere (the caller casts first)."""
+    cluster regimes, out rows starting as the inputs'); Unsupported elsewhere (the caller casts first).
+    flat: every tensor is one contiguous block of M rows N apart starting on a 16-byte boundary (the flat regime's
+    condition; use_flat decides where it is picked)."""
     window = window or int(vec)
-    if out_dtype is None and layout == "rows" and regime is None and scalar_short_rows(op, N, vec_width(dtype), vec,
-                                                                                      window):
-        vec, window = False, 0
+    if out_dtype is None and layout == "rows" and regime is None:
+        if flat and use_flat(op, dtype, M, N, sms):
+            regime = "flat"
+        elif scalar_short_rows(op, N, vec_width(dtype), vec, window):
+            vec, window = False, 0
+    if regime == "flat" and not (flat and layout == "rows"):
+        raise Unsupported("the flat regime takes tensors that are each one contiguous block of rows starting on a "
+                          "16-byte boundary")
     p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, regime)
     if out_dtype is not None and out_dtype != dtype:
         p = fused_cast(p, out_dtype)
@@ -531,6 +570,12 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
                     inner=inner, strips=strips, items=items)
     if layout != "rows":
         raise OnlineSoftmaxError(f"unknown layout {layout!r}")
+    if regime == "flat":
+        R = flat_rows(dtype, N)
+        name = f"{pre}_flat<{o},{dt},{flat_slots(N)}>"
+        smem = cdiv(R * N * _SIZES[dtype], 16) * 16 * len(OPS[op].inputs)
+        return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
+                    rows=R)
     W, P, Nc = window_path(N, V, vec, window)  # Nc: the elements the rules make room for
     chosen = regime or choose_regime(op, dtype, W, M, Nc, sms)
     if chosen == "warp":
@@ -642,9 +687,16 @@ def _probe_instantiations() -> dict[str, set]:
                         add(M, N, dtype, op, vec=vec, window=window, regime=regime)
                 if window:
                     continue
+                if vec:  # flat: forced (any N it holds), and the rules' choice on contiguous aligned rows
+                    for N in (n for n in _probe_ns(1) if n <= FLAT_MAX_N):
+                        add(1 << 20, N, dtype, op, flat=True)
+                        add(3, N, dtype, op, regime="flat", flat=True)
                 if vec and dtype != torch.float32 and not OPS[op].backward:  # the fused cast: 16-bit in, fp32 out
                     for N, M in itertools.product(_probe_ns(W, True), rows):
                         add(M, N, dtype, op, window=1, out_dtype=torch.float32)
-                for inner, N, regime in itertools.product((1, 3, W, 64 * W), _probe_ns(W)[::3], (None, "strided")):
+                # every N the chan kernels take (their bands step by CHAN_CAP_STEP within each group count), a third
+                # of the probe beyond
+                ns = sorted(set(_probe_ns(W)[::3]) | set(range(1, CHAN_MAX_N + 1)))
+                for inner, N, regime in itertools.product((1, 3, W, 64 * W), ns, (None, "strided")):
                     add(4, N, dtype, op, vec=vec, inner=inner, layout="strided", regime=regime)
     return seen

@@ -75,16 +75,16 @@ def _is_contiguous(shape, stride) -> bool:
 
 
 def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, layout: str, sms: int,
-                 regime: Optional[str], device: int, fallback: str, out_dtype=None) -> Plan:
+                 regime: Optional[str], device: int, fallback: str, out_dtype=None, flat: bool = False) -> Plan:
     """plan(...) with an automatic plan whose clusters (cluster, columns) cannot be resident on this device, or
     whose cluster attributes are refused, replaced by the `fallback` regime (split, strided); cached by geometry,
     one entry for every M >= stable_rows(sms)."""
     stable = M >= stable_rows(sms)
-    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device, None if stable else M, out_dtype)
+    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device, None if stable else M, out_dtype, flat)
 
     def make() -> Plan:
         p = plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=regime,
-                 out_dtype=out_dtype)
+                 out_dtype=out_dtype, flat=flat)
         if regime is not None or all(l.cluster == 1 for l in p.launches):
             return p
         try:
@@ -123,6 +123,8 @@ class _Entry:
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so))
                 if l.sig == "warp":
                     tail += (i32(p.lg),)
+            elif l.sig == "flat":
+                tail = (i64(p.M), i32(p.N), i32(p.rows))
             elif l.sig == "stats":
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i32(p.parts), i32(p.chunk))
             elif l.sig == "apply":
@@ -205,7 +207,7 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
         if out_dtype is not None and al:
             raise Unsupported(f"{op}: the fused cast needs 16-byte aligned data and out")
         p = _fitted_plan(M, N, x.dtype, op, *_row_access(al, M, N, V, rss), 1, "rows", n_sms, regime, device,
-                         "split", out_dtype)
+                         "split", out_dtype, _flat(al, M, N, rss))
         return p, device, False, rss, N
     if out_dtype is not None:
         raise Unsupported(f"{op}: the fused cast takes rows along the last dim")
@@ -219,7 +221,8 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
             ptrs = [t.data_ptr() if _is_contiguous(shape, s) else 16 for t, s in zip(ins, strides)]
             al = _alignment(ptrs[0], ptrs[1] if len(ptrs) > 1 else 0, out.data_ptr())
         vec, window = _row_access(al, outer, N, V, (N,) * len(ins))
-        p = _fitted_plan(outer, N, x.dtype, op, vec, window, 1, "rows", n_sms, regime, device, "split")
+        p = _fitted_plan(outer, N, x.dtype, op, vec, window, 1, "rows", n_sms, regime, device, "split", None,
+                         _flat(al, outer, N, (N,) * len(ins)))
         return p, device, contig, (N,) * len(ins), N
     p = _fitted_plan(outer, N, x.dtype, op, al & 15 == 0, 0, inner, "strided", n_sms, regime, device, "strided")
     return p, device, contig, (0,) * len(ins), 0
@@ -236,6 +239,12 @@ def _row_access(al: int, M: int, N: int, V: int, rss: tuple, so: Optional[int] =
     if al >> 8 or not (one or all((rs - rss[0]) % V == 0 for rs in rss)):
         return vec, 0
     return vec, 1 if (al >> 4 & 15 == 0 and (one or (rss[0] - so) % V == 0)) else 2
+
+
+def _flat(al: int, M: int, N: int, rss: tuple) -> bool:
+    """Whether every tensor is one contiguous block of rows N apart starting on a 16-byte boundary (the flat
+    regime's condition; out always is contiguous)."""
+    return al & 15 == 0 and (M == 1 or all(rs == N for rs in rss))
 
 
 def _alignment(pa: int, pb: int, po: int) -> int:
@@ -298,7 +307,7 @@ def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: Bounded
     n_sms, V, al = sms(device), vec_width(p.dtype), key[-2]
     for M in range(1, stable_rows(n_sms)):
         pm = _fitted_plan(M, p.N, p.dtype, op, *_row_access(al, M, p.N, V, rss), 1, "rows", n_sms, None, device,
-                          "split")
+                          "split", None, _flat(al, M, p.N, rss))
         cache.put(key[:-1] + (M,), _shared_entry(op, (pm,) + call[1:]))
     return _shared_entry(op, call)
 

@@ -17,7 +17,7 @@ from .run import run_regime
 
 def _variant_plan(op: str, regime: str, M: int, N: int, dtype) -> Plan:
     dev = torch.cuda.current_device() if torch.cuda.is_available() else None
-    return plan(M, N, dtype, op, vec=True, sms=sms(dev), regime=regime)
+    return plan(M, N, dtype, op, vec=True, sms=sms(dev), regime=regime, flat=True)
 
 
 def _supports(op: str, regime: str):
@@ -36,7 +36,7 @@ def _supports(op: str, regime: str):
 def _algo_bytes(op: str, regime: str):
     def algo_bytes(M: int, N: int, s: int) -> int:
         ideal = OPS[op].ideal_bytes(M, N, s)
-        if regime in ("warp", "block", "cluster", "columns", "chan"):
+        if regime in ("warp", "block", "cluster", "columns", "chan", "flat"):
             return ideal
         reads = len(OPS[op].inputs)
         total = ideal + reads * M * N * s  # the second pass re-reads the inputs (from L2 when the plan works)
@@ -80,6 +80,8 @@ _RUNG = {
                 "(M, N) as inner = 1"),
     "strided": ("strided (non-last dim)", "(outer, N, inner) with threads along inner: states down N, tree "
                 "merge, second pass over the strip (L2); here on (M, N) as inner = 1"),
+    "flat": ("rows staged in shared memory", "contiguous aligned rows of any N: a CTA copies R rows (whole 16-byte "
+             "accesses) to shared memory, a warp per row computes there, 16-byte stores; 1 read + 1 write"),
     "chan": ("columns in registers (short non-last dim)", "(outer, N <= 256, inner): per 4-byte access of inner, "
              "1 to 8 threads hold its column in registers, bands of up to 32 rows merged through shared memory; here "
              "on (M, N) as inner = 1 (threads per row)"),

@@ -22,6 +22,9 @@
 // fwd_row<OP,DT,W,THREADS,SLOTS,SSLOTS,C,P> one row per CTA (C == 1) or per cluster of C CTAs (partial (m, d) through
 //                                        DSMEM); THREADS <= 512 threads hold SLOTS accesses each in registers and
 //                                        SSLOTS more in dynamic shared memory (cp.async)
+// fwd_flat<OP,DT,SLOTS>                 contiguous aligned rows of any N (not whole accesses): a CTA stages R rows in
+//                                        shared memory with 16-byte copies, a warp per row (SLOTS elements a lane)
+//                                        computes there, 16-byte stores
 // fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
 // fwd_split_apply<OP,DT,W>               phase 2: merge the row's P partials, re-read the chunk (L2), write
 // fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       (forward only) non-last dim of a contiguous (outer, N, inner) tensor, the
@@ -31,7 +34,7 @@
 //                                        of columns: (m, d) down N, tree merge, second pass (re-read in L2)
 // fwd_chan<OP,DT,W,CAP>                  a short non-last dim (N <= CAP <= 32: channels): a thread per access of W
 //                                        columns (4 bytes, or one 16-bit element) holds all N rows in registers
-// bwd_warp / bwd_row / bwd_split_stats<OP,DT,W> / bwd_split_apply / bwd_strided / bwd_chan: the same for OP 2 and 3,
+// bwd_warp / bwd_flat / bwd_row / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_chan: the same for OP 2, 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
 // SASS: when the regimes were merged (issue 11), every instantiation compiled to the same sm_90 instructions as the
@@ -67,6 +70,7 @@
 // constexpr variables would each become a global variable of every module.)
 enum {
     WARP_THREADS = 256,     // threads per CTA of the warp kernels (several rows per warp)
+    FLAT_THREADS = 256,     // threads per CTA of the flat kernels (a warp per row)
     ROW_MAX_THREADS = 512,  // the largest CTA of the row and columns kernels
     SPLIT_THREADS = 256,
     SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
@@ -376,6 +380,110 @@ __global__ void __launch_bounds__(WARP_THREADS, 4)
 bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
     warp_body<bwd_op<OP>::value, DT, W, SLOTS, RPT, P, DTO>(a, b, out, M, N, sa, sb, so, lg);
+}
+
+// ---- flat: contiguous rows staged in shared memory ------------------------------------------------------------------
+// Every tensor is one block of M x N elements, rows N apart, each starting on a 16-byte boundary; N is any length
+// (the plan takes rows that are not a whole number of 16-byte accesses). A CTA takes R rows, R x N elements a whole
+// number of accesses (the plan's R), copies them to shared memory with 16-byte cp.async, a warp per row computes
+// there (lane l takes elements l, l + 32, ...: SLOTS >= N / 32 of them) and writes the outputs over its inputs, and
+// the CTA stores the chunk with 16-byte stores. Only the tensor's last few elements (past its last whole access) go
+// element by element: rows of any length start and end inside accesses without masks, windows or scalar loads.
+// Forward: the row's values in registers (max, then the sum of exp(x - max), as the warp kernels); backward: two
+// passes over shared memory (the sums, then dx).
+template <int OP, int DT, int SLOTS>
+__device__ __forceinline__ void flat_body(const void* __restrict__ a, const void* __restrict__ b,
+                                          void* __restrict__ out, long long M, int N, int R) {
+    typedef op_traits<OP, DT, 16 / sizeof(typename os_elem<DT>::type)> op;
+    typedef typename op::elem elem;
+    constexpr int W = 16 / sizeof(elem);
+    extern __shared__ uint4 smem_flat[];  // the chunk of a (x; or y), then of b (dy) at R x N elements
+    elem* const sa = reinterpret_cast<elem*>(smem_flat);
+    elem* const sb = sa + (long long)R * N;
+    const long long row0 = (long long)blockIdx.x * R;
+    const int rows = (int)min((long long)R, M - row0);
+    const int n = rows * N, nv = n / W, tail = n - nv * W;  // the last CTA's chunk may end inside an access
+    const elem* ga = static_cast<const elem*>(a) + row0 * N;
+    const elem* gb = static_cast<const elem*>(b) + row0 * N;
+    elem* go = static_cast<elem*>(out) + row0 * N;
+    for (int v = threadIdx.x; v < nv; v += FLAT_THREADS) {
+        os_cp_async16(sa + v * W, ga + v * W);
+        if constexpr (!op::FWD) os_cp_async16(sb + v * W, gb + v * W);
+    }
+    os_cp_async_commit();
+    if (threadIdx.x < tail) {
+        sa[nv * W + threadIdx.x] = ga[nv * W + threadIdx.x];
+        if constexpr (!op::FWD) sb[nv * W + threadIdx.x] = gb[nv * W + threadIdx.x];
+    }
+    os_cp_async_wait_all();
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31;
+    for (int r = threadIdx.x >> 5; r < rows; r += FLAT_THREADS / 32) {
+        elem* ra = sa + r * N;
+        if constexpr (op::FWD) {
+            float v[SLOTS];
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                const int j = lane + 32 * k;
+                v[k] = j < N ? os_to_f<DT>(ra[j]) : OS_NEG_INF;
+            }
+            float m = os_max_of<SLOTS>(v), d, unused = 0.0f;
+            os_xor_reduce<OS_RED_MAX, 32>(m, unused);
+            const float s = os_safe_shift(m);
+            if constexpr (OP == 0) {
+#pragma unroll
+                for (int k = 0; k < SLOTS; k++) v[k] = os_exp_diff(v[k], s);
+                d = os_sum_of<SLOTS>(v);
+            } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
+                float e[SLOTS];
+#pragma unroll
+                for (int k = 0; k < SLOTS; k++) {
+                    v[k] -= s;
+                    e[k] = os_ex2(v[k] * OS_LOG2E);
+                }
+                d = os_sum_of<SLOTS>(e);
+            }
+            os_xor_reduce<OS_RED_SUM, 32>(d, unused);
+            const typename op::out_params o(m, d);
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                const int j = lane + 32 * k;
+                if (j < N) ra[j] = os_from_f<DT>(OP == 0 ? v[k] * o.inv : v[k] - o.ld);
+            }
+        } else {
+            const elem* rb = sb + r * N;
+            float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+#pragma unroll 8  // 16 loads in flight: unrolled whole, the fp32 softmax's held 2 x 16 and more and spilled
+            for (int k = 0; k < SLOTS; k++) {
+                const int j = lane + 32 * k;
+                if (j < N) bwd_acc<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), k & 1 ? a1 : a0, b0);
+            }
+            float s = a0 + a1;
+            os_xor_reduce<op::RED, 32>(s, b0);
+#pragma unroll 8
+            for (int k = 0; k < SLOTS; k++) {
+                const int j = lane + 32 * k;
+                if (j < N) ra[j] = os_from_f<DT>(bwd_out<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), s, b0));
+            }
+        }
+    }
+    __syncthreads();
+    for (int v = threadIdx.x; v < nv; v += FLAT_THREADS)
+        *reinterpret_cast<uint4*>(go + v * W) = *reinterpret_cast<const uint4*>(sa + v * W);
+    if (threadIdx.x < tail) go[nv * W + threadIdx.x] = sa[nv * W + threadIdx.x];
+}
+
+template <int OP, int DT, int SLOTS>
+__global__ void __launch_bounds__(FLAT_THREADS, 4)
+fwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N, int R) {
+    flat_body<fwd_op<OP>::value, DT, SLOTS>(a, b, out, M, N, R);
+}
+
+template <int OP, int DT, int SLOTS>
+__global__ void __launch_bounds__(FLAT_THREADS, 4)
+bwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N, int R) {
+    flat_body<bwd_op<OP>::value, DT, SLOTS>(a, b, out, M, N, R);
 }
 
 // ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
