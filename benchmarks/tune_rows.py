@@ -171,7 +171,7 @@ def main() -> None:
         if args.flat:
             fn = getattr(torch, args.op.removesuffix("_backward"))
             line = f"{M}x{N} | torch: {timed_torch(args.op, fn, x, dy, copy)}"
-            for flat in (False, 8192, 16384, 32768):
+            for flat in (False, 16384, 32768):
                 force(flat=flat)
                 p = run.plan_for(args.op, *((x,) if dy is None else (x, dy)))
                 line += f" | {p.regime} {p.kernels[0]} R{p.rows}: {timed(args.op, x, ref, copy, dy)}"

@@ -300,12 +300,13 @@ def test_flat_rules():
             for op in P.ENGINE_OPS:
                 p = P.plan(1000, N, dtype, op, vec=False, window=1, sms=SMS, regime="flat", flat=True)
                 (l,) = p.launches
-                assert (p.regime, p.rows, l.grid, l.block, l.sig) == ("flat", R, -(-1000 // R), (P.FLAT_THREADS,),
-                                                                      "flat")
+                ctas = min(P.FLAT_CTAS_PER_SM, P.SMEM_PER_SM // (l.smem + 1024))  # persistent, all resident
+                assert ctas >= 1 and (p.regime, p.rows, l.grid, l.block, l.sig) == (
+                    "flat", R, min(-(-1000 // R), ctas * SMS), (P.FLAT_THREADS,), "flat")
                 assert l.kernel == f"{'bwd' if op.endswith('backward') else 'fwd'}_flat<{opdefs.OPS[op].code}," \
                                    f"{P.DT_CODE[dtype]},{slots}>"
-                assert l.smem == R * N * size * len(opdefs.OPS[op].inputs)
-                assert p.at(5 * 10**6).launches[0].grid == -(-5 * 10**6 // R)
+                assert l.smem == 2 * R * N * size * len(opdefs.OPS[op].inputs)  # two buffers
+                assert p.at(5 * 10**6).launches[0].grid == min(-(-5 * 10**6 // R), ctas * SMS)
     with pytest.raises(P.Unsupported, match="contiguous"):
         P.plan(1000, 127, torch.bfloat16, "softmax", vec=False, window=1, sms=SMS, regime="flat")
     with pytest.raises(P.Unsupported, match="too long"):

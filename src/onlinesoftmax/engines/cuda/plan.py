@@ -73,7 +73,10 @@ REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group
 FLAT_THREADS = 256
-FLAT_CHUNK_BYTES = 16384  # flat: the bytes of each input one CTA stages in shared memory (at least a whole access)
+FLAT_CHUNK_BYTES = 16384  # flat: the bytes of each input one chunk stages in shared memory (at least a whole access)
+SMEM_PER_SM = 228 * 1024  # sm_90: shared memory an SM gives its CTAs, each using 1 KiB more than it asks
+SMEM_PER_CTA = 1024
+FLAT_CTAS_PER_SM = 4  # flat: persistent CTAs, at most this many an SM (__launch_bounds__(256, 4)) as shared memory allows
 FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36)  # flat: elements per lane and row (instantiations)
 FLAT_MAX_N = 32 * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
@@ -573,9 +576,10 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     if regime == "flat":
         R = flat_rows(dtype, N)
         name = f"{pre}_flat<{o},{dt},{flat_slots(N)}>"
-        smem = cdiv(R * N * _SIZES[dtype], 16) * 16 * len(OPS[op].inputs)
-        return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
-                    rows=R)
+        smem = 2 * R * N * _SIZES[dtype] * len(OPS[op].inputs)  # two buffers (the next chunk's copies in flight)
+        ctas = min(FLAT_CTAS_PER_SM, SMEM_PER_SM // (smem + SMEM_PER_CTA))
+        return Plan("flat", op, dtype, M, N, V,
+                    (_launch(M, name, (1, R, ctas * sms), (FLAT_THREADS,), 1, smem, sig="flat"),), rows=R)
     W, P, Nc = window_path(N, V, vec, window)  # Nc: the elements the rules make room for
     chosen = regime or choose_regime(op, dtype, W, M, Nc, sms)
     if chosen == "warp":
