@@ -14,8 +14,8 @@ registers alone (threads as cluster_config sizes them) and, where registers do n
 slots; besides the op, the cross-entropy kernel alone (engines.cuda.run.cross_entropy: loss, lse and gradient of
 every row, the same row kernel), as % of one read of the logits + one write of the gradient.
 
---flat: rows that are not whole 16-byte accesses (forward or backward ops): torch, the rules without the flat regime,
-then the flat regime (rows staged in shared memory) at several chunk sizes (FLAT_CHUNK_BYTES).
+--flat: rows that are not whole 16-byte accesses (forward or backward ops): torch, the rules' plan, the rules without
+the flat regime, then the flat regime (rows staged in shared memory) at two chunk sizes (FLAT_CHUNK_BYTES).
 
 --warp: short rows (the warp regime; forward or backward ops): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
 the rules' access path (the window, for odd N in 16 bits) and on the scalar path (W = 1, forced), its slots per
@@ -171,10 +171,11 @@ def main() -> None:
         if args.flat:
             fn = getattr(torch, args.op.removesuffix("_backward"))
             line = f"{M}x{N} | torch: {timed_torch(args.op, fn, x, dy, copy)}"
-            for flat in (False, 16384, 32768):
+            for flat in (None, False, 16384, 32768):
                 force(flat=flat)
                 p = run.plan_for(args.op, *((x,) if dy is None else (x, dy)))
-                line += f" | {p.regime} {p.kernels[0]} R{p.rows}: {timed(args.op, x, ref, copy, dy)}"
+                label = "rules: " if flat is None else ""
+                line += f" | {label}{p.regime} {p.kernels[0]} R{p.rows}: {timed(args.op, x, ref, copy, dy)}"
             force(None)
             print(line, flush=True)
             continue

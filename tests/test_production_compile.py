@@ -300,15 +300,33 @@ def test_flat_rules():
             for op in P.ENGINE_OPS:
                 p = P.plan(1000, N, dtype, op, vec=False, window=1, sms=SMS, regime="flat", flat=True)
                 (l,) = p.launches
-                ctas = min(P.FLAT_CTAS_PER_SM, P.SMEM_PER_SM // (l.smem + 1024))  # persistent, all resident
-                assert ctas >= 1 and (p.regime, p.rows, l.grid, l.block, l.sig) == (
-                    "flat", R, min(-(-1000 // R), ctas * SMS), (P.FLAT_THREADS,), "flat")
+                assert (p.regime, p.rows, l.grid, l.block, l.sig) == ("flat", R, -(-1000 // R), (P.FLAT_THREADS,),
+                                                                      "flat")
                 assert l.kernel == f"{'bwd' if op.endswith('backward') else 'fwd'}_flat<{opdefs.OPS[op].code}," \
                                    f"{P.DT_CODE[dtype]},{slots}>"
-                assert l.smem == 2 * R * N * size * len(opdefs.OPS[op].inputs)  # two buffers
-                assert p.at(5 * 10**6).launches[0].grid == min(-(-5 * 10**6 // R), ctas * SMS)
+                assert l.smem == R * N * size * len(opdefs.OPS[op].inputs)
+                assert p.at(5 * 10**6).launches[0].grid == -(-5 * 10**6 // R)
     with pytest.raises(P.Unsupported, match="contiguous"):
         P.plan(1000, 127, torch.bfloat16, "softmax", vec=False, window=1, sms=SMS, regime="flat")
+    # the rules' choice: the measured ranges (FLAT_RANGES), N off the vector, a chunk per SM, the tensors' word
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    many = 1 << 22
+    picked = {(op, dtype, N) for op in P.ENGINE_OPS for dtype in (bf16, f16, f32) for N in range(1, P.FLAT_MAX_N + 9)
+              if P.plan(many, N, dtype, op, vec=N % P.vec_width(dtype) == 0, window=1, sms=SMS,
+                        flat=True).regime == "flat"}
+    for op, dtype, N in [("softmax", bf16, 255), ("log_softmax", f16, 1023), ("softmax", bf16, 33),
+                         ("softmax", f32, 63), ("log_softmax", f32, 199), ("softmax_backward", bf16, 127),
+                         ("log_softmax_backward", f16, 129), ("softmax_backward", f32, 63)]:
+        assert (op, dtype, N) in picked
+        assert P.plan(many, N, dtype, op, vec=False, window=1, sms=SMS).regime != "flat"  # no word: not flat
+        R = P.flat_rows(dtype, N)
+        assert P.plan(R * SMS - 1, N, dtype, op, vec=False, window=1, sms=SMS, flat=True).regime != "flat"
+    for op, dtype, N in [("softmax", bf16, 127), ("log_softmax", bf16, 129), ("softmax", f32, 129),
+                         ("softmax", f32, 1023), ("softmax_backward", bf16, 33), ("log_softmax_backward", bf16, 199),
+                         ("softmax_backward", f32, 127), ("softmax", bf16, 1000), ("softmax", f32, 100)]:
+        assert (op, dtype, N) not in picked
+    assert all(N % P.vec_width(dtype) and N <= P.FLAT_MAX_N for _, dtype, N in picked)
+    assert P.plan(many, 255, bf16, "softmax", window=1, sms=SMS, flat=True, out_dtype=f32).regime != "flat"
     with pytest.raises(P.Unsupported, match="too long"):
         P.plan(1000, P.FLAT_MAX_N + 1, torch.bfloat16, "softmax", vec=False, window=1, sms=SMS, regime="flat",
                flat=True)

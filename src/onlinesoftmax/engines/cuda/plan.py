@@ -73,10 +73,7 @@ REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group
 FLAT_THREADS = 256
-FLAT_CHUNK_BYTES = 16384  # flat: the bytes of each input one chunk stages in shared memory (at least a whole access)
-SMEM_PER_SM = 228 * 1024  # sm_90: shared memory an SM gives its CTAs, each using 1 KiB more than it asks
-SMEM_PER_CTA = 1024
-FLAT_CTAS_PER_SM = 4  # flat: persistent CTAs, at most this many an SM (__launch_bounds__(256, 4)) as shared memory allows
+FLAT_CHUNK_BYTES = 16384  # flat: the bytes of each input one CTA stages in shared memory (at least a whole access)
 FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36)  # flat: elements per lane and row (instantiations)
 FLAT_MAX_N = 32 * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
@@ -211,10 +208,32 @@ def flat_rows(dtype, N: int) -> int:
     return max(step, FLAT_CHUNK_BYTES // (N * _SIZES[dtype]) // step * step)
 
 
+# flat: the row lengths (off the vector) where it was measured faster than the other regimes' plans, by direction
+# (the backward ops apart) and element size; benchmarks/tune_rows.py --flat on the H200, h200-tune-flat-2f4b60c.txt, at
+# N = 33, 63, 127, 129, 199, 255, 1023 and 1025 (% of copy, flat -> the rules' plan before it):
+#   16-bit forward: 33-63 27-57 -> 22-46, 199-255 76-90 -> 58-84 (fp16 199: 76-82 -> 80-84), 1023-1025 78-89 -> 68-76;
+#                   not 127-129 (61-73 against 63-73: the scalar warp kernel)
+#   fp32 forward: 33-127 50-97 -> 43-95, 199-255 96-98 -> 83-86; not 129 (87-94 -> 94-96) or 1023-1025 (95 -> 97)
+#   16-bit softmax backward 63-255 85-99 -> 64-92 (not 33: 56-57 -> 61-65; not 1023-1025: 94-97 -> 96-97)
+#   16-bit log_softmax backward 63-129 62-75 -> 51-55 (not 199: 71 -> 77-80)
+#   fp32 backward 63 98-101 -> 77-89 (the warp kernel's 100-102% from 127 on)
+FLAT_RANGES = {
+    ("fwd", 2): ((33, 63), (192, FLAT_MAX_N)),
+    ("fwd", 4): ((33, 127), (192, 256)),
+    ("softmax_backward", 2): ((48, 256),),
+    ("log_softmax_backward", 2): ((48, 160),),
+    ("softmax_backward", 4): ((48, 64),),
+    ("log_softmax_backward", 4): ((48, 64),),
+}
+
+
 def use_flat(op: str, dtype, M: int, N: int, sms: int) -> bool:
     """The automatic choice of the flat regime for contiguous aligned rows: N not a multiple of the vector (whole
-    accesses read at full speed on the aligned path), up to FLAT_MAX_N, and rows enough for a chunk per SM."""
-    return N % vec_width(dtype) != 0 and N <= FLAT_MAX_N and M >= flat_rows(dtype, N) * sms
+    accesses read at full speed on the aligned path), in the measured ranges of FLAT_RANGES, and rows enough for a
+    chunk per SM."""
+    key = ("fwd" if not OPS[op].backward else op, _SIZES[dtype])
+    return (N % vec_width(dtype) != 0 and any(lo <= N <= hi for lo, hi in FLAT_RANGES[key])
+            and M >= flat_rows(dtype, N) * sms)
 
 
 def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
@@ -576,10 +595,9 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     if regime == "flat":
         R = flat_rows(dtype, N)
         name = f"{pre}_flat<{o},{dt},{flat_slots(N)}>"
-        smem = 2 * R * N * _SIZES[dtype] * len(OPS[op].inputs)  # two buffers (the next chunk's copies in flight)
-        ctas = min(FLAT_CTAS_PER_SM, SMEM_PER_SM // (smem + SMEM_PER_CTA))
-        return Plan("flat", op, dtype, M, N, V,
-                    (_launch(M, name, (1, R, ctas * sms), (FLAT_THREADS,), 1, smem, sig="flat"),), rows=R)
+        smem = R * N * _SIZES[dtype] * len(OPS[op].inputs)
+        return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
+                    rows=R)
     W, P, Nc = window_path(N, V, vec, window)  # Nc: the elements the rules make room for
     chosen = regime or choose_regime(op, dtype, W, M, Nc, sms)
     if chosen == "warp":

@@ -364,8 +364,6 @@ __device__ __forceinline__ void os_cp_async16(void* dst, const void* src) {
 }
 __device__ __forceinline__ void os_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void os_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-// every group but the last committed one complete (a double buffer: the current chunk's, not the next one's)
-__device__ __forceinline__ void os_cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 // The cluster's state from each CTA's block state: thread 0 parks it in `part`, the cluster barrier publishes it,
 // every lane reads CTA (lane % C)'s and the warp folds them (every CTA ends with the same bits). Ends with the

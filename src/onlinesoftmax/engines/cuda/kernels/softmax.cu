@@ -384,12 +384,11 @@ bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 
 // ---- flat: contiguous rows staged in shared memory ------------------------------------------------------------------
 // Every tensor is one block of M x N elements, rows N apart, each starting on a 16-byte boundary; N is any length
-// (the plan takes rows that are not a whole number of 16-byte accesses). The rows come in chunks of R (R x N elements
-// a whole number of accesses: the plan's R). A persistent CTA copies its next chunk to shared memory with 16-byte
-// cp.async while it computes the current one (two buffers), a warp per row computes there (lane l takes elements
-// l, l + 32, ...: SLOTS >= N / 32 of them) and writes the outputs over its inputs, and the CTA stores the chunk with
-// 16-byte stores. Only the tensor's last few elements (past its last whole access) go element by element: rows of any
-// length start and end inside accesses without masks, windows or scalar loads.
+// (the plan takes rows that are not a whole number of 16-byte accesses). A CTA takes R rows, R x N elements a whole
+// number of accesses (the plan's R), copies them to shared memory with 16-byte cp.async, a warp per row computes
+// there (lane l takes elements l, l + 32, ...: SLOTS >= N / 32 of them) and writes the outputs over its inputs, and
+// the CTA stores the chunk with 16-byte stores. Only the tensor's last few elements (past its last whole access) go
+// element by element: rows of any length start and end inside accesses without masks, windows or scalar loads.
 // Forward: the row's values in registers (max, then the sum of exp(x - max), as the warp kernels); backward: two
 // passes over shared memory (the sums, then dx).
 template <int OP, int DT, int SLOTS>
@@ -398,101 +397,81 @@ __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void
     typedef op_traits<OP, DT, 16 / sizeof(typename os_elem<DT>::type)> op;
     typedef typename op::elem elem;
     constexpr int W = 16 / sizeof(elem);
-    constexpr int IN = op::FWD ? 1 : 2;
-    extern __shared__ uint4 smem_flat[];  // [2 buffers][IN][R x N]: a chunk of a (x; or y), then of b (dy)
-    const int CH = R * N;
-    const long long chunks = (M + R - 1) / R;
-    // chunk c's rows, elements, whole accesses and the elements past them (the tensor's last chunk only)
-    auto extent = [&](long long c, int& rows, int& nv, int& tail) {
-        rows = (int)min((long long)R, M - c * R);
-        nv = rows * N / W;
-        tail = rows * N - nv * W;
-    };
-    auto stage = [&](long long c, int buf) {  // chunk c's inputs into buffer buf: one cp.async group
-        int rows, nv, tail;
-        extent(c, rows, nv, tail);
-        elem* sa = reinterpret_cast<elem*>(smem_flat) + (long long)buf * IN * CH;
-        const elem* ga = static_cast<const elem*>(a) + c * CH;
-        const elem* gb = static_cast<const elem*>(b) + c * CH;
-        for (int v = threadIdx.x; v < nv; v += FLAT_THREADS) {
-            os_cp_async16(sa + v * W, ga + v * W);
-            if constexpr (!op::FWD) os_cp_async16(sa + CH + v * W, gb + v * W);
-        }
-        if (threadIdx.x < tail) {
-            sa[nv * W + threadIdx.x] = ga[nv * W + threadIdx.x];
-            if constexpr (!op::FWD) sa[CH + nv * W + threadIdx.x] = gb[nv * W + threadIdx.x];
-        }
-        os_cp_async_commit();
-    };
+    extern __shared__ uint4 smem_flat[];  // the chunk of a (x; or y), then of b (dy) at R x N elements
+    elem* const sa = reinterpret_cast<elem*>(smem_flat);
+    elem* const sb = sa + (long long)R * N;
+    const long long row0 = (long long)blockIdx.x * R;
+    const int rows = (int)min((long long)R, M - row0);
+    const int n = rows * N, nv = n / W, tail = n - nv * W;  // the last CTA's chunk may end inside an access
+    const elem* ga = static_cast<const elem*>(a) + row0 * N;
+    const elem* gb = static_cast<const elem*>(b) + row0 * N;
+    elem* go = static_cast<elem*>(out) + row0 * N;
+    for (int v = threadIdx.x; v < nv; v += FLAT_THREADS) {
+        os_cp_async16(sa + v * W, ga + v * W);
+        if constexpr (!op::FWD) os_cp_async16(sb + v * W, gb + v * W);
+    }
+    os_cp_async_commit();
+    if (threadIdx.x < tail) {
+        sa[nv * W + threadIdx.x] = ga[nv * W + threadIdx.x];
+        if constexpr (!op::FWD) sb[nv * W + threadIdx.x] = gb[nv * W + threadIdx.x];
+    }
+    os_cp_async_wait_all();
+    __syncthreads();
 
     const int lane = threadIdx.x & 31;
-    int buf = 0;
-    if (blockIdx.x < chunks) stage(blockIdx.x, 0);
-    for (long long c = blockIdx.x; c < chunks; c += gridDim.x, buf ^= 1) {
-        if (c + gridDim.x < chunks) stage(c + gridDim.x, buf ^ 1);
-        else os_cp_async_commit();  // an empty group: chunk c's is still the one before the last
-        os_cp_async_wait_prior();
-        __syncthreads();
-        int rows, nv, tail;
-        extent(c, rows, nv, tail);
-        elem* const sa = reinterpret_cast<elem*>(smem_flat) + (long long)buf * IN * CH;
-        elem* const sb = sa + CH;
-        elem* const go = static_cast<elem*>(out) + c * CH;
-        for (int r = threadIdx.x >> 5; r < rows; r += FLAT_THREADS / 32) {
-            elem* ra = sa + r * N;
-            if constexpr (op::FWD) {
-                float v[SLOTS];
+    for (int r = threadIdx.x >> 5; r < rows; r += FLAT_THREADS / 32) {
+        elem* ra = sa + r * N;
+        if constexpr (op::FWD) {
+            float v[SLOTS];
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                const int j = lane + 32 * k;
+                v[k] = j < N ? os_to_f<DT>(ra[j]) : OS_NEG_INF;
+            }
+            float m = os_max_of<SLOTS>(v), d, unused = 0.0f;
+            os_xor_reduce<OS_RED_MAX, 32>(m, unused);
+            const float s = os_safe_shift(m);
+            if constexpr (OP == 0) {
+#pragma unroll
+                for (int k = 0; k < SLOTS; k++) v[k] = os_exp_diff(v[k], s);
+                d = os_sum_of<SLOTS>(v);
+            } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
+                float e[SLOTS];
 #pragma unroll
                 for (int k = 0; k < SLOTS; k++) {
-                    const int j = lane + 32 * k;
-                    v[k] = j < N ? os_to_f<DT>(ra[j]) : OS_NEG_INF;
+                    v[k] -= s;
+                    e[k] = os_ex2(v[k] * OS_LOG2E);
                 }
-                float m = os_max_of<SLOTS>(v), d, unused = 0.0f;
-                os_xor_reduce<OS_RED_MAX, 32>(m, unused);
-                const float s = os_safe_shift(m);
-                if constexpr (OP == 0) {
+                d = os_sum_of<SLOTS>(e);
+            }
+            os_xor_reduce<OS_RED_SUM, 32>(d, unused);
+            const typename op::out_params o(m, d);
 #pragma unroll
-                    for (int k = 0; k < SLOTS; k++) v[k] = os_exp_diff(v[k], s);
-                    d = os_sum_of<SLOTS>(v);
-                } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
-                    float e[SLOTS];
-#pragma unroll
-                    for (int k = 0; k < SLOTS; k++) {
-                        v[k] -= s;
-                        e[k] = os_ex2(v[k] * OS_LOG2E);
-                    }
-                    d = os_sum_of<SLOTS>(e);
-                }
-                os_xor_reduce<OS_RED_SUM, 32>(d, unused);
-                const typename op::out_params o(m, d);
-#pragma unroll
-                for (int k = 0; k < SLOTS; k++) {
-                    const int j = lane + 32 * k;
-                    if (j < N) ra[j] = os_from_f<DT>(OP == 0 ? v[k] * o.inv : v[k] - o.ld);
-                }
-            } else {
-                const elem* rb = sb + r * N;
-                float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
+            for (int k = 0; k < SLOTS; k++) {
+                const int j = lane + 32 * k;
+                if (j < N) ra[j] = os_from_f<DT>(OP == 0 ? v[k] * o.inv : v[k] - o.ld);
+            }
+        } else {
+            const elem* rb = sb + r * N;
+            float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
 #pragma unroll 8  // 16 loads in flight: unrolled whole, the fp32 softmax's held 2 x 16 and more and spilled
-                for (int k = 0; k < SLOTS; k++) {
-                    const int j = lane + 32 * k;
-                    if (j < N) bwd_acc<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), k & 1 ? a1 : a0, b0);
-                }
-                float s = a0 + a1;
-                os_xor_reduce<op::RED, 32>(s, b0);
+            for (int k = 0; k < SLOTS; k++) {
+                const int j = lane + 32 * k;
+                if (j < N) bwd_acc<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), k & 1 ? a1 : a0, b0);
+            }
+            float s = a0 + a1;
+            os_xor_reduce<op::RED, 32>(s, b0);
 #pragma unroll 8
-                for (int k = 0; k < SLOTS; k++) {
-                    const int j = lane + 32 * k;
-                    if (j < N) ra[j] = os_from_f<DT>(bwd_out<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), s, b0));
-                }
+            for (int k = 0; k < SLOTS; k++) {
+                const int j = lane + 32 * k;
+                if (j < N) ra[j] = os_from_f<DT>(bwd_out<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), s, b0));
             }
         }
-        __syncthreads();
-        for (int v = threadIdx.x; v < nv; v += FLAT_THREADS)
-            *reinterpret_cast<uint4*>(go + v * W) = *reinterpret_cast<const uint4*>(sa + v * W);
-        if (threadIdx.x < tail) go[nv * W + threadIdx.x] = sa[nv * W + threadIdx.x];
-        __syncthreads();  // this buffer takes the chunk after next
     }
+    __syncthreads();
+    for (int v = threadIdx.x; v < nv; v += FLAT_THREADS)
+        *reinterpret_cast<uint4*>(go + v * W) = *reinterpret_cast<const uint4*>(sa + v * W);
+    if (threadIdx.x < tail) go[nv * W + threadIdx.x] = sa[nv * W + threadIdx.x];
 }
 
 template <int OP, int DT, int SLOTS>
