@@ -3,7 +3,7 @@
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
 # Stages: verify (GPU tests, check, ladder) | tests (every GPU test, parallel processes) | concurrency
 #         | release [sweep args] | attention | attention-hbm [B H S D]
-#         | sweep [sweep args] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
+#         | sweep [sweep args] | tune-flat [N ...] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
 #         | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
@@ -92,6 +92,11 @@ case "$stage" in
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum \
         python3 benchmarks/attention_hbm.py run $shape >"$OUT/attention-ncu.csv" 2>&1
     python3 benchmarks/attention_hbm.py summarize "$OUT/attention-ncu.csv" $shape | tee "$OUT/attention-hbm.md"
+    ;;
+  tune-flat)  # issue 12: the flat regime against torch and the other plans (tune_rows --flat), every op and dtype
+    for dt in bfloat16 float32 float16; do for op in softmax log_softmax softmax_backward log_softmax_backward; do
+      python3 benchmarks/tune_rows.py --flat --dtype $dt --op $op --n ${*:-63 127 129 199 255 1023 1025} 2>&1 | grep -v Warning
+    done; done | tee "$OUT/tune-flat.txt"
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"

@@ -15,7 +15,8 @@ slots; besides the op, the cross-entropy kernel alone (engines.cuda.run.cross_en
 every row, the same row kernel), as % of one read of the logits + one write of the gradient.
 
 --flat: rows that are not whole 16-byte accesses (forward or backward ops): torch, the rules' plan, the rules without
-the flat regime, then the flat regime (rows staged in shared memory) at two chunk sizes (FLAT_CHUNK_BYTES).
+the flat regime, then the flat regime (rows staged in shared memory) at three sizes of a CTA's chunk, all inputs
+(FLAT_SMEM_BYTES).
 
 --warp: short rows (the warp regime; forward or backward ops): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
 the rules' access path (the window, for odd N in 16 bits) and on the scalar path (W = 1, forced), its slots per
@@ -38,7 +39,7 @@ from onlinesoftmax.runtime.bounded import BoundedCache
 
 ELEMENTS = 1 << 27
 RULES = (P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access, P.use_flat,
-         P.FLAT_CHUNK_BYTES)
+         P.FLAT_SMEM_BYTES)
 
 
 def forget() -> None:
@@ -53,12 +54,12 @@ def force(threads_slots=None, cluster=None, warp=None, flat=None) -> None:
     one (C, threads, sslots) (C == 1: the block regime, registers then shared memory as the rules size it); or the
     warp regime with (scalar, rpt, exact): the scalar path forced or not, rows per lane group, the lanes' slots the
     rule's power of two or exactly the row's accesses over the lanes. flat: False, the flat regime never picked;
-    a byte count, always picked (where the tensors allow it) with chunks of that many bytes."""
+    a byte count, always picked (where the tensors allow it), each CTA's chunk that many bytes (all inputs)."""
     (P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access, P.use_flat,
-     P.FLAT_CHUNK_BYTES) = RULES
+     P.FLAT_SMEM_BYTES) = RULES
     if flat is not None:
         P.use_flat = lambda *a, **k: bool(flat)
-        P.FLAT_CHUNK_BYTES = flat or RULES[-1]
+        P.FLAT_SMEM_BYTES = flat or RULES[-1]
     if warp is not None:
         scalar, rpt, exact = warp
 
@@ -171,7 +172,7 @@ def main() -> None:
         if args.flat:
             fn = getattr(torch, args.op.removesuffix("_backward"))
             line = f"{M}x{N} | torch: {timed_torch(args.op, fn, x, dy, copy)}"
-            for flat in (None, False, 16384, 32768):
+            for flat in (None, False, 16384, 32768, 65536):
                 force(flat=flat)
                 p = run.plan_for(args.op, *((x,) if dy is None else (x, dy)))
                 label = "rules: " if flat is None else ""

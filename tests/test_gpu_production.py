@@ -230,8 +230,8 @@ def test_forward_backward_layouts(dtype, log):
 
 @pytest.mark.parametrize("shape, dim, dtype, regime", [
     ((4096, 128), 1, torch.bfloat16, "warp"),
-    ((17001, 63), 1, torch.bfloat16, "flat"),  # odd rows, contiguous: staged in shared memory, forward and backward;
-    ((9001, 63), 1, torch.float32, "flat"),  # the tensors end inside a 16-byte access
+    ((40001, 63), 1, torch.bfloat16, "flat"),  # odd rows, contiguous: staged in shared memory, forward and backward;
+    ((20001, 63), 1, torch.float32, "flat"),  # the tensors end inside a 16-byte access
     ((2048, 4096), 1, torch.float32, "block"),
     ((256, 32768), 1, torch.bfloat16, "block"),
     ((256, 65536), 1, torch.float16, "block"),  # 16-bit forward: 64K elements in one CTA (registers + smem)

@@ -286,18 +286,19 @@ def test_row_access_from_pointers():
 
 def test_flat_rules():
     """The flat regime: each CTA's chunk of R rows starts on a 16-byte boundary (R x N x size a multiple of 16) and
-    holds FLAT_CHUNK_BYTES of each input at most, unless one step of rows is more; the lanes' slots cover the row;
+    holds FLAT_SMEM_BYTES of all inputs at most, unless one step of rows is more; the lanes' slots cover the row;
     forced, it needs the tensors' word that they are contiguous and aligned (flat=True)."""
     for dtype in opdefs.GPU_DTYPES:
         size, V = torch.empty((), dtype=dtype).element_size(), P.vec_width(dtype)
         for N in list(range(1, 300)) + list(range(300, P.FLAT_MAX_N + 1, 37)) + [P.FLAT_MAX_N]:
-            R, step = P.flat_rows(dtype, N), V // math.gcd(N, V)
-            assert R >= step and R % step == 0 and R * N * size % 16 == 0, (dtype, N, R)
-            assert R * N * size <= P.FLAT_CHUNK_BYTES or R == step, (dtype, N, R)
             slots = P.flat_slots(N)
             assert slots in P.FLAT_SLOTS and 32 * slots >= N
             assert slots == P.FLAT_SLOTS[0] or 32 * P.FLAT_SLOTS[P.FLAT_SLOTS.index(slots) - 1] < N
             for op in P.ENGINE_OPS:
+                R, step, ins = P.flat_rows(op, dtype, N), V // math.gcd(N, V), len(opdefs.OPS[op].inputs)
+                assert R >= step and R % step == 0 and R * N * size % 16 == 0, (dtype, N, R)
+                assert R * N * size * ins <= P.FLAT_SMEM_BYTES or R == step, (dtype, N, R)
+                assert (R + step) * N * size * ins > P.FLAT_SMEM_BYTES  # as many as fit
                 p = P.plan(1000, N, dtype, op, vec=False, window=1, sms=SMS, regime="flat", flat=True)
                 (l,) = p.launches
                 assert (p.regime, p.rows, l.grid, l.block, l.sig) == ("flat", R, -(-1000 // R), (P.FLAT_THREADS,),
@@ -319,7 +320,7 @@ def test_flat_rules():
                          ("log_softmax_backward", f16, 129), ("softmax_backward", f32, 63)]:
         assert (op, dtype, N) in picked
         assert P.plan(many, N, dtype, op, vec=False, window=1, sms=SMS).regime != "flat"  # no word: not flat
-        R = P.flat_rows(dtype, N)
+        R = P.flat_rows(op, dtype, N)
         assert P.plan(R * SMS - 1, N, dtype, op, vec=False, window=1, sms=SMS, flat=True).regime != "flat"
     for op, dtype, N in [("softmax", bf16, 127), ("log_softmax", bf16, 129), ("softmax", f32, 129),
                          ("softmax", f32, 1023), ("softmax_backward", bf16, 33), ("log_softmax_backward", bf16, 199),

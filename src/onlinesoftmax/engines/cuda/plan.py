@@ -73,7 +73,7 @@ REG_WORDS = 32  # per thread: the row's share held in registers (floats fwd, raw
 WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <= 256)
 MAX_RPT = 4  # warp kernels: rows per lane group
 FLAT_THREADS = 256
-FLAT_CHUNK_BYTES = 16384  # flat: the bytes of each input one CTA stages in shared memory (at least a whole access)
+FLAT_SMEM_BYTES = 32768  # flat: the shared memory one CTA stages its rows in, all inputs (at least a whole access each)
 FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36)  # flat: elements per lane and row (instantiations)
 FLAT_MAX_N = 32 * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
@@ -200,12 +200,15 @@ def flat_slots(N: int) -> int:
     raise Unsupported(f"N = {N} > {FLAT_MAX_N}: too long for the flat kernels' warp per row")
 
 
-def flat_rows(dtype, N: int) -> int:
+def flat_rows(op: str, dtype, N: int) -> int:
     """flat: rows per CTA, a multiple of V / gcd(N, V) so that every CTA's chunk starts on a 16-byte boundary, as many
-    as FLAT_CHUNK_BYTES of each input hold (at least that multiple)."""
+    as FLAT_SMEM_BYTES holds of every input (at least that multiple). Timed on the H200 (tune_rows --flat,
+    h200-tune-flat-2f4b60c.txt and -a41cc49.txt, two runs alike within 2 points), % of copy at 8 / 16 / 32 KB of each input:
+    bf16 softmax 255 68 / 82 / 89-90, 1023 82 / 82 / 88-89, fp32 63 69 / 81-82 / 91; the backward (two inputs) at 16 / 32
+    KB each: bf16 softmax 127 98-99 / 95-96, log_softmax 63 66 / 58; fewer CTAs fit an SM beyond 32 KB."""
     V = vec_width(dtype)
     step = V // math.gcd(N, V)
-    return max(step, FLAT_CHUNK_BYTES // (N * _SIZES[dtype]) // step * step)
+    return max(step, FLAT_SMEM_BYTES // len(OPS[op].inputs) // (N * _SIZES[dtype]) // step * step)
 
 
 # flat: the row lengths (off the vector) where it was measured faster than the other regimes' plans, by direction
@@ -233,7 +236,7 @@ def use_flat(op: str, dtype, M: int, N: int, sms: int) -> bool:
     chunk per SM."""
     key = ("fwd" if not OPS[op].backward else op, _SIZES[dtype])
     return (N % vec_width(dtype) != 0 and any(lo <= N <= hi for lo, hi in FLAT_RANGES[key])
-            and M >= flat_rows(dtype, N) * sms)
+            and M >= flat_rows(op, dtype, N) * sms)
 
 
 def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
@@ -593,7 +596,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     if layout != "rows":
         raise OnlineSoftmaxError(f"unknown layout {layout!r}")
     if regime == "flat":
-        R = flat_rows(dtype, N)
+        R = flat_rows(op, dtype, N)
         name = f"{pre}_flat<{o},{dt},{flat_slots(N)}>"
         smem = R * N * _SIZES[dtype] * len(OPS[op].inputs)
         return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
