@@ -182,28 +182,34 @@ def _probe_geometries():
                 W = P.vec_width(dtype) if vec else 1
                 for N in P._probe_ns(W)[::5]:
                     yield dict(N=N, dtype=dtype, op=op, vec=vec)
+                    if vec and N <= P.FLAT_MAX_N:  # contiguous aligned rows: flat from flat_from rows on
+                        yield dict(N=N, dtype=dtype, op=op, vec=N % W == 0, window=1, flat=True)
                     for inner in (1, 3, 64 * W):
                         yield dict(N=N, dtype=dtype, op=op, vec=vec, inner=inner, layout="strided")
 
 
 def test_plan_at_another_row_count_equals_a_fresh_plan():
-    """Plan.at is what lets every M >= stable_rows share one cached plan: it must equal plan(M) exactly."""
+    """Plan.at is what lets every M >= stable_rows share one cached plan: it must equal plan(M) exactly, on each
+    side of flat_from where the flat regime takes contiguous aligned rows from there on (two cached plans)."""
     lo = P.stable_rows(SMS)
-    rows = (lo, lo + 1, 3 * lo + 7, 1 << 20)
-    checked = 0
+    checked = flats = 0
     for g in _probe_geometries():
-        try:
-            base = P.plan(rows[0], sms=SMS, **g)
-        except P.Unsupported:
-            continue
-        for M in rows[1:]:
+        t = P.flat_from(g["op"], g["dtype"], g["N"], SMS) if g.get("flat") else 0
+        assert t == 0 or t > lo
+        for first, rows in ((lo, (lo + 1, 3 * lo + 7, t - 1 if t else 1 << 20)), (t, (t + 1, 5 * t + 3)))[:1 + bool(t)]:
             try:
-                want = P.plan(M, sms=SMS, **g)
+                base = P.plan(first, sms=SMS, **g)
             except P.Unsupported:
                 continue
-            assert base.at(M) == want, (g, M)
-            checked += 1
-    assert checked > 1000
+            for M in rows:
+                try:
+                    want = P.plan(M, sms=SMS, **g)
+                except P.Unsupported:
+                    continue
+                assert base.at(M) == want, (g, first, M)
+                checked += 1
+                flats += want.regime == "flat"
+    assert checked > 1000 and flats > 100
 
 
 def test_new_row_counts_share_one_plan(monkeypatch):
@@ -246,14 +252,17 @@ class _Recorder:
         return p
 
 
-@pytest.mark.parametrize("N,dtype,op", [(32000, torch.bfloat16, "log_softmax"), (4097, torch.float32, "softmax"),
-                                        (200003, torch.float32, "softmax"), (1000, torch.float16, "softmax"),
-                                        (65536, torch.float32, "softmax_backward")])
-def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype, op):
+@pytest.mark.parametrize("N,dtype,op,al", [(32000, torch.bfloat16, "log_softmax", 1), (4097, torch.float32, "softmax", 1),
+                                           (200003, torch.float32, "softmax", 1), (1000, torch.float16, "softmax", 1),
+                                           (65536, torch.float32, "softmax_backward", 1),
+                                           (1023, torch.bfloat16, "softmax", 0), (63, torch.float16, "softmax", 0),
+                                           (127, torch.bfloat16, "log_softmax_backward", 0)])
+def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype, op, al):
     """The rows fast path shares an entry among all row counts whose plans have one geometry (every M >=
-    stable_rows, and runs of few-row Ms), and the first few-row call of a row length keys every few-row M:
-    entry.rows(M) must launch exactly the grids and row count of plan(M), split included (both launches), and a
-    new M after the first two calls builds nothing."""
+    stable_rows, two classes around flat_from where the flat regime takes contiguous aligned rows, and runs of
+    few-row Ms), and the first few-row call of a row length keys every few-row M: entry.rows(M) must launch exactly
+    the grids and row count of plan(M), split and flat included, whichever M comes first, and a new M after the
+    first two calls builds nothing. al: the pointers' alignment key (1: unaligned, 0: aligned)."""
     log = []
     monkeypatch.setattr(E, "available", lambda: None)
     monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
@@ -265,17 +274,21 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
     monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
     launch._state.bound = True
     lo = P.stable_rows(SMS)
-    x = torch.zeros(2 * lo, N, dtype=dtype)
+    t = P.flat_from(op, dtype, N, SMS) if not al else 0
+    x = torch.zeros(max(2 * lo, 3 * t), N, dtype=dtype)
     ins = (x, x) if opdefs.OPS[op].backward else (x,)
-    cache, made, entries = BoundedCache(E.ROWS_CACHE), [], set()
-    for M in [7] + list(range(1, 2 * lo, 7)) + [lo - 1, lo, 2 * lo - 1]:
-        key = (False, N, dtype, 0, True, M if M < lo else 0)  # what forward() keys a contiguous call by
+    cache, made, entries, regimes = BoundedCache(E.ROWS_CACHE), [], set(), set()
+    ms = [7] + list(range(1, 2 * lo, 7)) + [lo - 1, lo, 2 * lo - 1] + ([t - 1, t, t + 5, 3 * t] if t else [])
+    for M in ms if al else ms[:1] + ms[::-1]:  # the stable class made first from its flat side, then from below
+        key = (False, N, dtype, 0, al, M if M < lo else 0)  # what forward() keys a contiguous call by
         e = cache.get(key) or cache.get_or_make(key, lambda: made.append(M) or E._rows_entry(
             op, tuple(t[:M] for t in ins), x[:M], 1, cache, key))
         entries.add(id(e))
         log.clear()
         e.rows(M, 16, 16 if len(ins) > 1 else 0, 32, torch.device("cpu"))
-        want = P.plan(M, N, dtype, op, sms=SMS)
+        want = P.plan(M, N, dtype, op, sms=SMS, vec=not al and N % P.vec_width(dtype) == 0, window=1, flat=not al)
+        regimes.add(want.regime)
         assert log == [(l.grid, M) for l in want.launches], (M, want.regime)
+    assert ("flat" in regimes) == bool(t) and (not t or len(regimes) == 2)
     assert made[0] == 7 and len(made) == 2 and made[1] >= lo  # every few-row M keyed at once; the stable class
     assert len(entries) <= 48, len(entries)

@@ -256,15 +256,20 @@ def test_reduce_overhead_forward_and_backward(case):
 
 
 @pytest.mark.parametrize("N,dtype,log", [(32000, BF16, True), (4097, F32, False), (20011, F32, True),
-                                         (1000, torch.float16, False)])
+                                         (1000, torch.float16, False), (1023, BF16, False), (127, torch.float16, True)])
 def test_new_row_counts_reuse_one_entry_correctly(N, dtype, log):
     """Rows of one length at many row counts: every M >= stable_rows runs through one cached entry moved to M
-    (Plan.at), the few-row Ms through their own; the first rows and the last 64 (a grid too small leaves them
-    unwritten: outputs are NaN-poisoned first) against the float64 reference, forward and backward."""
-    lo = P.stable_rows(K.sms(0))
+    (Plan.at; two around flat_from where the flat regime takes the rows from there on, 1023 and 127 here), the
+    few-row Ms through their own; the first rows and the last 64 (a grid too small leaves them unwritten: outputs
+    are NaN-poisoned first) against the float64 reference, forward and backward."""
+    sms = K.sms(0)
+    lo = P.stable_rows(sms)
+    name = "log_softmax" if log else "softmax"
+    flat = [t for t in (P.flat_from(name, dtype, N, sms), P.flat_from(name + "_backward", dtype, N, sms)) if t]
+    assert bool(flat) == (N in (1023, 127))
     gen = torch.Generator(device="cuda").manual_seed(N)
     op = osm.log_softmax if log else osm.softmax
-    for M in (1, 3, lo - 1, lo, lo + 1, 2 * lo + 5, lo + 17):
+    for M in (1, 3, lo - 1, lo, lo + 1, 2 * lo + 5, lo + 17) + tuple(m for t in flat for m in (t - 1, t, t + 3)):
         x = _input((M, N), dtype, -1, None, "cuda", gen)
         dy = torch.randn(x.shape, device="cuda", generator=gen).to(dtype)
         y, dx = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))

@@ -230,13 +230,21 @@ FLAT_RANGES = {
 }
 
 
-def use_flat(op: str, dtype, M: int, N: int, sms: int) -> bool:
-    """The automatic choice of the flat regime for contiguous aligned rows: N not a multiple of the vector (whole
-    accesses read at full speed on the aligned path), in the measured ranges of FLAT_RANGES, and rows enough for a
-    chunk per SM."""
+def flat_from(op: str, dtype, N: int, sms: int) -> int:
+    """The fewest rows for which the rules pick the flat regime (contiguous aligned rows; 0: none): N not a multiple
+    of the vector (whole accesses read at full speed on the aligned path) and in the measured ranges of FLAT_RANGES,
+    and rows enough for a chunk per SM. Always above stable_rows(sms): the rows caches key the stable row counts by
+    their side of it (run.py)."""
     key = ("fwd" if not OPS[op].backward else op, _SIZES[dtype])
-    return (N % vec_width(dtype) != 0 and any(lo <= N <= hi for lo, hi in FLAT_RANGES[key])
-            and M >= flat_rows(op, dtype, N) * sms)
+    if N % vec_width(dtype) == 0 or not any(lo <= N <= hi for lo, hi in FLAT_RANGES[key]):
+        return 0
+    return max(flat_rows(op, dtype, N) * sms, stable_rows(sms) + 1)
+
+
+def use_flat(op: str, dtype, M: int, N: int, sms: int) -> bool:
+    """The automatic choice of the flat regime for contiguous aligned rows (flat_from)."""
+    t = flat_from(op, dtype, N, sms)
+    return bool(t) and M >= t
 
 
 def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
@@ -466,7 +474,8 @@ class Plan:
 
     def at(self, M: int) -> "Plan":
         """This plan for M rows: the same kernels and geometry, the grids and workspace of M. Equal to plan(M, ...)
-        when both row counts are at least stable_rows(sms) (a test checks it over the rules' breakpoints)."""
+        when both row counts are at least stable_rows(sms) and, for contiguous aligned rows (flat), on the same side
+        of flat_from (a test checks it over the rules' breakpoints)."""
         if M == self.M:
             return self
         launches = tuple(replace(l, grid=grid_for(M, l.per)) for l in self.launches)

@@ -30,7 +30,8 @@ from ...runtime import available
 from ...runtime.bounded import BoundedCache
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from .compiled import kernel, sms
-from .plan import DT_CODE, Plan, Unsupported, cross_entropy_plan, grid_for, plan, stable_rows, vec_width
+from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan, stable_rows,
+                   vec_width)
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
 PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
@@ -78,9 +79,10 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: 
                  regime: Optional[str], device: int, fallback: str, out_dtype=None, flat: bool = False) -> Plan:
     """plan(...) with an automatic plan whose clusters (cluster, columns) cannot be resident on this device, or
     whose cluster attributes are refused, replaced by the `fallback` regime (split, strided); cached by geometry,
-    one entry for every M >= stable_rows(sms)."""
+    one entry for every M >= stable_rows(sms) (two where the flat regime takes the rows from flat_from on)."""
     stable = M >= stable_rows(sms)
-    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device, None if stable else M, out_dtype, flat)
+    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device, _row_class(M, stable, op, dtype, N, sms, flat)
+           if layout == "rows" and regime is None and out_dtype is None else (None if stable else M), out_dtype, flat)
 
     def make() -> Plan:
         p = plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=regime,
@@ -241,6 +243,15 @@ def _row_access(al: int, M: int, N: int, V: int, rss: tuple, so: Optional[int] =
     return vec, 1 if (al >> 4 & 15 == 0 and (one or (rss[0] - so) % V == 0)) else 2
 
 
+def _row_class(M: int, stable: bool, op: str, dtype, N: int, sms: int, flat: bool):
+    """The plan-cache key of a row count: M itself below stable_rows; above, one class, or two where the flat regime
+    takes contiguous aligned rows from flat_from rows on ("flat" and None)."""
+    if not stable:
+        return M
+    t = flat_from(op, dtype, N, sms) if flat else 0
+    return "flat" if t and M >= t else None
+
+
 def _flat(al: int, M: int, N: int, rss: tuple) -> bool:
     """Whether every tensor is one contiguous block of rows N apart starting on a 16-byte boundary (the flat
     regime's condition; out always is contiguous)."""
@@ -281,7 +292,8 @@ def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
 # The hot path: one key of tensor metadata, one dict lookup, the launch. `out` must be contiguous (ops.py
 # allocates it so); that is checked when a key is first seen, not on every call. Contiguous rows over the last dim
 # (nearly every call) are keyed without their row count M once M >= stable_rows (4 x SMs): those Ms share one
-# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing. Below it the few-rows
+# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing (where the flat regime takes
+# the rows from flat_from rows on, the entry holds the plans on both sides and picks one by M: _ByRows). Below it the few-rows
 # rules depend on M: the first few-row call of a row length plans every few-row M at once (_rows_entry), each
 # sharing the entry of the Ms whose plans have its geometry. Other layouts are keyed by their exact shape and
 # strides.
@@ -296,19 +308,38 @@ _bwd_entries = BoundedCache(ENTRY_CACHE)
 _stable: dict = {}  # device index -> stable_rows(its SMs)
 
 
-def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, key: tuple) -> _Entry:
+class _ByRows:
+    """The stable row counts' entry where the flat regime takes them from `t` rows on: the entry below and the one
+    from t on."""
+
+    __slots__ = ("t", "low", "high")
+
+    def __init__(self, t: int, low: _Entry, high: _Entry):
+        self.t, self.low, self.high = t, low, high
+
+    def rows(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
+        (self.high if M >= self.t else self.low).rows(M, a, b, out, dev)
+
+
+def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, key: tuple):
     """The entry for contiguous rows, shared by every row count whose plan has the same geometry. The first call of
     a row length with few rows (M < stable_rows) plans every few-row M of that length at once and keys them all in
-    `cache` (pure Python, a few ms once), so a new row count later costs one lookup, as a cached call does."""
+    `cache` (pure Python, a few ms once), so a new row count later costs one lookup, as a cached call does. The
+    stable class (key 0) is one entry, or two (_ByRows) where the flat regime takes its rows from flat_from on."""
     call = _plan_call(op, ins, out, dim, None)
-    if key[-1] == 0:  # the stable class: one entry for every M >= stable_rows
-        return _shared_entry(op, call)
     p, device, contig, rss, so = call
     n_sms, V, al = sms(device), vec_width(p.dtype), key[-2]
-    for M in range(1, stable_rows(n_sms)):
+
+    def entry(M: int) -> _Entry:
         pm = _fitted_plan(M, p.N, p.dtype, op, *_row_access(al, M, p.N, V, rss), 1, "rows", n_sms, None, device,
                           "split", None, _flat(al, M, p.N, rss))
-        cache.put(key[:-1] + (M,), _shared_entry(op, (pm,) + call[1:]))
+        return _shared_entry(op, (pm,) + call[1:])
+
+    if key[-1] == 0:  # the stable class
+        t = flat_from(op, p.dtype, p.N, n_sms) if _flat(al, p.M, p.N, rss) else 0
+        return _ByRows(t, entry(stable_rows(n_sms)), entry(t)) if t else _shared_entry(op, call)
+    for M in range(1, stable_rows(n_sms)):
+        cache.put(key[:-1] + (M,), entry(M))
     return _shared_entry(op, call)
 
 
