@@ -292,3 +292,28 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
     assert ("flat" in regimes) == bool(t) and (not t or len(regimes) == 2)
     assert made[0] == 7 and len(made) == 2 and made[1] >= lo  # every few-row M keyed at once; the stable class
     assert len(entries) <= 48, len(entries)
+
+
+def test_flat_needs_every_tensor_on_a_16_byte_boundary(monkeypatch):
+    """The flat regime reads whole 16-byte accesses from each tensor's start: a contiguous view one element into its
+    buffer (x, dy or out) must take another plan; the same shapes aligned take flat (bf16 rows of 63, enough rows)."""
+    monkeypatch.setattr(E, "available", lambda: None)
+    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
+    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    monkeypatch.setattr(E, "kernel", lambda *a: _Recorder([]))
+    monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
+    N, dt = 63, torch.bfloat16
+    M = max(P.flat_from("softmax", dt, N, SMS), P.flat_from("softmax_backward", dt, N, SMS)) + 1
+
+    def at(offset):  # a contiguous (M, N) view starting `offset` elements into a 16-byte aligned buffer
+        buf = torch.zeros(M * N + 8, dtype=dt)
+        assert buf.data_ptr() % 16 == 0
+        return buf[offset:offset + M * N].view(M, N)
+
+    x, y, dy, out = at(0), at(0), at(0), at(0)
+    assert E.plan_for("softmax", x, out=out).regime == "flat"
+    assert E.plan_for("softmax_backward", y, dy, out=out).regime == "flat"
+    assert E.plan_for("softmax", at(1), out=out).regime != "flat"
+    assert E.plan_for("softmax", x, out=at(3)).regime != "flat"
+    assert E.plan_for("softmax_backward", y, at(1), out=out).regime != "flat"
+    assert E.plan_for("softmax_backward", at(2), at(2), out=at(2)).regime != "flat"  # alike, but not on a boundary

@@ -69,24 +69,29 @@ def _block_of(name: str) -> int:
         return P.SPLIT_THREADS
     if fam.endswith("_chan"):
         return P.CHAN_THREADS
+    if fam.endswith("_flat"):
+        return P.FLAT_THREADS
     return P.STRIDED_THREADS
 
 
 def test_occupancy_targets(inst, report):
-    """Launch bounds hold: warp kernels 4 CTAs/SM, row kernels 1024 threads/SM, or as near as whole CTAs get (two
-    512-thread CTAs per SM for the block/cluster rows), strided 2 CTAs/SM; dynamic + static smem of two row CTAs
-    fits an SM."""
+    """Launch bounds hold: warp and flat kernels 4 CTAs/SM, row kernels 1024 threads/SM, or as near as whole CTAs
+    get (two 512-thread CTAs per SM for the block/cluster rows), strided 2 CTAs/SM; dynamic + static smem of two row
+    CTAs fits an SM, and of four flat CTAs with the largest chunk the plans give."""
     for k, r in report.items():
         fam = k.split("<")[0].split("_", 1)[1]
-        if fam not in ("warp", "row", "cols", "strided", "chan"):  # cross-entropy's small launches (ce_targets, ...)
+        if fam not in ("warp", "row", "cols", "strided", "chan", "flat"):  # not cross-entropy's small launches
             continue
         threads = _block_of(k)
         # a row CTA of THREADS not a power of 2 (block_threads: whole warps) gets 1024 // THREADS per SM; chan: one
         # CTA at least (its registers hold whole columns: occupancy follows CAP)
         per_sm = {"warp": 4 * threads, "row": 1024 // threads * threads, "cols": 1024, "strided": 2 * threads,
-                  "chan": threads}
+                  "chan": threads, "flat": 4 * threads}
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
+    most = max(P.plan(1 << 20, N, dtype, op, vec=False, window=1, sms=SMS, regime="flat", flat=True).launches[0].smem
+               for op in P.ENGINE_OPS for dtype in opdefs.GPU_DTYPES for N in range(1, P.FLAT_MAX_N + 1))
+    assert 4 * (most + 1024) <= SMEM_PER_SM, most  # flat: four CTAs an SM, their dynamic smem only
     for dtype in opdefs.GPU_DTYPES:  # the columns kernels with the most shared memory: two CTAs per SM still
         W = P.vec_width(dtype)
         ss = P.columns_smem_slots(dtype, W)

@@ -211,7 +211,8 @@ def flat_rows(op: str, dtype, N: int) -> int:
     return max(step, FLAT_SMEM_BYTES // len(OPS[op].inputs) // (N * _SIZES[dtype]) // step * step)
 
 
-# flat: the row lengths (off the vector) where it was measured faster than the other regimes' plans, by direction
+# flat: the row-length ranges (off the vector) around the lengths where it measured faster than the other regimes'
+# plans (inside a range some lengths measured level or up to 3 points slower; 16-bit 257-1022 not timed), by direction
 # (the backward ops apart) and element size; benchmarks/tune_rows.py --flat on the H200, h200-tune-flat-2f4b60c.txt, at
 # N = 33, 63, 127, 129, 199, 255, 1023 and 1025 (% of copy, flat -> the rules' plan before it):
 #   16-bit forward: 33-63 27-57 -> 22-46, 199-255 76-90 -> 58-84 (fp16 199: 76-82 -> 80-84), 1023-1025 78-89 -> 68-76;
