@@ -203,9 +203,9 @@ def flat_slots(N: int) -> int:
 def flat_rows(op: str, dtype, N: int) -> int:
     """flat: rows per CTA, a multiple of V / gcd(N, V) so that every CTA's chunk starts on a 16-byte boundary, as many
     as FLAT_SMEM_BYTES holds of every input (at least that multiple). Timed on the H200 (tune_rows --flat,
-    h200-tune-flat-2f4b60c.txt and -a41cc49.txt, two runs alike within 2 points), % of copy at 8 / 16 / 32 KB of each input:
-    bf16 softmax 255 68 / 82 / 89-90, 1023 82 / 82 / 88-89, fp32 63 69 / 81-82 / 91; the backward (two inputs) at 16 / 32
-    KB each: bf16 softmax 127 98-99 / 95-96, log_softmax 63 66 / 58; fewer CTAs fit an SM beyond 32 KB."""
+    h200-tune-flat-2f4b60c.txt and -a41cc49.txt, two runs alike within 2 points), % of copy at 8 / 16 / 32 KB of
+    each input: bf16 softmax 255 68 / 82 / 89-90, 1023 82 / 82 / 88-89, fp32 63 69 / 81-82 / 91; the backward (two
+    inputs) at 16 / 32 KB each: bf16 softmax 127 98-99 / 95-96, log_softmax 63 66 / 58 (fewer CTAs fit an SM)."""
     V = vec_width(dtype)
     step = V // math.gcd(N, V)
     return max(step, FLAT_SMEM_BYTES // len(OPS[op].inputs) // (N * _SIZES[dtype]) // step * step)
