@@ -4,8 +4,9 @@ run it here with ONLINESOFTMAX_CACHE pointing at a folder to carry, and the devi
 NVRTC version is the same; otherwise it compiles them, still in parallel).
 
     python benchmarks/precompile.py [--workers 16] [--n N ...]    (default: the sweep's shapes)
-    python benchmarks/precompile.py --tests    (instead: what tests/test_gpu_production.py's fixture compiles, and
-                                                every chan and flat kernel: ~740 kernels, ~50 MB, ~3 minutes on 2 cores)
+    python benchmarks/precompile.py --tests    (instead: what tests/test_gpu_production.py's fixture compiles,
+                                                test_gpu_concurrency.py's jobs and every chan and flat kernel: ~750
+                                                kernels, ~50 MB, ~3 minutes on 2 cores)
 """
 
 import argparse
@@ -33,10 +34,9 @@ def sweep_kernels(ns, sms: int) -> set:
     return names
 
 
-def test_kernels(sms: int) -> set:
-    """The kernels of the production GPU tests' variant shapes (their module's own list, read here without a GPU:
-    it skips itself where torch sees none) and every chan and flat instantiation (the layout tests' columns, the flat
-    regime's tests and tune_rows --flat)."""
+def _test_module(name: str):
+    """A GPU test module, imported without a GPU (they skip themselves where torch sees none)."""
+    import importlib
     import pathlib
     import sys
 
@@ -44,10 +44,44 @@ def test_kernels(sms: int) -> set:
     seen = torch.cuda.is_available
     torch.cuda.is_available = lambda: True
     try:
-        import test_gpu_production as T
+        return importlib.import_module(name)
     finally:
         torch.cuda.is_available = seen
-    names = {k for k in P.instantiations() if "_chan<" in k or "_flat<" in k}
+
+
+def concurrency_kernels(sms: int) -> set:
+    """The kernels test_gpu_concurrency's CUDA jobs load: the engine's own plan_for on CPU stand-ins of their inputs
+    (its layout and alignment logic as is; availability, the SM count and kernel loading stubbed)."""
+    from types import SimpleNamespace
+
+    from onlinesoftmax.engines.cuda import run as E
+
+    C = _test_module("test_gpu_concurrency")
+    stubs = dict(available=lambda: None, _device_index=lambda x, op: 0, sms=lambda device: sms,
+                 kernel=lambda *a: SimpleNamespace(fits=True, bind=lambda *a: None))
+    kept = {k: getattr(E, k) for k in stubs}
+    vars(E).update(stubs)
+    names = set()
+    try:
+        for _, shape, dtype, dim, _, view in C.CASES:
+            x = C._input(shape, dtype, dim, view, "cpu", None)
+            for op in ("softmax", "log_softmax"):
+                names.update(E.plan_for(op, x, dim=dim).kernels)
+        for _, shape, dtype, dim, _ in C.BACKWARD:  # autograd: log_softmax, then its backward on fresh y and dy
+            x = C._input(shape, dtype, dim, None, "cpu", None)
+            names.update(E.plan_for("log_softmax", x, dim=dim).kernels)
+            names.update(E.plan_for("log_softmax_backward", torch.empty_like(x), torch.empty_like(x), dim=dim).kernels)
+    finally:
+        vars(E).update(kept)
+    return names
+
+
+def test_kernels(sms: int) -> set:
+    """The kernels of the production GPU tests' variant shapes (their module's own list), of the concurrency tests'
+    jobs, and every chan and flat instantiation (the layout tests' columns, the flat regime's tests and tune_rows
+    --flat)."""
+    T = _test_module("test_gpu_production")
+    names = {k for k in P.instantiations() if "_chan<" in k or "_flat<" in k} | concurrency_kernels(sms)
     for v in T._variants():
         regime = v.name.rsplit("_", 1)[1]
         for dtype in T.DTYPES:
