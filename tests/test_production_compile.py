@@ -310,7 +310,7 @@ def test_flat_rules():
                                                                       "flat")
                 assert l.kernel == f"{'bwd' if op.endswith('backward') else 'fwd'}_flat<{opdefs.OPS[op].code}," \
                                    f"{P.DT_CODE[dtype]},{slots}>"
-                assert l.smem == R * N * size * len(opdefs.OPS[op].inputs)
+                assert l.smem == R * N * size * ins
                 assert p.at(5 * 10**6).launches[0].grid == -(-5 * 10**6 // R)
     with pytest.raises(P.Unsupported, match="contiguous"):
         P.plan(1000, 127, torch.bfloat16, "softmax", vec=False, window=1, sms=SMS, regime="flat")

@@ -81,8 +81,9 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: 
     whose cluster attributes are refused, replaced by the `fallback` regime (split, strided); cached by geometry,
     one entry for every M >= stable_rows(sms) (two where the flat regime takes the rows from flat_from on)."""
     stable = M >= stable_rows(sms)
-    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device, _row_class(M, stable, op, dtype, N, sms, flat)
-           if layout == "rows" and regime is None and out_dtype is None else (None if stable else M), out_dtype, flat)
+    automatic_flat = flat and layout == "rows" and regime is None and out_dtype is None  # where use_flat decides
+    key = (op, N, dtype, vec, window, inner, layout, sms, regime, device,
+           _row_class(M, op, dtype, N, sms, automatic_flat), out_dtype, flat)
 
     def make() -> Plan:
         p = plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=regime,
@@ -243,10 +244,10 @@ def _row_access(al: int, M: int, N: int, V: int, rss: tuple, so: Optional[int] =
     return vec, 1 if (al >> 4 & 15 == 0 and (one or (rss[0] - so) % V == 0)) else 2
 
 
-def _row_class(M: int, stable: bool, op: str, dtype, N: int, sms: int, flat: bool):
+def _row_class(M: int, op: str, dtype, N: int, sms: int, flat: bool):
     """The plan-cache key of a row count: M itself below stable_rows; above, one class, or two where the flat regime
     takes contiguous aligned rows from flat_from rows on ("flat" and None)."""
-    if not stable:
+    if M < stable_rows(sms):
         return M
     t = flat_from(op, dtype, N, sms) if flat else 0
     return "flat" if t and M >= t else None
@@ -292,11 +293,11 @@ def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
 # The hot path: one key of tensor metadata, one dict lookup, the launch. `out` must be contiguous (ops.py
 # allocates it so); that is checked when a key is first seen, not on every call. Contiguous rows over the last dim
 # (nearly every call) are keyed without their row count M once M >= stable_rows (4 x SMs): those Ms share one
-# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing (where the flat regime takes
-# the rows from flat_from rows on, the entry holds the plans on both sides and picks one by M: _ByRows). Below it the few-rows
-# rules depend on M: the first few-row call of a row length plans every few-row M at once (_rows_entry), each
-# sharing the entry of the Ms whose plans have its geometry. Other layouts are keyed by their exact shape and
-# strides.
+# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing (where the flat regime
+# takes the rows from flat_from rows on, the entry holds the plans on both sides and picks one by M: _ByRows).
+# Below it the few-rows rules depend on M: the first few-row call of a row length plans every few-row M at once
+# (_rows_entry), each sharing the entry of the Ms whose plans have its geometry. Other layouts are keyed by their
+# exact shape and strides.
 
 ROWS_CACHE = 4096  # per direction: the few-row Ms (4 x SMs keys) of several row lengths, one key per length beyond
 _fwd_rows = BoundedCache(ROWS_CACHE)
