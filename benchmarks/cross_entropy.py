@@ -4,6 +4,7 @@ Liger, at the anchor rows (BT x V x dtype, ../shared/anchors/h200-wave2.md) and 
 linear + cross-entropy; CSV + text out.
 
     python benchmarks/cross_entropy.py --out benchmarks/results/h200x2-cross-entropy [--sweep] [--quick]
+    python benchmarks/cross_entropy.py --rows 8192x32000:bfloat16,8192x50257:bfloat16 --out ...   those rows only
     python benchmarks/cross_entropy.py --profile 8192x32000:bfloat16      where the op's time goes beyond its kernel
 
 % of 1R+1W = (one read of the logits + one write of their gradient) / time / the same-run copy's bandwidth, and
@@ -287,9 +288,9 @@ def profile(spec: str) -> None:
     a tensor): what a step's host time is made of."""
     from onlinesoftmax.ops import cross_entropy as ce
 
-    shape, dt = spec.split(":")
-    BT, V = (int(n) for n in shape.split("x"))
-    x = torch.randn(BT, V, device="cuda", dtype=getattr(torch, dt), requires_grad=True)
+    BT, V, dtype = parse_row(spec)
+    dt = str(dtype)[6:]
+    x = torch.randn(BT, V, device="cuda", dtype=dtype, requires_grad=True)
     t = torch.randint(0, V, (BT,), device="cuda")
     held = torch.empty_like(x)
 
@@ -348,7 +349,12 @@ def profile(spec: str) -> None:
     print("cProfile of 200 steps (this thread: the forward, and the backward's wait in torch.Tensor.backward)")
     pstats.Stats(pr).sort_stats("tottime").print_stats(22)
     done = ce.TargetCheck.done
-    ce.TargetCheck.done = lambda self: None  # what the wait for the target check's flag costs
+
+    def no_wait(check):  # what the wait for the target check's flag costs: the slot back to the pool, unread
+        if check.slot is not None:
+            ce._give_slot(check.device, check.slot)
+            check.slot = None
+    ce.TargetCheck.done = no_wait
     timed(f"{spec} without the target check's wait")
     ce.TargetCheck.done = done
     from onlinesoftmax.engines.cuda import run as cuda_run
@@ -369,7 +375,7 @@ def profile(spec: str) -> None:
 
     pieces = [(osm, "cross_entropy"), (ce, "check_logits_target"), (ce.TargetCheck, "__init__"),
               (ce.TargetCheck, "done"), (ce, "fused_forward"), (cuda_run, "cross_entropy"),
-              (cuda_run, "cross_entropy_loss"), (ce, "scale_grad"), (torch.Tensor, "backward")]
+              (ce, "scale_grad"), (torch.Tensor, "backward")]
     saved = [timer(o, n) for o, n in pieces]
     for _ in range(50):
         step()
@@ -383,6 +389,41 @@ def profile(spec: str) -> None:
             step()
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14), flush=True)
+    gpu_timeline(prof, 20)
+    small = torch.randn(64, V, device="cuda", dtype=x.dtype, requires_grad=True)
+    timed(f"64x{V}:{dt} (the host's own cost a step: the GPU's part is a few us)",
+          trained(lambda: osm.cross_entropy(small, t[:64])))
+
+
+def parse_row(spec: str):
+    """"8192x32000:bfloat16" -> (8192, 32000, torch.bfloat16)"""
+    shape, dt = spec.split(":")
+    BT, V = (int(n) for n in shape.split("x"))
+    return BT, V, getattr(torch, dt)
+
+
+def gpu_timeline(prof, steps: int) -> None:
+    """Where the GPU waited during the profiled steps: its busy time against the span from the first kernel's start
+    to the last one's end, and the longest idle gaps with the work on either side (the host's bubbles)."""
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    work = sorted((e["ts"], e["ts"] + e["dur"], e["name"][:40]) for e in events
+                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e)
+    if not work:
+        print("no GPU events in the trace")
+        return
+    busy = sum(b - a for a, b, _ in work)
+    span = work[-1][1] - work[0][0]
+    gaps = sorted(((b[0] - a[1], a[2], b[2]) for a, b in zip(work, work[1:])), reverse=True)
+    print(f"GPU timeline of {steps} steps: span {span / steps:.1f} us a step, busy {busy / steps:.1f} us, idle "
+          f"{(span - busy) / steps:.1f} us; idle gaps > 2 us: {sum(g for g, *_ in gaps if g > 2) / steps:.1f} us a "
+          f"step", flush=True)
+    for g, before, after in gaps[:8]:
+        print(f"  gap {g:7.1f} us after {before} before {after}")
 
 
 def main():
@@ -391,6 +432,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rows", metavar="BTxV:DTYPE,...", help="these rows only (and no linear rows)")
     args = ap.parse_args()
     if args.profile:
         return profile(args.profile)
@@ -418,8 +460,10 @@ def main():
             with open(args.out + ".txt", "w") as txt:
                 txt.write("\n".join(lines) + "\n")
         FLUSH = flush
-        ce_rows(ROWS, writer, lines, lg, args.quick)
-        linear_rows(writer, lines, flce)
+        rows = ROWS if not args.rows else [parse_row(r) for r in args.rows.split(",")]
+        ce_rows(rows, writer, lines, lg, args.quick)
+        if not args.rows:
+            linear_rows(writer, lines, flce)
         flush()
 
 
