@@ -226,30 +226,60 @@ def test_target_check_slots_cross_threads(monkeypatch):
     assert 3 not in ce._slots or len(ce._slots[3]) == ce.SLOTS_KEPT - 1
 
 
-def test_target_check_dropped_before_done_keeps_its_buffer_until_its_event(monkeypatch):
-    """A check dropped before done() (a loss never backpropagated) gives its pinned buffer and event back to the
-    pool only once the event has passed: until then its kernel may still write the buffer (the CUDA kernel writes
-    it itself)."""
+def _slot(mapped: bool, passed: bool):
+    """A Slot as TargetCheck leaves it with its kernel queued (mapped: armed, the flag still the sentinel; else an
+    event not yet passed), or after the kernel wrote it (passed)."""
     from onlinesoftmax.ops import cross_entropy as ce
 
     class Event:
-        passed = False
+        done = passed
 
         def query(self):
-            return self.passed
+            return self.done
 
-    event, spare = Event(), ("spare",)
-    slot = ("pinned", "view", event, True)
+    slot = ce.Slot.__new__(ce.Slot)
+    slot.view = np.array([0.5, 2.0, 0.0 if passed else ce.Slot.SENTINEL], dtype=np.float32)
+    slot.mapped, slot.event = mapped, None if mapped else Event()
+    return slot
+
+
+@pytest.mark.parametrize("mapped", (True, False))
+def test_target_check_dropped_before_done_keeps_its_buffer_until_written(monkeypatch, mapped):
+    """A check dropped before done() (a loss never backpropagated) gives its pinned buffer back to the pool only
+    once it has been written: until then its kernel may still write it. Mapped: the CUDA kernel writes the flag
+    last over a sentinel the host armed; else an event is recorded behind a copy."""
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    slot, spare = _slot(mapped, passed=False), ("spare",)
     monkeypatch.setattr(ce, "_slots", {3: [spare]})
     monkeypatch.setattr(ce, "_orphans", [])
     check = ce.TargetCheck.__new__(ce.TargetCheck)  # as __init__ leaves it, its kernel queued
     check.device, check.slot = 3, slot
     del check
     assert ce._orphans == [(3, slot)]
-    assert ce._take_slot(3) is spare  # the orphan's event has not passed: it stays out of the pool
+    assert ce._take_slot(3) is spare  # the orphan has not been written: it stays out of the pool
     assert ce._orphans == [(3, slot)]
-    event.passed = True
+    if mapped:
+        slot.view[2] = 0.0
+    else:
+        slot.event.done = True
     assert ce._take_slot(3) is slot and ce._orphans == []
+
+
+def test_target_check_waits_for_the_flag_over_the_sentinel():
+    """A mapped slot's wait polls the flag until the kernel replaced the sentinel (here another thread, late) and
+    returns it; an armed slot reads as not passed."""
+    import threading
+
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    slot = _slot(True, passed=True)
+    slot.arm()
+    assert not slot.passed()
+    writer = threading.Timer(0.05, lambda: slot.view.__setitem__(2, 1.0))
+    writer.start()
+    assert slot.wait() == 1.0 and slot.passed()
+    writer.join()
 
 
 def test_masked_logit_without_smoothing_is_finite():

@@ -167,6 +167,30 @@ def test_cuda_row_kernel(M, V, dtype, layout):
     np.testing.assert_allclose(lse.double().cpu().numpy(), want_lse, rtol=1e-5)
 
 
+@pytest.mark.parametrize("M,V,dtype", ((3001, 1000, torch.float32), (4099, 32000, torch.bfloat16),
+                                       (37, 128256, torch.bfloat16), (5, 50257, torch.float16)))
+def test_fused_total_after_targets(M, V, dtype):
+    """The op's forward on the CUDA kernels: ce_targets, then ce_row launched programmatically right after it (it may
+    start while ce_targets runs and waits for its info) and summing the rows' losses in its last CTA (one CTA a row
+    and clusters). 20 runs, the total poisoned with NaN before each: the float64 mean loss each time, the same bits
+    each time (a fixed order), and the per-row losses beside it."""
+    x, t = _inputs("random", M, V, dtype, torch.Generator().manual_seed(M + V))
+    want, _ = reference.cross_entropy(x, t)
+    want_rows, _ = reference.cross_entropy(x, t, reduction="none")
+    grad, rows, lse = torch.empty_like(x), torch.empty(M, device="cuda"), torch.empty(M, device="cuda")
+    totals = []
+    for _ in range(20):
+        total = torch.full((), float("nan"), dtype=dtype, device="cuda")
+        info = cuda_run.cross_entropy_targets(t, V, -100, True)
+        assert cuda_run.cross_entropy(x, t, grad, rows, lse, info, -100, 0.0, 0.0, total, mean=True,
+                                      after_targets=True)
+        totals.append(total)
+    got = torch.stack(totals).double().cpu().numpy()
+    assert (got == got[0]).all(), got
+    np.testing.assert_allclose(got[0], float(want), rtol=max(TOL[dtype], 1e-5))
+    np.testing.assert_allclose(rows.double().cpu().numpy(), want_rows, rtol=TOL[dtype], atol=TOL[dtype])
+
+
 def test_cuda_kernel_fallback():
     """Rows longer than a cluster holds launch nothing and say so; the op then runs the Triton kernels."""
     M, V = 3, 600000

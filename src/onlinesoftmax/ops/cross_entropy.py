@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Optional
 
 import torch
@@ -230,43 +231,76 @@ def cuda_targets(target: torch.Tensor) -> torch.Tensor:
     return target if target.dtype == torch.int64 and target.is_contiguous() else target.to(torch.int64).contiguous()
 
 
-_slots: dict = {}  # device index -> free (pinned buffer, its numpy view, event, mapped) slots of TargetCheck
+class Slot:
+    """A TargetCheck's pinned buffer of 3 floats (info as the host reads it) and how the host learns it is written:
+    where the device addresses the buffer directly (`mapped`: ce_targets writes it, the flag last), the flag holds
+    SENTINEL until then and the host polls it (nothing is recorded on the stream, so ce_row may follow ce_targets
+    at once); else an event recorded behind the copy into it."""
+
+    SENTINEL = -1.0  # the flag's value until the kernel writes 0 or 1
+    __slots__ = ("host", "view", "event", "mapped")
+
+    def __init__(self, device: int):
+        self.host = torch.empty(3, dtype=torch.float32, pin_memory=True)
+        self.view = self.host.numpy()
+        self.mapped = bool(engines.cuda_runs() and engines.cuda().host_mapped(device, self.host.data_ptr()))
+        self.event = None if self.mapped else torch.cuda.Event()
+
+    def arm(self) -> None:
+        """Before the kernel that writes the buffer is queued."""
+        if self.mapped:
+            self.view[2] = self.SENTINEL
+
+    def passed(self) -> bool:
+        """Whether the buffer has been written (its writer no longer touches it)."""
+        return self.view[2] != self.SENTINEL if self.mapped else self.event.query()
+
+    def wait(self) -> float:
+        """The flag, once written: 1.0 if a counted target is out of range."""
+        if self.mapped:
+            view = self.view
+            while view[2] == self.SENTINEL:
+                time.sleep(0)  # gives the GIL and the core to others between reads
+        else:
+            self.event.synchronize()
+        return float(self.view[2])
+
+
+_slots: dict = {}  # device index -> free Slots of TargetCheck
 _slots_lock = threading.Lock()  # taken in the forward's thread, given back in done(): often autograd's device thread
-_orphans: list = []  # (device, slot) of checks dropped before done(): the pool takes them back once their event passed
+_orphans: list = []  # (device, slot) of checks dropped before done(): the pool takes them back once they passed
 SLOTS_KEPT = 64  # per device; more checks in flight at once allocate their own and drop them after
 
 
-def _take_slot(device: int) -> tuple:
+def _take_slot(device: int) -> Slot:
     with _slots_lock:
         if _orphans:
             _reclaim()
         free = _slots.get(device)
         if free:
             return free.pop()
-    host = torch.empty(3, dtype=torch.float32, pin_memory=True)
-    mapped = engines.cuda_runs() and engines.cuda().host_mapped(device, host.data_ptr())
-    return host, host.numpy(), torch.cuda.Event(), mapped
+    return Slot(device)
 
 
-def _give_slot(device: int, slot: tuple) -> None:
+def _give_slot(device: int, slot: Slot) -> None:
     with _slots_lock:
         _keep(device, slot)
 
 
-def _keep(device: int, slot: tuple) -> None:  # under _slots_lock
+def _keep(device: int, slot: Slot) -> None:  # under _slots_lock
     free = _slots.setdefault(device, [])
     if len(free) < SLOTS_KEPT:
         free.append(slot)
 
 
 def _reclaim() -> None:
-    """Under _slots_lock: the orphans whose event has passed back to the pool (their kernel no longer writes the
-    pinned buffer), the others kept for later. pop / append only: TargetCheck.__del__ appends without the lock (the
+    """Under _slots_lock: the orphans that have passed back to the pool (their kernel no longer writes the pinned
+    buffer), the others kept for later. pop / append only: TargetCheck.__del__ appends without the lock (the
     garbage collector may run it in a thread that holds it)."""
     pending = []
     while _orphans:
         device, slot = _orphans.pop()
-        if slot[2].query():
+        if slot.passed():
             _keep(device, slot)
         else:
             pending.append((device, slot))
@@ -276,12 +310,13 @@ def _reclaim() -> None:
 class TargetCheck:
     """The targets' check and the reduction's scale on the GPU without stalling it: one small kernel writes
     info = (scale, non-ignored rows, any bad target) (the CUDA engine's for backend "cuda", with targets from
-    cuda_targets; else Triton's) and, on the host, a pinned copy of it (the CUDA kernel writes it itself where the
-    device addresses the pinned buffer directly; else a copy is queued behind the kernel); `done()` waits for an
-    event recorded behind it only (the big kernel queued after it keeps running), then raises a clear TargetError.
-    The pinned buffer and its event come from a pool per device (allocating them costs more host time than the
-    rest of the check) and go back to it in done(); a check dropped before done() leaves them to the pool once its
-    event has passed (until then its kernel may still write the buffer)."""
+    cuda_targets; else Triton's) and, on the host, a pinned copy of it (its Slot: the CUDA kernel writes it itself
+    where the device addresses the pinned buffer directly; else a copy is queued behind the kernel); `done()` waits
+    for that copy only (the big kernel queued after it keeps running), then raises a clear TargetError. `direct`:
+    the CUDA kernel wrote the slot and nothing else was queued behind it (the next launch may overlap it). Slots come
+    from a pool per device (allocating the pinned buffer costs more host time than the rest of the check) and go
+    back to it in done(); a check dropped before done() leaves its slot to the pool once it has passed (until then
+    its kernel may still write the buffer)."""
 
     def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
         self.target, self.V, self.ignore_index = target, V, ignore_index
@@ -289,17 +324,18 @@ class TargetCheck:
         if target.is_cuda:
             self.device = target.get_device()
             self.slot = _take_slot(self.device)
-        direct = backend == "cuda" and self.slot is not None and self.slot[3]
+        self.direct = backend == "cuda" and self.slot is not None and self.slot.mapped
+        if self.direct:
+            self.slot.arm()
         if backend == "cuda":
             self.info = engines.cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean",
-                                                             self.slot[0].data_ptr() if direct else 0)
+                                                             self.slot.host.data_ptr() if self.direct else 0)
         else:
-            self.info = torch.empty(3, dtype=torch.float32, device=target.device)
+            self.info = torch.empty(4, dtype=torch.float32, device=target.device)
             engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
-        if self.slot is not None:
-            if not direct:
-                self.slot[0].copy_(self.info, non_blocking=True)
-            self.slot[2].record(torch.cuda.current_stream(target.device))
+        if self.slot is not None and not self.direct:
+            self.slot.host.copy_(self.info[:3], non_blocking=True)
+            self.slot.event.record(torch.cuda.current_stream(target.device))
 
     def __del__(self):
         if getattr(self, "slot", None) is not None:
@@ -309,9 +345,7 @@ class TargetCheck:
         if self.slot is None:
             bad = float(self.info[2])
         else:
-            _host, view, event, _mapped = self.slot
-            event.synchronize()
-            bad = float(view[2])
+            bad = self.slot.wait()
             _give_slot(self.device, self.slot)
             self.slot = None
         if bad != 0.0:
@@ -319,17 +353,20 @@ class TargetCheck:
 
 
 def fused_forward(x, target, check: TargetCheck, rows, lse, *, backend, grad=None, ignore_index, label_smoothing,
-                  z_loss, softcap):
+                  z_loss, softcap, total=None, mean=False) -> bool:
     """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given; the
     CUDA row kernel where backend "cuda" has one (a gradient, no softcap, rows on chip), else the Triton one.
-    Backend "cuda" takes its targets from cuda_targets (the callers convert them once, before TargetCheck)."""
+    Backend "cuda" takes its targets from cuda_targets (the callers convert them once, before TargetCheck). With
+    `total` (the whole op's rows, right after the check's launch), the CUDA kernel also writes the reduced loss
+    there (times the scale when `mean`) and may start while the check runs. Returns whether it did."""
     if backend == "cuda" and grad is not None and softcap is None:
         if engines.cuda().cross_entropy(x, target, grad, rows, lse, check.info, ignore_index, label_smoothing,
-                                        z_loss):
-            return
+                                        z_loss, total, mean, after_targets=total is not None and check.direct):
+            return total is not None
     engines.triton("cross_entropy").cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
                                   ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
                                   softcap=softcap)
+    return False
 
 
 def handed_grad(ctx, dloss: torch.Tensor, whose: str) -> torch.Tensor:
@@ -372,15 +409,16 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
     if backend in GPU_BACKENDS and M and V:
         if backend == "cuda":
             target = cuda_targets(target)
-        check = TargetCheck(target, V, ignore_index, reduction, backend)
         rows = torch.empty(M, dtype=torch.float32, device=x.device)
         lse = torch.empty(M, dtype=torch.float32, device=x.device)
-        fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, **opts)
+        total = torch.empty((), dtype=x.dtype, device=x.device) if backend == "cuda" and reduction != "none" else None
+        check = TargetCheck(target, V, ignore_index, reduction, backend)  # the launch just before the fused kernel's
         if reduction == "none":
+            fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, **opts)
             loss = rows.to(x.dtype)
-        elif backend == "cuda":  # one launch: the sum, the scale, the cast
-            loss = torch.empty((), dtype=x.dtype, device=x.device)
-            engines.cuda().cross_entropy_loss(rows, check.info, loss, reduction == "mean")
+        elif fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, total=total,
+                           mean=reduction == "mean", **opts):
+            loss = total  # the sum, the scale and the cast by the fused kernel's last CTA
         else:
             loss = (rows.sum() * check.info[0] if reduction == "mean" else rows.sum()).to(x.dtype)
         if pending is not None and backend == "cuda":
@@ -447,13 +485,15 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, _dlse):
+        # the scaling is queued first, then the check waited for (it raises before the gradient is handed on)
+        grad = None if dloss is None else handed_grad(ctx, dloss, "cross_entropy's")
         for check in ctx.pending:
             check.done()
-        if dloss is None:  # not materialised (set_materialize_grads): no gradient reached the loss
+        if grad is None:  # not materialised (set_materialize_grads): no gradient reached the loss
             return (None,) * 9
         # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then
         # takes as .grad without a copy
-        return handed_grad(ctx, dloss, "cross_entropy's").detach(), None, None, None, None, None, None, None, None
+        return grad.detach(), None, None, None, None, None, None, None, None
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,

@@ -230,14 +230,22 @@ class LoadedKernel:
                 raise OnlineSoftmaxError(f"{self.name}: cuKernelSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) "
                                          f"failed: {err}")
 
-    def cluster_config(self, grid: int, block, cluster: int, smem: int = 0):
-        """cuda.core's LaunchConfig for `grid` clusters of `cluster` CTAs. cuda.core 1.2 counts a cluster launch's
-        grid in clusters; an older one passes it through as blocks (checked on the driver struct it builds)."""
+    def cluster_config(self, grid: int, block, cluster: int, smem: int = 0, pdl: bool = False):
+        """cuda.core's LaunchConfig for `grid` clusters of `cluster` CTAs (pdl: with programmatic stream
+        serialization, as PreparedLaunch's, where this cuda.core has the option). cuda.core 1.2 counts a cluster launch's grid in clusters; an older one
+        passes it through as blocks (checked on the driver struct it builds)."""
         from cuda.core import LaunchConfig
 
-        cfg = LaunchConfig(grid=grid, cluster=cluster, block=block, shmem_size=smem)
+        opts = dict(cluster=cluster, block=block, shmem_size=smem)
+        if pdl:
+            opts["programmatic_stream_serialization"] = True
+        try:
+            cfg = LaunchConfig(grid=grid, **opts)
+        except TypeError:  # a cuda.core without the option: a plain launch
+            opts.pop("programmatic_stream_serialization")
+            cfg = LaunchConfig(grid=grid, **opts)
         if _grid_counts_blocks(cfg, grid):
-            cfg = LaunchConfig(grid=grid * cluster, cluster=cluster, block=block, shmem_size=smem)
+            cfg = LaunchConfig(grid=grid * cluster, **opts)
         return cfg
 
     def max_active_clusters(self, block, cluster: int, smem: int = 0) -> Optional[int]:
@@ -302,22 +310,60 @@ def _driver_launch():
     return (lambda *args: driver.cuLaunchKernel(*args)[0]), False
 
 
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, then a 64-byte value union at offset 8
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("dims", ctypes.c_uint * 7), ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)),
+                ("num_attrs", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+def _programmatic_launch():
+    """A cuLaunchKernel-shaped entry that launches with programmatic stream serialization (PDL) through libcuda's
+    cuLaunchKernelEx (ctypes), or None where that cannot be opened."""
+    try:
+        ex = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+    except (OSError, AttributeError):
+        return None
+    ex.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    ex.restype = ctypes.c_int
+    attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+    cfg = _LaunchConfig(attrs=ctypes.pointer(attr), num_attrs=1)
+    cfg_ref = ctypes.byref(cfg)
+
+    def launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # called under its launch's lock
+        cfg.dims[:] = (gx, gy, gz, bx, by, bz, smem)
+        cfg.stream = stream
+        return ex(cfg_ref, handle, params, extra)
+    launch.keep = attr  # the attribute the config points to lives as long as the entry
+    return launch
+
+
 class PreparedLaunch:
     """One launch of a LoadedKernel (no cluster) with everything but its leading pointer arguments fixed, straight
     through cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every
     argument on each call, ~7 us on the H200). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
     / np.float32 exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current
     stream. rows(grid, first, *pointers) launches with another x-grid and first scalar (a row count), so one
-    prepared launch serves every row count of a geometry."""
+    prepared launch serves every row count of a geometry. `pdl`: launched with programmatic stream serialization
+    (cuLaunchKernelEx), so that it may start while the kernel before it runs (the kernel waits with os_grid_wait
+    for what that one writes); a plain launch where libcuda is not reached through ctypes."""
 
     __slots__ = ("lk", "device", "dims", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_stream")
 
-    def __init__(self, lk: LoadedKernel, grid, block, tail: Sequence, smem: int = 0, npointers: int = 3):
+    def __init__(self, lk: LoadedKernel, grid, block, tail: Sequence, smem: int = 0, npointers: int = 3,
+                 pdl: bool = False):
         lk.allow_smem(smem)
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         b = (block,) if isinstance(block, int) else tuple(block)
         self.lk, self.device = lk, lk.device
         self._launch, raw = _driver_launch()
+        if pdl and raw:
+            self._launch = _programmatic_launch() or self._launch
         self._stream = (lambda h: h) if raw else _cu_stream  # the stream as the entry takes it
         handle = int(lk.kernel.handle) if raw else lk.kernel.handle  # a CUkernel serves as a CUfunction
         self.dims = (handle,) + (g + (1, 1))[:3] + (b + (1, 1))[:3] + (smem,)
@@ -368,21 +414,22 @@ class ClusterLaunch:
     """One launch of a LoadedKernel in clusters, through cuda.core (which packs the arguments on each call), with a
     fixed grid (in clusters) and scalar tail; called like a PreparedLaunch, rows() included."""
 
-    __slots__ = ("lk", "device", "block", "cluster", "smem", "cfg", "tail")
+    __slots__ = ("lk", "device", "block", "cluster", "smem", "cfg", "tail", "pdl")
 
-    def __init__(self, lk: LoadedKernel, grid: int, block, cluster: int, tail: Sequence, smem: int = 0):
+    def __init__(self, lk: LoadedKernel, grid: int, block, cluster: int, tail: Sequence, smem: int = 0,
+                 pdl: bool = False):
         lk.allow_smem(smem)
         lk.allow_cluster(cluster)
-        self.lk, self.device, self.block, self.cluster, self.smem = lk, lk.device, block, cluster, smem
-        self.cfg, self.tail = lk.cluster_config(grid, block, cluster, smem), tuple(tail)
+        self.lk, self.device, self.block, self.cluster, self.smem, self.pdl = lk, lk.device, block, cluster, smem, pdl
+        self.cfg, self.tail = lk.cluster_config(grid, block, cluster, smem, pdl), tuple(tail)
 
     def __call__(self, *ptrs: int) -> None:
         on_device(self.device, self._go, self.cfg, self.tail, ptrs)
 
     def rows(self, grid: int, first: int, *ptrs: int) -> None:
         tail = (type(self.tail[0])(first),) + self.tail[1:]
-        on_device(self.device, self._go, self.lk.cluster_config(grid, self.block, self.cluster, self.smem), tail,
-                  ptrs)
+        on_device(self.device, self._go, self.lk.cluster_config(grid, self.block, self.cluster, self.smem, self.pdl),
+                  tail, ptrs)
 
     def _go(self, cfg, tail, ptrs) -> None:
         global _cc_launch

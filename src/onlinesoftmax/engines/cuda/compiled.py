@@ -2,7 +2,7 @@
 per device and launch shape, and their ptxas reports. Nothing here needs a GPU to compile or report.
 
     module(name, arch)                       the compiled module of one instantiation (a name expression of FILE)
-    kernel(name, device, block, smem, cluster).bind(grid, tail, pointers)   a launch with its scalars bound
+    kernel(name, device, block, smem, cluster).bind(grid, tail, pointers[, pdl])   a launch with its scalars bound
     compile_all(names, arch)                 ptxas reports of many instantiations, in parallel
     plan_resources(plan) / resource_table()  registers, shared memory, stack and spills of what plans pick
 
@@ -89,10 +89,10 @@ class ShapedKernel:
         fits = self.lk.max_active_clusters(block, cluster, smem) if cluster > 1 else 1
         self.fits = None if fits is None else fits > 0
 
-    def bind(self, grid: int, tail: tuple, pointers: int):
+    def bind(self, grid: int, tail: tuple, pointers: int, pdl: bool = False):
         if self.cluster == 1:
-            return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers)
-        return rt_launch.ClusterLaunch(self.lk, grid, self.block, self.cluster, tail, self.smem)
+            return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers, pdl)
+        return rt_launch.ClusterLaunch(self.lk, grid, self.block, self.cluster, tail, self.smem, pdl)
 
 
 def kernel(name: str, device: int, block: tuple, smem: int, cluster: int) -> ShapedKernel:

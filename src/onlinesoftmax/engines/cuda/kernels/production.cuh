@@ -362,6 +362,12 @@ __device__ __forceinline__ void os_cp_async16(void* dst, const void* src) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
+// Programmatic dependent launch (sm_90): a kernel launched with programmatic stream serialization may start while
+// the kernel before it in the stream still runs, once that one's CTAs have all called os_launch_dependents() (or
+// exited). os_grid_wait() blocks until the kernel before has completed and its writes are visible; without the
+// launch attribute it returns at once.
+__device__ __forceinline__ void os_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void os_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void os_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void os_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 

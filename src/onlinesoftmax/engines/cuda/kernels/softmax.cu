@@ -544,12 +544,14 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     // theirs). The CTA holding the target column (rank 0 when the row is ignored or the target out of range) is the
     // row's owner: its thread 0 reads the target logit now, before any CTA of the row writes a gradient (after the
     // row's reduction, which this CTA joins later), and at the end writes the row's loss and lse and the target's
-    // gradient term.
+    // gradient term. The scale comes from ce_targets, the kernel before this one (ce_row may be launched while it
+    // still runs: its loads of the row, made before ce_targets, are already in flight): waited for here.
     long long tgt = 0;
     bool counted = false, hit = false, owner = false;
     float xt = 0.0f, sx = 0.0f;  // the target logit, the thread's sum of x (label smoothing)
     float scale = 0.0f;          // the reduction's factor: read now, used after the row's reduction
     if constexpr (OP == OP_CE) {
+        os_grid_wait();
         scale = *ce.scale;
         tgt = ce.target[row];
         counted = tgt != ce.ignore;
@@ -749,27 +751,53 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
     row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
 }
 
+// The reduced loss at the end of ce_row: each CTA, its row's loss stored (by its thread 0), counts itself done in
+// info[3] (zeroed by ce_targets); the last one sums the M per-row losses in a fixed order (deterministic) and writes
+// the scalar in the logits' dtype, times info[0] (the scale) for "mean".
+template <int DT, int THREADS>
+__device__ __forceinline__ void ce_total(const float* __restrict__ loss, long long M, float* __restrict__ info,
+                                         void* __restrict__ total, int mean) {
+    __shared__ bool last;
+    __shared__ float red_a[32], red_b[32];
+    if (threadIdx.x == 0) {
+        __threadfence();  // the row's loss, visible before the count says so
+        last = atomicAdd(reinterpret_cast<unsigned*>(info) + 3, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float a = 0.0f, b = 0.0f;
+    for (long long i = threadIdx.x; i < M; i += THREADS) a += __ldcg(loss + i);
+    os_block_reduce<OS_RED_SUM, (THREADS & (THREADS - 1)) == 0>(a, b, red_a, red_b);
+    if (threadIdx.x == 0) *static_cast<typename os_elem<DT>::type*>(total) = os_from_f<DT>(mean ? a * info[0] : a);
+}
+
 // Cross-entropy on the row kernel (one row per CTA or per cluster): x the logits (a), the gradient (out; it may be x
-// itself), the per-row outputs and options in ce_args (see ce_grad).
+// itself), the per-row outputs and options in ce_args (see ce_grad); info from ce_targets (info[0] the scale); with
+// `total` (else null) also the reduced loss (ce_total).
 template <int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 ce_row(const void* __restrict__ x, const long long* __restrict__ target, void* __restrict__ grad,
-       float* __restrict__ loss, float* __restrict__ lse, const float* __restrict__ scale, long long M, int N,
-       long long sx, long long sg, long long ignore, float eps, float z, float inv_v) {
+       float* __restrict__ loss, float* __restrict__ lse, float* __restrict__ info, void* __restrict__ total,
+       long long M, int N, long long sx, long long sg, long long ignore, float eps, float z, float inv_v, int mean) {
     row_body<OP_CE, DT, W, THREADS, SLOTS, SSLOTS, C, P, DT>(x, nullptr, grad, N, sx, 0, sg,
-                                                             ce_args{target, loss, lse, scale, ignore, eps, z, inv_v});
+                                                             ce_args{target, loss, lse, info, ignore, eps, z, inv_v});
+    if (total) ce_total<DT, THREADS>(loss, M, info, total, mean);
 }
 
-// ---- cross-entropy around ce_row: the targets' check and the reduction's scale, the loss's sum, the backward's
-// grad_output. Small launches on the eager hot path (prepared cuLaunchKernel, no Triton launcher).
+// ---- cross-entropy around ce_row: the targets' check and the reduction's scale, the backward's grad_output. Small
+// launches on the eager hot path (prepared cuLaunchKernel, no Triton launcher).
 
 // info[0..2] (fp32) <- (the gradient's scale: 1 / counted rows when `mean`, else 1; the counted rows (target !=
-// ignore); 1.0 if a counted target is out of [0, V), else 0), and the same into `host` unless it is null: pinned
-// host memory the device addresses directly (unified addressing), which the host reads after an event, no copy.
-// One CTA (no atomics, nothing to zero first), each thread with 4 targets in flight per trip.
+// ignore); 1.0 if a counted target is out of [0, V), else 0), info[3] <- 0 (ce_total's count, as bits), and
+// info[0..2] into `host` unless it is null: pinned host memory the device addresses directly (unified addressing),
+// the flag last, which the host polls for (its slot holds a sentinel until then), no copy. One CTA (no atomics),
+// each thread with 4 targets in flight per trip. ce_row, launched next, may start at once (os_launch_dependents):
+// it waits for these values only after issuing its row's loads.
 __global__ void __launch_bounds__(1024) ce_targets(const long long* __restrict__ target, float* __restrict__ info,
                                                    float* __restrict__ host, long long M, int V, long long ignore,
                                                    int mean) {
+    os_launch_dependents();
     __shared__ int counts[32], flags[32];
     int count = 0, bad = 0;
     for (long long base = threadIdx.x; base < M; base += 4 * 1024) {
@@ -799,25 +827,15 @@ __global__ void __launch_bounds__(1024) ce_targets(const long long* __restrict__
             info[0] = scale;
             info[1] = rows;
             info[2] = flag;
+            reinterpret_cast<unsigned*>(info)[3] = 0u;
             if (host) {
                 host[0] = scale;
                 host[1] = rows;
+                __threadfence_system();  // the values before the flag that ends the host's wait
                 host[2] = flag;
             }
         }
     }
-}
-
-// out (a scalar of the logits' dtype) <- the sum of the M per-row losses, times the scale when `mean`: one CTA, a
-// fixed order (deterministic).
-template <int DT>
-__global__ void __launch_bounds__(1024) ce_loss(const float* __restrict__ rows, const float* __restrict__ buf,
-                                                void* __restrict__ out, long long M, int mean) {
-    __shared__ float red_a[32], red_b[32];
-    float a = 0.0f, b = 0.0f;
-    for (long long i = threadIdx.x; i < M; i += blockDim.x) a += rows[i];
-    os_block_reduce<OS_RED_SUM>(a, b, red_a, red_b);
-    if (threadIdx.x == 0) *static_cast<typename os_elem<DT>::type*>(out) = os_from_f<DT>(mean ? a * buf[0] : a);
 }
 
 // The backward: g (M rows of N, row stride sg) *= grad_output (go: one factor when sgo == 0, else one per row, in
