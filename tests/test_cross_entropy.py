@@ -228,7 +228,7 @@ def test_target_check_slots_cross_threads(monkeypatch):
 
 def _slot(mapped: bool, passed: bool):
     """A Slot as TargetCheck leaves it with its kernel queued (mapped: armed, the flag still the sentinel; else an
-    event not yet passed), or after the kernel wrote it (passed)."""
+    event not yet passed, recorded behind a copy), or after the kernel wrote it (passed)."""
     from onlinesoftmax.ops import cross_entropy as ce
 
     class Event:
@@ -239,7 +239,8 @@ def _slot(mapped: bool, passed: bool):
 
     slot = ce.Slot.__new__(ce.Slot)
     slot.view = np.array([0.5, 2.0, 0.0 if passed else ce.Slot.SENTINEL], dtype=np.float32)
-    slot.mapped, slot.event = mapped, None if mapped else Event()
+    slot.mapped = slot.polled = mapped
+    slot.event = Event()
     return slot
 
 
@@ -291,3 +292,31 @@ def test_masked_logit_without_smoothing_is_finite():
     got, _ = reference.cross_entropy(x, t)
     assert abs(float(got) - want) < 1e-12
     assert abs(float(osm.cross_entropy(x, t, backend="reference")) - want) < 1e-12
+
+
+def test_deferred_checks_raise_once_written(monkeypatch):
+    """settle_deferred raises for a deferred check the GPU has written with its flag set, keeps the unwritten ones
+    for later, and gives the written ones' slots back; a clean one raises nothing."""
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    def check(target, passed, bad):
+        c = ce.TargetCheck.__new__(ce.TargetCheck)
+        c.target, c.V, c.ignore_index, c.device = torch.tensor(target), 10, -100, 3
+        c.slot = _slot(True, passed=passed)
+        c.slot.view[2] = (1.0 if bad else 0.0) if passed else ce.Slot.SENTINEL
+        return c
+
+    monkeypatch.setattr(ce, "_slots", {})
+    monkeypatch.setattr(ce, "_deferred", {})
+    clean, late, wrong = check([1, 2], True, False), check([3, 12], False, True), check([4, 11], True, True)
+    for c in (clean, late, wrong):
+        c.settle() if c is clean else ce._deferred.setdefault(3, []).append(c)
+    assert ce._deferred[3] == [late, wrong] and len(ce._slots[3]) == 1  # clean: settled at once, slot back
+    with pytest.raises(ce.TargetError, match="target 11 out of range.*earlier cross_entropy call on cuda:3"):
+        ce.settle_deferred(3)
+    assert ce._deferred[3] == [late]
+    late.slot.view[2] = 1.0
+    with pytest.raises(ce.TargetError, match="target 12"):
+        ce.settle_deferred(3)
+    ce.settle_deferred(3)
+    assert ce._deferred[3] == [] and len(ce._slots[3]) == 3

@@ -46,7 +46,7 @@ def test_helpers_are_instantiated():
     inst = P.instantiations()
     for name in P.cross_entropy_helpers():
         assert inst[name] == {"ce"}
-    assert {"ce_targets", "ce_scale<2,8>", "ce_scale<0,1>"} <= set(P.cross_entropy_helpers())
+    assert {"ce_targets", "ce_loss<2>", "ce_scale<2,8>", "ce_scale<0,1>"} <= set(P.cross_entropy_helpers())
 
 
 # ---- launches ----------------------------------------------------------------------------------------------------
@@ -73,8 +73,8 @@ class _Kernel:
 
 
 I64, I32, FL = ctypes.c_int64, ctypes.c_int32, ctypes.c_float
-TYPES = {"ce_row": (I64, I32, I64, I64, I64, FL, FL, FL, I32), "ce_targets": (I64, I32, I64, I32),
-         "ce_scale": (I64, I32, I64, I64)}
+TYPES = {"ce_row": (I64, I32, I64, I64, I64, FL, FL, FL), "ce_targets": (I64, I32, I64, I32),
+         "ce_loss": (I64, I32), "ce_scale": (I64, I32, I64, I64)}
 
 
 @pytest.fixture
@@ -108,15 +108,14 @@ def test_ce_row_launch_carries_every_argument(log, layout):
     t = torch.zeros(M, dtype=torch.int64)
     loss, lse, info = torch.empty(M), torch.empty(M), torch.empty(4)
     assert E.cross_entropy(x, t, grad, loss, lse, info, -7, 0.25, 1e-3)
-    total = torch.empty((), dtype=BF16)  # the op's forward: the reduced loss too, launched right after ce_targets
-    assert E.cross_entropy(x, t, grad, loss, lse, info, -7, 0.25, 1e-3, total, mean=True, after_targets=True)
+    assert E.cross_entropy(x, t, grad, loss, lse, info, -7, 0.25, 1e-3, after_targets=True)  # the op's forward
     want = P.cross_entropy_plan(M, V, BF16, vec=False, window=1 if layout != "offset" else 2, sms=SMS)
     sg = x.stride(0) if layout == "inplace" else V
-    for (name, grid, ptrs, vals, pdl), out, mean in zip(log, (0, _ptr(total)), (0, 1)):
+    for (name, grid, ptrs, vals, pdl), programmatic in zip(log, (False, True)):
         assert name == want.launches[0].kernel and grid == want.launches[0].grid
-        assert ptrs == [_ptr(x), _ptr(t), _ptr(grad), _ptr(loss), _ptr(lse), _ptr(info), out]
-        assert vals[:5] == [M, V, x.stride(0), sg, -7] and vals[8] == mean and pdl == bool(mean)
-        np.testing.assert_allclose(vals[5:8], [0.25, 1e-3, 1.0 / V], rtol=1e-7)
+        assert ptrs == [_ptr(x), _ptr(t), _ptr(grad), _ptr(loss), _ptr(lse), _ptr(info)]
+        assert vals[:5] == [M, V, x.stride(0), sg, -7] and pdl == programmatic
+        np.testing.assert_allclose(vals[5:], [0.25, 1e-3, 1.0 / V], rtol=1e-7)
 
 
 def test_ce_row_declines_what_it_has_no_plan_for(log):
@@ -136,6 +135,11 @@ def test_small_launches(log):
     host = torch.empty(3)
     info = E.cross_entropy_targets(t, 32000, -100, False, host.data_ptr())  # the pinned copy, written by the kernel
     assert log[-1][2] == [_ptr(t), _ptr(info), _ptr(host)] and log[-1][3] == [M, 32000, -100, 0]
+    rows, out = torch.empty(M), torch.empty((), dtype=BF16)
+    for after_rows in (False, True):
+        E.cross_entropy_loss(rows, info, out, False, after_rows)
+        assert log[-1][0] == "ce_loss<2>" and log[-1][2] == [_ptr(rows), _ptr(info), _ptr(out)]
+        assert log[-1][3] == [M, 0] and log[-1][4] == after_rows
     for N, go, W, sgo in ((32000, torch.ones((), dtype=BF16), 8, 0), (32001, torch.ones(M, dtype=BF16), 1, 1),
                           (32000, torch.ones((), dtype=BF16).expand(M), 8, 0)):
         g = torch.empty(M, N, dtype=BF16)

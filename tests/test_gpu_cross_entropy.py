@@ -150,7 +150,7 @@ def test_cuda_row_kernel(M, V, dtype, layout):
     want_rows, _ = reference.cross_entropy(x, t, reduction="none", **opts)
     want_lse = torch.logsumexp(x.double(), 1).cpu().numpy()  # before "inplace" overwrites x
     bad = t.clone()
-    bad[0] = V + 7  # out of range: its loss is NaN (the op raises TargetError), nothing else may change
+    bad[0] = V + 7  # out of range: its loss and gradient are NaN (the op raises TargetError), nothing else changes
     grad = x if layout == "inplace" else torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
     loss = torch.full((M,), float("nan"), device="cuda")
     lse = torch.full((M,), float("nan"), device="cuda")
@@ -161,7 +161,7 @@ def test_cuda_row_kernel(M, V, dtype, layout):
     tol = TOL[dtype]
     rows = slice(1, None)  # row 0 has the bad target
     np.testing.assert_allclose(g[rows], want_grad[rows], atol=tol * 5e-2, rtol=tol)
-    assert not np.isnan(g[0]).any()
+    assert np.isnan(g[0]).all()
     assert np.isnan(float(loss[0]))
     np.testing.assert_allclose(loss.double().cpu().numpy()[rows], want_rows[rows], rtol=tol, atol=tol)
     np.testing.assert_allclose(lse.double().cpu().numpy(), want_lse, rtol=1e-5)
@@ -169,21 +169,22 @@ def test_cuda_row_kernel(M, V, dtype, layout):
 
 @pytest.mark.parametrize("M,V,dtype", ((3001, 1000, torch.float32), (4099, 32000, torch.bfloat16),
                                        (37, 128256, torch.bfloat16), (5, 50257, torch.float16)))
-def test_fused_total_after_targets(M, V, dtype):
-    """The op's forward on the CUDA kernels: ce_targets, then ce_row launched programmatically right after it (it may
-    start while ce_targets runs and waits for its info) and summing the rows' losses in its last CTA (one CTA a row
-    and clusters). 20 runs, the total poisoned with NaN before each: the float64 mean loss each time, the same bits
-    each time (a fixed order), and the per-row losses beside it."""
+def test_programmatic_launches(M, V, dtype):
+    """The op's forward on the CUDA kernels: ce_targets, then ce_row launched programmatically right after it (it
+    may start while ce_targets runs and waits for its scale), then ce_loss the same way after ce_row (it waits for
+    ce_row's grid before summing); one CTA a row and clusters. 20 runs, the total and the rows poisoned with NaN
+    before each: the float64 mean loss each time, with the same bits (a fixed order), and the rows' losses."""
     x, t = _inputs("random", M, V, dtype, torch.Generator().manual_seed(M + V))
     want, _ = reference.cross_entropy(x, t)
     want_rows, _ = reference.cross_entropy(x, t, reduction="none")
-    grad, rows, lse = torch.empty_like(x), torch.empty(M, device="cuda"), torch.empty(M, device="cuda")
+    grad, lse = torch.empty_like(x), torch.empty(M, device="cuda")
     totals = []
     for _ in range(20):
         total = torch.full((), float("nan"), dtype=dtype, device="cuda")
+        rows = torch.full((M,), float("nan"), device="cuda")
         info = cuda_run.cross_entropy_targets(t, V, -100, True)
-        assert cuda_run.cross_entropy(x, t, grad, rows, lse, info, -100, 0.0, 0.0, total, mean=True,
-                                      after_targets=True)
+        assert cuda_run.cross_entropy(x, t, grad, rows, lse, info, -100, 0.0, 0.0, after_targets=True)
+        cuda_run.cross_entropy_loss(rows, info, total, True, after_rows=True)
         totals.append(total)
     got = torch.stack(totals).double().cpu().numpy()
     assert (got == got[0]).all(), got
@@ -229,7 +230,8 @@ def test_grad_output_per_row_and_scalar(backend, dtype):
 @pytest.mark.parametrize("backend", ("cuda", "triton"))
 def test_target_out_of_range_raises(backend):
     """Without a gradient the forward raises; with one, backend "cuda" returns a NaN loss without waiting for the
-    check and its backward raises (before any gradient reaches .grad); Triton raises in the forward."""
+    check and its backward raises where the GPU has got past the check (here: the loss was read), before any
+    gradient reaches .grad; Triton raises in the forward."""
     from onlinesoftmax.ops.cross_entropy import TargetError
 
     x, t = _inputs("random", 40, 32000, torch.bfloat16, torch.Generator().manual_seed(9))
@@ -246,3 +248,28 @@ def test_target_out_of_range_raises(backend):
     with pytest.raises(TargetError, match="target 32000 out of range"):
         loss.backward()
     assert xg.grad is None
+
+
+def test_target_out_of_range_deferred(monkeypatch):
+    """A backward that finds the target check not yet written by the GPU does not wait: the gradient reaches .grad
+    with the bad target's row NaN (every other row right), and the next cross_entropy call on the device raises the
+    TargetError, saying it comes from an earlier call; the call after that runs."""
+    from onlinesoftmax.ops import cross_entropy as ce
+    from onlinesoftmax.ops.cross_entropy import TargetError
+
+    x, t = _inputs("random", 40, 32000, torch.bfloat16, torch.Generator().manual_seed(10))
+    good = t.clone()
+    t[3] = 32000
+    xg = x.clone().requires_grad_()
+    loss = osm.cross_entropy(xg, t)
+    monkeypatch.setattr(ce.Slot, "passed", lambda self: False)  # as if the GPU were still behind the check
+    loss.backward()
+    monkeypatch.undo()
+    g = xg.grad.double().cpu().numpy()
+    assert np.isnan(g[3]).all() and np.isfinite(np.delete(g, 3, axis=0)).all()
+    _, want = reference.cross_entropy(x, good)  # the same counted rows: the same scale
+    rows = [r for r in range(40) if r != 3]
+    np.testing.assert_allclose(g[rows], want[rows], atol=TOL[torch.bfloat16] * 5e-2, rtol=TOL[torch.bfloat16] * 2)
+    with pytest.raises(TargetError, match="target 32000 out of range.*earlier cross_entropy call"):
+        osm.cross_entropy(x.clone().requires_grad_(), good)
+    osm.cross_entropy(x.clone().requires_grad_(), good).backward()

@@ -233,31 +233,35 @@ def cuda_targets(target: torch.Tensor) -> torch.Tensor:
 
 class Slot:
     """A TargetCheck's pinned buffer of 3 floats (info as the host reads it) and how the host learns it is written:
-    where the device addresses the buffer directly (`mapped`: ce_targets writes it, the flag last), the flag holds
-    SENTINEL until then and the host polls it (nothing is recorded on the stream, so ce_row may follow ce_targets
-    at once); else an event recorded behind the copy into it."""
+    armed (arm(), before a kernel that writes it directly: `mapped`, the device addresses it; the flag last), the
+    flag holds SENTINEL until then and the host polls it, nothing recorded on the stream (so ce_row may follow
+    ce_targets at once); else behind a copy into it (copied(): an event recorded after the copy)."""
 
     SENTINEL = -1.0  # the flag's value until the kernel writes 0 or 1
-    __slots__ = ("host", "view", "event", "mapped")
+    __slots__ = ("host", "view", "event", "mapped", "polled")
 
     def __init__(self, device: int):
         self.host = torch.empty(3, dtype=torch.float32, pin_memory=True)
         self.view = self.host.numpy()
         self.mapped = bool(engines.cuda_runs() and engines.cuda().host_mapped(device, self.host.data_ptr()))
-        self.event = None if self.mapped else torch.cuda.Event()
+        self.event, self.polled = torch.cuda.Event(), False
 
     def arm(self) -> None:
-        """Before the kernel that writes the buffer is queued."""
-        if self.mapped:
-            self.view[2] = self.SENTINEL
+        self.view[2] = self.SENTINEL
+        self.polled = True
+
+    def copied(self, info: torch.Tensor) -> None:
+        self.host.copy_(info[:3], non_blocking=True)
+        self.event.record(torch.cuda.current_stream(info.device))
+        self.polled = False
 
     def passed(self) -> bool:
         """Whether the buffer has been written (its writer no longer touches it)."""
-        return self.view[2] != self.SENTINEL if self.mapped else self.event.query()
+        return self.view[2] != self.SENTINEL if self.polled else self.event.query()
 
     def wait(self) -> float:
         """The flag, once written: 1.0 if a counted target is out of range."""
-        if self.mapped:
+        if self.polled:
             view = self.view
             while view[2] == self.SENTINEL:
                 time.sleep(0)  # gives the GIL and the core to others between reads
@@ -307,22 +311,46 @@ def _reclaim() -> None:
     _orphans.extend(pending)
 
 
+_deferred: dict = {}  # device index -> TargetChecks of earlier calls whose flag the host has not read yet
+_deferred_lock = threading.Lock()
+
+
+def settle_deferred(device: int) -> None:
+    """Raises TargetError for a deferred check on `device` that the GPU has finished and that found a bad target
+    (the call it belonged to returned a NaN loss and NaN gradient rows); checks not finished yet stay deferred."""
+    with _deferred_lock:
+        waiting = _deferred.get(device)
+        if not waiting:
+            return
+        finished = [c for c in waiting if c.slot.passed()]
+        waiting[:] = [c for c in waiting if c not in finished]
+    for check in finished:
+        try:
+            check.done()
+        except TargetError as e:
+            raise TargetError(f"{e}: found by the target check of an earlier cross_entropy call on cuda:{device}, "
+                              "whose loss and gradient rows for those targets were NaN") from None
+
+
 class TargetCheck:
     """The targets' check and the reduction's scale on the GPU without stalling it: one small kernel writes
     info = (scale, non-ignored rows, any bad target) (the CUDA engine's for backend "cuda", with targets from
     cuda_targets; else Triton's) and, on the host, a pinned copy of it (its Slot: the CUDA kernel writes it itself
     where the device addresses the pinned buffer directly; else a copy is queued behind the kernel); `done()` waits
-    for that copy only (the big kernel queued after it keeps running), then raises a clear TargetError. `direct`:
-    the CUDA kernel wrote the slot and nothing else was queued behind it (the next launch may overlap it). Slots come
-    from a pool per device (allocating the pinned buffer costs more host time than the rest of the check) and go
-    back to it in done(); a check dropped before done() leaves its slot to the pool once it has passed (until then
-    its kernel may still write the buffer)."""
+    for that copy only (the big kernel queued after it keeps running), then raises a clear TargetError; `settle()`
+    does so only if the GPU has got there, else defers the check to the next call on the device (settle_deferred:
+    for the backward, when ce_row made the gradient, NaN on a bad target's row). `direct`: the CUDA kernel wrote the
+    slot and nothing else was queued behind it (the next launch may overlap it). Slots come from a pool per device
+    (allocating the pinned buffer costs more host time than the rest of the check) and go back to it in done(); a
+    check dropped before done() leaves its slot to the pool once it has passed (until then its kernel may still
+    write the buffer)."""
 
     def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
         self.target, self.V, self.ignore_index = target, V, ignore_index
         self.slot = None
         if target.is_cuda:
             self.device = target.get_device()
+            settle_deferred(self.device)
             self.slot = _take_slot(self.device)
         self.direct = backend == "cuda" and self.slot is not None and self.slot.mapped
         if self.direct:
@@ -331,11 +359,10 @@ class TargetCheck:
             self.info = engines.cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean",
                                                              self.slot.host.data_ptr() if self.direct else 0)
         else:
-            self.info = torch.empty(4, dtype=torch.float32, device=target.device)
+            self.info = torch.empty(3, dtype=torch.float32, device=target.device)
             engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
         if self.slot is not None and not self.direct:
-            self.slot.host.copy_(self.info[:3], non_blocking=True)
-            self.slot.event.record(torch.cuda.current_stream(target.device))
+            self.slot.copied(self.info)
 
     def __del__(self):
         if getattr(self, "slot", None) is not None:
@@ -351,18 +378,26 @@ class TargetCheck:
         if bad != 0.0:
             check_targets(self.target, 0, self.V, self.ignore_index)
 
+    def settle(self) -> None:
+        """done() if the GPU has written the flag (or there is no slot), else deferred to the device's next call."""
+        if self.slot is None or self.slot.passed():
+            self.done()
+            return
+        with _deferred_lock:
+            _deferred.setdefault(self.device, []).append(self)
+
 
 def fused_forward(x, target, check: TargetCheck, rows, lse, *, backend, grad=None, ignore_index, label_smoothing,
-                  z_loss, softcap, total=None, mean=False) -> bool:
+                  z_loss, softcap, after_check: bool = False) -> bool:
     """The fused kernel on (a chunk of) the rows: loss and lse per row, and the gradient when `grad` is given; the
     CUDA row kernel where backend "cuda" has one (a gradient, no softcap, rows on chip), else the Triton one.
-    Backend "cuda" takes its targets from cuda_targets (the callers convert them once, before TargetCheck). With
-    `total` (the whole op's rows, right after the check's launch), the CUDA kernel also writes the reduced loss
-    there (times the scale when `mean`) and may start while the check runs. Returns whether it did."""
+    Backend "cuda" takes its targets from cuda_targets (the callers convert them once, before TargetCheck).
+    after_check: the check's kernel was the launch just before (the op's forward), so the CUDA kernel may start
+    while it runs. Returns whether the CUDA kernel ran (a bad target's row then has a NaN gradient)."""
     if backend == "cuda" and grad is not None and softcap is None:
         if engines.cuda().cross_entropy(x, target, grad, rows, lse, check.info, ignore_index, label_smoothing,
-                                        z_loss, total, mean, after_targets=total is not None and check.direct):
-            return total is not None
+                                        z_loss, after_targets=after_check and check.direct):
+            return True
     engines.triton("cross_entropy").cross_entropy(x, target, loss=rows, lse=lse, grad=grad, scale=check.info,
                                   ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
                                   softcap=softcap)
@@ -399,8 +434,8 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
     """(loss in x's dtype, lse fp32/fp64 per row, grad or None) for validated (N, V) logits. With want_grad the
     gradient of the loss (the reduced loss's; the sum's for "none") is written in the same pass, into grad_out
     when given (it may be x: in place). Raises TargetError for a target out of range; with `pending` (a list) and
-    backend "cuda", the check is appended to it instead of waited for (the caller calls done() later: the backward;
-    the loss of a row with a bad target is NaN meanwhile)."""
+    backend "cuda", (check, whether ce_row made the gradient) is appended to it instead (the caller settles it
+    later: the backward; the loss of a row with a bad target is NaN meanwhile)."""
     M, V = x.shape
     grad = None
     if want_grad:
@@ -411,18 +446,17 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
             target = cuda_targets(target)
         rows = torch.empty(M, dtype=torch.float32, device=x.device)
         lse = torch.empty(M, dtype=torch.float32, device=x.device)
-        total = torch.empty((), dtype=x.dtype, device=x.device) if backend == "cuda" and reduction != "none" else None
         check = TargetCheck(target, V, ignore_index, reduction, backend)  # the launch just before the fused kernel's
+        row_kernel = fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, after_check=True, **opts)
         if reduction == "none":
-            fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, **opts)
             loss = rows.to(x.dtype)
-        elif fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, total=total,
-                           mean=reduction == "mean", **opts):
-            loss = total  # the sum, the scale and the cast by the fused kernel's last CTA
+        elif row_kernel:  # one launch: the sum, the scale, the cast (queued to overlap ce_row's last CTAs)
+            loss = torch.empty((), dtype=x.dtype, device=x.device)
+            engines.cuda().cross_entropy_loss(rows, check.info, loss, reduction == "mean", after_rows=True)
         else:
             loss = (rows.sum() * check.info[0] if reduction == "mean" else rows.sum()).to(x.dtype)
         if pending is not None and backend == "cuda":
-            pending.append(check)
+            pending.append((check, row_kernel))
         else:
             check.done()
         return loss, lse, grad
@@ -474,7 +508,7 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, target, ignore_index, label_smoothing, z_loss, softcap, reduction, backend, inplace):
-        # the targets' check is waited for in the backward: the host does not stall here on the GPU's queue
+        # the targets' check is settled in the backward: the host does not stall here on the GPU's queue
         ctx.pending = []
         ctx.set_materialize_grads(False)  # no zeros for lse's gradient (it has none)
         loss, lse, ctx.grad = forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction,
@@ -485,10 +519,12 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, _dlse):
-        # the scaling is queued first, then the check waited for (it raises before the gradient is handed on)
+        # the scaling is queued first, then the check settled: where ce_row made the gradient (NaN on a bad
+        # target's row), without waiting for the GPU (else deferred to the next call); else waited for, raising
+        # before the gradient is handed on
         grad = None if dloss is None else handed_grad(ctx, dloss, "cross_entropy's")
-        for check in ctx.pending:
-            check.done()
+        for check, row_kernel in ctx.pending:
+            check.settle() if row_kernel else check.done()
         if grad is None:  # not materialised (set_materialize_grads): no gradient reached the loss
             return (None,) * 9
         # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then

@@ -545,8 +545,8 @@ def cross_entropy_plan(M: int, N: int, dtype, *, vec: bool = True, window: int =
 
 def cross_entropy_helpers() -> tuple:
     """The small kernels around ce_row (run.py launches them): the targets' check and the reduction's scale, the
-    backward's grad_output (per dtype, 16-byte or scalar accesses)."""
-    return (("ce_targets",)
+    loss's sum (per dtype), the backward's grad_output (per dtype, 16-byte or scalar accesses)."""
+    return (("ce_targets",) + tuple(f"ce_loss<{dt}>" for dt in DT_CODE.values())
             + tuple(f"ce_scale<{dt},{w}>" for dtype, dt in DT_CODE.items() for w in (vec_width(dtype), 1)))
 
 

@@ -445,32 +445,30 @@ _NO_PLAN = object()  # a cross-entropy layout no ce_row plan takes
 
 
 def cross_entropy(x: torch.Tensor, target: torch.Tensor, grad: torch.Tensor, loss: torch.Tensor, lse: torch.Tensor,
-                  info: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float,
-                  total: Optional[torch.Tensor] = None, mean: bool = False, after_targets: bool = False) -> bool:
+                  scale: torch.Tensor, ignore_index: int, label_smoothing: float, z_loss: float,
+                  after_targets: bool = False) -> bool:
     """grad (M, V) <- the gradient of the reduced loss, loss and lse (M,) fp32 <- each row's, from one read of the
     logits x (M, V), fp32 / fp16 / bf16 with column stride 1 (grad x's dtype, rows of any stride, possibly x itself:
-    in place); target (M,) int64 contiguous; info: 4 device fp32 as cross_entropy_targets writes them, info[0] the
-    factor on every gradient (1 / counted rows for "mean"). total (a 0-d tensor of x's dtype, or None) <- the sum of
-    the rows' losses, times info[0] when `mean`, by the last CTA (info[3] counts them: zeroed by ce_targets).
-    after_targets: ce_targets was the launch just before this one on the stream (the op's forward), so ce_row may
-    start while it runs (a programmatic launch: the kernel waits for info only). The formulas are softmax.cu's
-    ce_grad. Returns False, launching nothing, where no plan holds the rows on chip (cross_entropy_plan): the
-    caller's other kernels take those."""
+    in place); target (M,) int64 contiguous; scale a device fp32 whose first element multiplies every gradient
+    (1 / counted rows for "mean"). A row whose target is out of range (and not ignore_index) gets a NaN loss and
+    gradient. after_targets: cross_entropy_targets made `scale` in the launch just before this one on the stream
+    (the op's forward), so ce_row may start while it runs (a programmatic launch: the kernel waits for the scale
+    only). The formulas are softmax.cu's ce_grad. Returns False, launching nothing, where no plan holds the rows on
+    chip (cross_entropy_plan): the caller's other kernels take those."""
     px, pg = x.data_ptr(), grad.data_ptr()
     key = (tuple(x.shape), x.stride(), grad.stride(), x.dtype, grad.dtype, tuple(grad.shape), x.get_device(),
-           _alignment(px, 0, pg), ignore_index, label_smoothing, z_loss, mean, after_targets)
+           _alignment(px, 0, pg), ignore_index, label_smoothing, z_loss, after_targets)
     e = _ce_entries.get(key)
     if e is None:
-        e = _ce_entries.get_or_make(key, lambda: _ce_entry(x, grad, ignore_index, label_smoothing, z_loss, mean,
+        e = _ce_entries.get_or_make(key, lambda: _ce_entry(x, grad, ignore_index, label_smoothing, z_loss,
                                                            after_targets))
     if e is _NO_PLAN:
         return False
-    e(px, target.data_ptr(), pg, loss.data_ptr(), lse.data_ptr(), info.data_ptr(),
-      0 if total is None else total.data_ptr())
+    e(px, target.data_ptr(), pg, loss.data_ptr(), lse.data_ptr(), scale.data_ptr())
     return True
 
 
-def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float, z: float, mean: bool, pdl: bool):
+def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float, z: float, pdl: bool):
     M, N = x.shape
     if N > 1 and (x.stride(1) != 1 or grad.stride(1) != 1):
         raise OnlineSoftmaxError(f"cross_entropy: logits and grad need column stride 1, got {x.stride()} and "
@@ -494,40 +492,49 @@ def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float
     if k.fits is False:
         return _NO_PLAN
     tail = (np.int64(M), np.int32(N), np.int64(sx), np.int64(sg), np.int64(ignore_index), np.float32(eps),
-            np.float32(z), np.float32(1.0 / N), np.int32(mean))
-    return k.bind(l.grid, tail, 7, pdl)
+            np.float32(z), np.float32(1.0 / N))
+    return k.bind(l.grid, tail, 6, pdl)
 
 
-# ---- cross-entropy's small launches (softmax.cu: ce_targets, ce_scale), prepared once per geometry ----------------
+# ---- cross-entropy's small launches (softmax.cu: ce_targets, ce_loss, ce_scale), prepared once per geometry ------
 
 _ce_small = BoundedCache(ENTRY_CACHE)
 
 
-def _small(name: str, device: int, block: int, tail: tuple, pointers: int):
+def _small(name: str, device: int, block: int, tail: tuple, pointers: int, pdl: bool = False):
     """A prepared launch of one of the small kernels; tail: (M, ...) as plain ints (the cache key), converted to the
-    kernel's scalar types by _SMALL_TYPES."""
-    key = (name, device, block, tail)
+    kernel's scalar types by _SMALL_TYPES; pdl: a programmatic launch (the kernel waits for the one before)."""
+    key = (name, device, block, tail, pdl)
     e = _ce_small.get(key)
     if e is None:
         e = _ce_small.get_or_make(key, lambda: kernel(name, device, (block,), 0, 1).bind(
-            1, tuple(np.asarray(v, t) for v, t in zip(tail, _SMALL_TYPES[name.split("<")[0]])), pointers))
+            1, tuple(np.asarray(v, t) for v, t in zip(tail, _SMALL_TYPES[name.split("<")[0]])), pointers, pdl))
     return e
 
 
-_SMALL_TYPES = {"ce_targets": (np.int64, np.int32, np.int64, np.int32),
+_SMALL_TYPES = {"ce_targets": (np.int64, np.int32, np.int64, np.int32), "ce_loss": (np.int64, np.int32),
                 "ce_scale": (np.int64, np.int32, np.int64, np.int64)}
 
 
 def cross_entropy_targets(target: torch.Tensor, V: int, ignore_index: int, mean: bool, host: int = 0) -> torch.Tensor:
-    """An fp32 buffer of 4 whose [0] is the gradient's scale (1 / rows whose target is not ignore_index when `mean`,
-    else 1), [1] those rows, [2] 1.0 if one of their targets is out of [0, V), [3] 0 (ce_row's count of finished
-    CTAs): one launch, no sync. target (M,) int64 contiguous on a CUDA device. host: the address of 3 floats of
-    pinned memory the device addresses as is (launch.host_mapped) that get info[0..2], [2] last, or 0."""
-    info = torch.empty(4, dtype=torch.float32, device=target.device)
+    """An fp32 buffer of 3 whose [0] is the gradient's scale (1 / rows whose target is not ignore_index when `mean`,
+    else 1), [1] those rows, [2] 1.0 if one of their targets is out of [0, V): one launch, no sync. target (M,) int64
+    contiguous on a CUDA device. host: the address of 3 floats of pinned memory the device addresses as is
+    (launch.host_mapped) that get the same values, [2] last, or 0."""
+    info = torch.empty(3, dtype=torch.float32, device=target.device)
     M = target.numel()
     launch = _small("ce_targets", target.get_device(), 1024, (0, V, ignore_index, int(mean)), 3)
     launch.rows(1, M, target.data_ptr(), info.data_ptr(), host)
     return info
+
+
+def cross_entropy_loss(rows: torch.Tensor, buf: torch.Tensor, out: torch.Tensor, mean: bool,
+                       after_rows: bool = False) -> None:
+    """out (a 0-d tensor, fp32 / fp16 / bf16) <- the sum of rows (M,) fp32, times buf[0] when `mean`. after_rows:
+    ce_row wrote `rows` in the launch just before this one, so this one is queued as a programmatic launch that
+    the GPU may schedule during ce_row's last CTAs (it waits for ce_row's grid before reading)."""
+    launch = _small(f"ce_loss<{DT_CODE[out.dtype]}>", rows.get_device(), 1024, (0, int(mean)), 3, after_rows)
+    launch.rows(1, rows.numel(), rows.data_ptr(), buf.data_ptr(), out.data_ptr())
 
 
 def cross_entropy_scale(g: torch.Tensor, go: torch.Tensor) -> None:

@@ -668,7 +668,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     float gt = 0.0f;    // the owner's: the target element's gradient, term included
     if constexpr (OP == OP_CE) {
         const float lse = o.s + logf(pb);
-        g = ce_grad(ce, scale, counted, lse);
+        // a counted target out of range: the row's gradient NaN, as its loss (the op raises TargetError once the
+        // host has read the check's flag, possibly after this gradient reached .grad: nothing silently wrong)
+        g = ce_grad(ce, counted && !hit ? __int_as_float(0x7fffffff) : scale, counted, lse);
         ge = g.of(f);
         gx = g.of(o.inv);
         if (ce.eps != 0.0f) {
@@ -751,49 +753,28 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
     row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
 }
 
-// The reduced loss at the end of ce_row: each CTA, its row's loss stored (by its thread 0), counts itself done in
-// info[3] (zeroed by ce_targets); the last one sums the M per-row losses in a fixed order (deterministic) and writes
-// the scalar in the logits' dtype, times info[0] (the scale) for "mean".
-template <int DT, int THREADS>
-__device__ __forceinline__ void ce_total(const float* __restrict__ loss, long long M, float* __restrict__ info,
-                                         void* __restrict__ total, int mean) {
-    __shared__ bool last;
-    __shared__ float red_a[32], red_b[32];
-    if (threadIdx.x == 0) {
-        __threadfence();  // the row's loss, visible before the count says so
-        last = atomicAdd(reinterpret_cast<unsigned*>(info) + 3, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    float a = 0.0f, b = 0.0f;
-    for (long long i = threadIdx.x; i < M; i += THREADS) a += __ldcg(loss + i);
-    os_block_reduce<OS_RED_SUM, (THREADS & (THREADS - 1)) == 0>(a, b, red_a, red_b);
-    if (threadIdx.x == 0) *static_cast<typename os_elem<DT>::type*>(total) = os_from_f<DT>(mean ? a * info[0] : a);
-}
-
 // Cross-entropy on the row kernel (one row per CTA or per cluster): x the logits (a), the gradient (out; it may be x
-// itself), the per-row outputs and options in ce_args (see ce_grad); info from ce_targets (info[0] the scale); with
-// `total` (else null) also the reduced loss (ce_total).
+// itself), the per-row outputs and options in ce_args (see ce_grad). ce_loss, launched next, may be scheduled once
+// every CTA has started (os_launch_dependents): it waits for the whole grid before reading the rows' losses.
 template <int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 ce_row(const void* __restrict__ x, const long long* __restrict__ target, void* __restrict__ grad,
-       float* __restrict__ loss, float* __restrict__ lse, float* __restrict__ info, void* __restrict__ total,
-       long long M, int N, long long sx, long long sg, long long ignore, float eps, float z, float inv_v, int mean) {
+       float* __restrict__ loss, float* __restrict__ lse, const float* __restrict__ scale, long long M, int N,
+       long long sx, long long sg, long long ignore, float eps, float z, float inv_v) {
+    os_launch_dependents();
     row_body<OP_CE, DT, W, THREADS, SLOTS, SSLOTS, C, P, DT>(x, nullptr, grad, N, sx, 0, sg,
-                                                             ce_args{target, loss, lse, info, ignore, eps, z, inv_v});
-    if (total) ce_total<DT, THREADS>(loss, M, info, total, mean);
+                                                             ce_args{target, loss, lse, scale, ignore, eps, z, inv_v});
 }
 
-// ---- cross-entropy around ce_row: the targets' check and the reduction's scale, the backward's grad_output. Small
-// launches on the eager hot path (prepared cuLaunchKernel, no Triton launcher).
+// ---- cross-entropy around ce_row: the targets' check and the reduction's scale, the loss's sum, the backward's
+// grad_output. Small launches on the eager hot path (prepared cuLaunchKernel, no Triton launcher).
 
 // info[0..2] (fp32) <- (the gradient's scale: 1 / counted rows when `mean`, else 1; the counted rows (target !=
-// ignore); 1.0 if a counted target is out of [0, V), else 0), info[3] <- 0 (ce_total's count, as bits), and
-// info[0..2] into `host` unless it is null: pinned host memory the device addresses directly (unified addressing),
-// the flag last, which the host polls for (its slot holds a sentinel until then), no copy. One CTA (no atomics),
-// each thread with 4 targets in flight per trip. ce_row, launched next, may start at once (os_launch_dependents):
-// it waits for these values only after issuing its row's loads.
+// ignore); 1.0 if a counted target is out of [0, V), else 0), and the same into `host` unless it is null: pinned
+// host memory the device addresses directly (unified addressing), the flag last, which the host polls for (its
+// slot holds a sentinel until then), no copy. One CTA (no atomics, nothing to zero first), each thread with 4
+// targets in flight per trip. ce_row, launched next, may start at once (os_launch_dependents): it waits for these
+// values only after issuing its row's loads.
 __global__ void __launch_bounds__(1024) ce_targets(const long long* __restrict__ target, float* __restrict__ info,
                                                    float* __restrict__ host, long long M, int V, long long ignore,
                                                    int mean) {
@@ -827,7 +808,6 @@ __global__ void __launch_bounds__(1024) ce_targets(const long long* __restrict__
             info[0] = scale;
             info[1] = rows;
             info[2] = flag;
-            reinterpret_cast<unsigned*>(info)[3] = 0u;
             if (host) {
                 host[0] = scale;
                 host[1] = rows;
@@ -836,6 +816,19 @@ __global__ void __launch_bounds__(1024) ce_targets(const long long* __restrict__
             }
         }
     }
+}
+
+// out (a scalar of the logits' dtype) <- the sum of the M per-row losses, times the scale when `mean`: one CTA, a
+// fixed order (deterministic). Launched programmatically after ce_row: it waits for ce_row's grid first.
+template <int DT>
+__global__ void __launch_bounds__(1024) ce_loss(const float* __restrict__ rows, const float* __restrict__ buf,
+                                                void* __restrict__ out, long long M, int mean) {
+    __shared__ float red_a[32], red_b[32];
+    os_grid_wait();
+    float a = 0.0f, b = 0.0f;
+    for (long long i = threadIdx.x; i < M; i += blockDim.x) a += rows[i];
+    os_block_reduce<OS_RED_SUM>(a, b, red_a, red_b);
+    if (threadIdx.x == 0) *static_cast<typename os_elem<DT>::type*>(out) = os_from_f<DT>(mean ? a * buf[0] : a);
 }
 
 // The backward: g (M rows of N, row stride sg) *= grad_output (go: one factor when sgo == 0, else one per row, in
