@@ -324,6 +324,18 @@ def profile(spec: str) -> None:
         print(f"{label}: host {1e6 * (t1 - t0) / 50:.1f} us per call, wall {1e6 * (t2 - t0) / 50:.1f} us per call",
               flush=True)
 
+    # the host's own costs first (the profiler below leaves the process slower): a step whose GPU part is a few us,
+    # and single launches (none waits on the GPU)
+    small = torch.randn(64, V, device="cuda", dtype=x.dtype, requires_grad=True)
+    timed(f"64x{V}:{dt} (the host's own cost a step: the GPU's part is a few us)",
+          trained(lambda: osm.cross_entropy(small, t[:64])))
+    from onlinesoftmax.engines.cuda import run as cuda_run
+
+    g1, one = torch.empty(64, 8, device="cuda", dtype=torch.bfloat16), torch.ones((), device="cuda",
+                                                                                  dtype=torch.bfloat16)
+    timed("a prepared launch (ce_scale, grad_output 1: returns at once)", lambda: cuda_run.cross_entropy_scale(g1, one))
+    timed("torch.ones_like of a scalar (one torch launch)", lambda: torch.ones_like(one))
+    timed("torch.empty(3) on the GPU (no launch)", lambda: torch.empty(3, device="cuda"))
     timed(f"{spec}")
     lg, _ = liger()
     others = {"torch F.cross_entropy": lambda: F.cross_entropy(x, t),
@@ -390,9 +402,6 @@ def profile(spec: str) -> None:
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14), flush=True)
     gpu_timeline(prof, 20)
-    small = torch.randn(64, V, device="cuda", dtype=x.dtype, requires_grad=True)
-    timed(f"64x{V}:{dt} (the host's own cost a step: the GPU's part is a few us)",
-          trained(lambda: osm.cross_entropy(small, t[:64])))
 
 
 def parse_row(spec: str):
