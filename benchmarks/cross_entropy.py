@@ -6,6 +6,7 @@ linear + cross-entropy; CSV + text out.
     python benchmarks/cross_entropy.py --out benchmarks/results/h200x2-cross-entropy [--sweep] [--quick]
     python benchmarks/cross_entropy.py --rows 8192x32000:bfloat16,8192x50257:bfloat16 --out ...   those rows only
     python benchmarks/cross_entropy.py --profile 8192x32000:bfloat16      where the op's time goes beyond its kernel
+    python benchmarks/cross_entropy.py --host 8192x32000:bfloat16         the host's cost of a step, and why
 
 % of 1R+1W = (one read of the logits + one write of their gradient) / time / the same-run copy's bandwidth, and
 also against the 4.249 TB/s of the anchors. torch and torch.compile upcast with .float() first (as the anchors,
@@ -407,6 +408,66 @@ def profile(spec: str) -> None:
     gpu_timeline(prof, 20)
 
 
+def host_costs(spec: str) -> None:
+    """The host's cost of a training step (x.grad = None; loss.backward()), two rounds: at the spec's shape and at
+    64 rows of it (a few us of GPU work: the host's own cost), with autograd's worker thread on and off, and with
+    the backward waiting for the target check (done) instead of settling it; beside each, the time our backward's
+    body takes and on which thread, and how many pinned slots were allocated."""
+    import threading
+
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    BT, V, dtype = parse_row(spec)
+    x = torch.randn(BT, V, device="cuda", dtype=dtype, requires_grad=True)
+    small = torch.randn(64, V, device="cuda", dtype=dtype, requires_grad=True)
+    t = torch.randint(0, V, (BT,), device="cuda")
+    slots, body = [0], []
+    slot_init, backward = ce.Slot.__init__, ce._CrossEntropy.backward
+
+    def counted_slot(self, device):
+        slots[0] += 1
+        slot_init(self, device)
+
+    def timed_backward(ctx, *a):
+        t0 = time.perf_counter()
+        try:
+            return backward(ctx, *a)
+        finally:
+            body.append((time.perf_counter() - t0, threading.get_native_id()))
+    ce.Slot.__init__, ce._CrossEntropy.backward = counted_slot, staticmethod(timed_backward)
+
+    def step(xx, tt):
+        xx.grad = None
+        osm.cross_entropy(xx, tt).backward()
+
+    def timed(label, xx, tt, n=100):
+        for _ in range(10):
+            step(xx, tt)
+        torch.cuda.synchronize()
+        s0, b0 = slots[0], len(body)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step(xx, tt)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        ours = body[b0:]
+        on_main = all(tid == threading.get_native_id() for _, tid in ours)
+        print(f"{label}: host {1e6 * (t1 - t0) / n:.1f} us a step, wall {1e6 * (t2 - t0) / n:.1f}; our backward's "
+              f"body {1e6 * sum(b for b, _ in ours) / max(1, len(ours)):.1f} us on the "
+              f"{'main' if on_main else 'worker'} thread; {slots[0] - s0} slots allocated", flush=True)
+
+    for rnd in range(2):
+        for label, xx, tt in ((spec, x, t), (f"64 rows of {spec}", small, t[:64])):
+            timed(f"[{rnd}] {label}", xx, tt)
+            with torch.autograd.set_multithreading_enabled(False):
+                timed(f"[{rnd}] {label}, autograd's worker thread off", xx, tt)
+            settle, ce.TargetCheck.settle = ce.TargetCheck.settle, ce.TargetCheck.done
+            timed(f"[{rnd}] {label}, the backward waiting for the check", xx, tt)
+            ce.TargetCheck.settle = settle
+        print(f"[{rnd}] do_bench of the {spec} step: {bench(lambda: step(x, t)):.4f} ms", flush=True)
+
+
 def parse_row(spec: str):
     """"8192x32000:bfloat16" -> (8192, 32000, torch.bfloat16)"""
     shape, dt = spec.split(":")
@@ -441,6 +502,7 @@ def gpu_timeline(prof, steps: int) -> None:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", metavar="BTxV:DTYPE")
+    ap.add_argument("--host", metavar="BTxV:DTYPE", help="the host's cost of a step (host_costs)")
     ap.add_argument("--out")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--quick", action="store_true")
@@ -448,6 +510,8 @@ def main():
     args = ap.parse_args()
     if args.profile:
         return profile(args.profile)
+    if args.host:
+        return host_costs(args.host)
     if not args.out:
         ap.error("--out is required (or --profile)")
     lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
