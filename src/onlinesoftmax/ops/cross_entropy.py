@@ -405,13 +405,18 @@ def fused_forward(x, target, check: TargetCheck, rows, lse, *, backend, grad=Non
 
 
 def handed_grad(ctx, dloss: torch.Tensor, whose: str) -> torch.Tensor:
-    """The gradient an autograd Function's forward made (ctx.grad, on ctx.backend), scaled by grad_output: handed
-    over once, so a second backward through the same loss (retain_graph) raises instead of reusing it."""
+    """The gradient an autograd Function's forward made (ctx.grad, on ctx.backend), scaled by grad_output (by
+    ctx.scaler where the forward prepared one): handed over once, so a second backward through the same loss
+    (retain_graph) raises instead of reusing it."""
     grad, ctx.grad = ctx.grad, None
     if grad is None:
         raise OnlineSoftmaxError(f"{whose} gradient is made in the forward and handed over once: a second backward "
                                  "through the same loss (retain_graph) is not supported")
-    return scale_grad(grad, dloss, ctx.backend)
+    scaler = getattr(ctx, "scaler", None)
+    if scaler is None:
+        return scale_grad(grad, dloss, ctx.backend)
+    scaler(dloss)
+    return grad
 
 
 def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tensor:
@@ -514,6 +519,9 @@ class _CrossEntropy(torch.autograd.Function):
         loss, lse, ctx.grad = forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction,
                                       backend, True, grad_out=x if inplace else None, pending=ctx.pending)
         ctx.backend = backend
+        # the backward's launch prepared here, on the forward's thread (the backward runs on autograd's worker)
+        ctx.scaler = (engines.cuda().cross_entropy_scaler(ctx.grad)
+                      if backend == "cuda" and ctx.grad.is_cuda and ctx.grad.numel() else None)
         ctx.mark_non_differentiable(lse)
         return loss, lse
 

@@ -540,18 +540,28 @@ def cross_entropy_loss(rows: torch.Tensor, buf: torch.Tensor, out: torch.Tensor,
 def cross_entropy_scale(g: torch.Tensor, go: torch.Tensor) -> None:
     """g (M, N) *= go in place: one factor (go.numel() == 1) or one per row, in g's dtype; rows whose factor is 1
     are left untouched, decided on the device (loss.backward() passes 1: one launch, no pass over g)."""
+    cross_entropy_scaler(g)(go)
+
+
+def cross_entropy_scaler(g: torch.Tensor):
+    """cross_entropy_scale(g, go) as a callable of go, everything about g prepared now: the op's forward makes it,
+    so that its backward, on autograd's worker thread, does little more than the launch."""
     M, N = g.shape
     if M == 0 or N == 0:
-        return
+        return lambda go: None
     if N > 1 and g.stride(1) != 1:
         raise OnlineSoftmaxError(f"cross_entropy_scale: rows of unit stride expected, got strides {g.stride()}")
-    if go.dtype != g.dtype:
-        go = go.to(g.dtype)
-    sgo = 0 if go.numel() == 1 else go.stride(-1)
     sg = g.stride(0) if M > 1 else N
     V = vec_width(g.dtype)
     W = V if (g.data_ptr() % 16 == 0 and N % V == 0 and sg % V == 0) else 1
-    device = g.get_device()
-    launch = _small(f"ce_scale<{DT_CODE[g.dtype]},{W}>", device, 512, (0, N, sg, sgo), 2)
+    device, dtype, pg = g.get_device(), g.dtype, g.data_ptr()
+    name = f"ce_scale<{DT_CODE[dtype]},{W}>"
+    one = _small(name, device, 512, (0, N, sg, 0), 2)  # a single factor, the usual case
     grid = min(M, _stable.get(device) or _stable_rows_of(device))  # 4 CTAs per SM at most (cached per device)
-    launch.rows(grid, M, g.data_ptr(), go.data_ptr())
+
+    def scale(go: torch.Tensor) -> None:
+        if go.dtype != dtype:
+            go = go.to(dtype)
+        launch = one if go.numel() == 1 else _small(name, device, 512, (0, N, sg, go.stride(-1)), 2)
+        launch.rows(grid, M, pg, go.data_ptr())
+    return scale
