@@ -365,7 +365,8 @@ class TargetCheck:
             self.slot.copied(self.info)
 
     def __del__(self):
-        if getattr(self, "slot", None) is not None:
+        # _orphans is None while the interpreter shuts down (a deferred check never settled): nothing to keep then
+        if getattr(self, "slot", None) is not None and _orphans is not None:
             _orphans.append((self.device, self.slot))
 
     def done(self) -> None:
