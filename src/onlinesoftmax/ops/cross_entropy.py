@@ -28,10 +28,11 @@ eager with grad (an autograd.Function), torch.compile (custom ops with fake kern
 inplace_grad is eager-only).
 
 Errors (OnlineSoftmaxError, the builtin type where torch raises one): a target out of [0, V) other than
-ignore_index (TargetError, an IndexError; on the GPU a small kernel flags it and its copy to the host is waited for,
-not the loss kernel queued behind it: by the forward, or, for backend "cuda" with a gradient, by the backward,
-so that the host does not stall on the GPU's queue in the forward; the loss is then NaN until the backward
-raises), wrong dtypes or shapes, a bad reduction / label_smoothing / softcap.
+ignore_index (TargetError, an IndexError; on the GPU a small kernel flags it into pinned host memory, and the loss
+kernel queued behind it is not waited for: the forward waits for the flag without a gradient; with one, backend
+"cuda" returns a NaN loss and the backward raises if the GPU has written the flag by then, else the next call on
+the device does (TargetCheck.settle): the row's gradient is NaN meanwhile where ce_row made it, and where the
+Triton kernels made it the backward waits), wrong dtypes or shapes, a bad reduction / label_smoothing / softcap.
 """
 
 from __future__ import annotations
