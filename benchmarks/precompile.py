@@ -7,6 +7,10 @@ NVRTC version is the same; otherwise it compiles them, still in parallel).
     python benchmarks/precompile.py --tests    (instead: what tests/test_gpu_production.py's fixture compiles,
                                                 test_gpu_concurrency.py's jobs and every chan and flat kernel: ~750
                                                 kernels, ~50 MB, ~3 minutes on 2 cores)
+    python benchmarks/precompile.py --cross-entropy    (instead: the cross-entropy GPU tests' and benchmark's
+                                                        kernels: ~110, ~12 MB, ~40 s on 2 cores)
+
+The device's carry holds 64 MiB with the tree: --tests and --cross-entropy do not fit together; carry one.
 """
 
 import argparse
@@ -93,14 +97,36 @@ def test_kernels(sms: int) -> set:
     return names
 
 
+CE_ROWS = (2, 3, 5, 9, 33, 37, 40, 64, 67, 128, 300, 3001, 4099, 8192, 32768)  # tests/test_gpu_cross_entropy.py,
+CE_VOCABS = (1000, 32000, 32001, 40000, 50257, 128256, 256000)                   # benchmarks/cross_entropy.py
+
+
+def cross_entropy_kernels(sms: int) -> set:
+    """ce_row for the cross-entropy GPU tests' and benchmark's row counts and vocabularies, every dtype, aligned
+    rows and both window paths (the offset and in-place layouts), and the small kernels around it."""
+    names = set(P.cross_entropy_helpers())
+    for M in CE_ROWS:
+        for V in CE_VOCABS:
+            for dtype in torch.float32, torch.bfloat16, torch.float16:
+                W = P.vec_width(dtype)
+                for vec, window in ((V % W == 0, 1), (False, 1), (False, 2)):
+                    try:
+                        names.update(P.cross_entropy_plan(M, V, dtype, vec=vec, window=window, sms=sms).kernels)
+                    except P.Unsupported:
+                        pass
+    return names
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--n", type=int, nargs="*", default=SWEEP_N)
     ap.add_argument("--tests", action="store_true", help="the production GPU tests' kernels instead of the sweep's")
+    ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy tests' and benchmark's kernels")
     args = ap.parse_args()
     sms = K.sms(0 if torch.cuda.is_available() else None)
-    names = test_kernels(sms) if args.tests else sweep_kernels(args.n, sms)
+    names = (test_kernels(sms) if args.tests else cross_entropy_kernels(sms) if args.cross_entropy
+             else sweep_kernels(args.n, sms))
     t = time.perf_counter()
     K.compile_all(names, batch=1, workers=args.workers)
     print(f"{len(names)} kernels ready in {time.perf_counter() - t:.1f} s ({args.workers} workers)")
