@@ -2,6 +2,7 @@
 parameter pointer addresses the right value, the three leading pointers are per call, scalars keep their widths."""
 
 import ctypes
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -52,3 +53,32 @@ def test_launch_passes_what_both_driver_entries_take(monkeypatch):
     p._go(p.dims, 7, (1, 2, 3))
     (args,) = seen
     assert args[-1] == 0 and type(args[-1]) is int and args[-2] == p._addr
+
+
+def test_programmatic_launch_fills_cuLaunchKernelEx_config(monkeypatch):
+    """pdl=True goes through cuLaunchKernelEx with CUlaunchConfig laid out as cuda.h has it (56 bytes: 7 dims,
+    the stream at 32, the attributes at 40, their count at 48) and one CUlaunchAttribute (72 bytes: the id, then
+    the value at 8) saying programmatic stream serialization (6) = 1; the grid of rows() reaches it."""
+    assert ctypes.sizeof(launch._LaunchConfig) == 56 and launch._LaunchConfig.stream.offset == 32
+    assert launch._LaunchConfig.attrs.offset == 40 and launch._LaunchConfig.num_attrs.offset == 48
+    assert ctypes.sizeof(launch._LaunchAttribute) == 72 and launch._LaunchAttribute.value.offset == 8
+    seen = []
+
+    def cu_launch_kernel_ex(cfg, handle, params, extra):
+        c = cfg._obj  # what ctypes.byref points at
+        seen.append((list(c.dims), c.stream, c.num_attrs, c.attrs[0].id, c.attrs[0].value, handle, params, extra))
+        return 0
+
+    libcuda = SimpleNamespace(cuLaunchKernelEx=cu_launch_kernel_ex, cuLaunchKernel=lambda *args: 0)
+    monkeypatch.setattr(launch, "_CU_LAUNCH", None)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: libcuda)
+    monkeypatch.setattr(launch, "stream_handle", lambda device: 0x5000)
+    lk = _Loaded()
+    lk.kernel = type("kernel", (), {"handle": 0x1234})
+    p = PreparedLaunch(lk, 1, (512,), (np.int64(5),), 2048, 3, pdl=True)
+    p._go((p.dims[0], 77) + p.dims[2:], 9, (1, 2, 3))
+    (dims, stream, n, attr, value, handle, params, extra), = seen
+    assert dims == [77, 1, 1, 512, 1, 1, 2048] and stream == 0x5000 and (n, attr, value) == (1, 6, 1)
+    assert handle == 0x1234 and params == p._addr and extra == 0
+    plain = PreparedLaunch(lk, 1, (512,), (np.int64(5),), 2048, 3)
+    assert plain._launch is not p._launch and not seen[1:]
