@@ -295,31 +295,43 @@ def test_masked_logit_without_smoothing_is_finite():
 
 
 def test_deferred_checks_raise_once_written(monkeypatch):
-    """settle_deferred raises for a deferred check the GPU has written with its flag set, keeps the unwritten ones
-    for later, and gives the written ones' slots back; a clean one raises nothing."""
+    """settle_deferred raises, in the thread that made the call, for a deferred check the GPU has written with its
+    flag set, keeps the unwritten ones for later, and gives the written ones' slots back; a clean one raises
+    nothing, and another thread's call raises none of them."""
     from onlinesoftmax.ops import cross_entropy as ce
+
+    import threading
 
     def check(target, passed, bad):
         c = ce.TargetCheck.__new__(ce.TargetCheck)
         c.target, c.V, c.ignore_index, c.device = torch.tensor(target), 10, -100, 3
+        c.thread = threading.get_ident()  # as __init__ records it: the forward's thread
         c.slot = _slot(True, passed=passed)
         c.slot.view[2] = (1.0 if bad else 0.0) if passed else ce.Slot.SENTINEL
         return c
 
     monkeypatch.setattr(ce, "_slots", {})
     monkeypatch.setattr(ce, "_deferred", {})
-    clean, late, wrong = check([1, 2], True, False), check([3, 12], False, True), check([4, 11], True, True)
-    for c in (clean, late, wrong):
-        c.settle() if c is clean else ce._deferred.setdefault(3, []).append(c)
-    assert ce._deferred[3] == [late, wrong] and len(ce._slots[3]) == 1  # clean: settled at once, slot back
+    clean, late, wrong = check([1, 2], True, False), check([3, 12], False, True), check([4, 11], False, True)
+    # settled on autograd's worker thread, as the backward does: kept for the forward's thread all the same
+    worker = threading.Thread(target=lambda: [c.settle() for c in (clean, late, wrong)])
+    worker.start()
+    worker.join()
+    mine = (3, threading.get_ident())
+    assert ce._deferred[mine] == [late, wrong] and len(ce._slots[3]) == 1  # clean: settled at once, slot back
+    wrong.slot.view[2] = 1.0  # the GPU writes its flag: a bad target
+    other = threading.Thread(target=ce.settle_deferred, args=(3,))  # another thread's call: not its error
+    other.start()
+    other.join()
+    assert ce._deferred[mine] == [late, wrong]
     with pytest.raises(ce.TargetError, match="target 11 out of range.*earlier cross_entropy call on cuda:3"):
         ce.settle_deferred(3)
-    assert ce._deferred[3] == [late]
+    assert ce._deferred[mine] == [late]
     late.slot.view[2] = 1.0
     with pytest.raises(ce.TargetError, match="target 12"):
         ce.settle_deferred(3)
     ce.settle_deferred(3)
-    assert ce._deferred[3] == [] and len(ce._slots[3]) == 3
+    assert ce._deferred[mine] == [] and len(ce._slots[3]) == 3
 
 
 def test_a_check_dropped_at_shutdown_is_quiet(monkeypatch):

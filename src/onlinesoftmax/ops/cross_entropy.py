@@ -312,15 +312,16 @@ def _reclaim() -> None:
     _orphans.extend(pending)
 
 
-_deferred: dict = {}  # device index -> TargetChecks of earlier calls whose flag the host has not read yet
+_deferred: dict = {}  # (device index, the calling thread) -> TargetChecks of its earlier calls not read yet
 _deferred_lock = threading.Lock()
 
 
 def settle_deferred(device: int) -> None:
-    """Raises TargetError for a deferred check on `device` that the GPU has finished and that found a bad target
-    (the call it belonged to returned a NaN loss and NaN gradient rows); checks not finished yet stay deferred."""
+    """Raises TargetError for a deferred check of this thread's earlier calls on `device` that the GPU has finished
+    and that found a bad target (the call returned a NaN loss and NaN gradient rows); checks not finished yet stay
+    deferred. Per thread: another thread's bad target is raised in that thread, not here."""
     with _deferred_lock:
-        waiting = _deferred.get(device)
+        waiting = _deferred.get((device, threading.get_ident()))
         if not waiting:
             return
         finished = [c for c in waiting if c.slot.passed()]
@@ -339,18 +340,18 @@ class TargetCheck:
     cuda_targets; else Triton's) and, on the host, a pinned copy of it (its Slot: the CUDA kernel writes it itself
     where the device addresses the pinned buffer directly; else a copy is queued behind the kernel); `done()` waits
     for that copy only (the big kernel queued after it keeps running), then raises a clear TargetError; `settle()`
-    does so only if the GPU has got there, else defers the check to the next call on the device (settle_deferred:
-    for the backward, when ce_row made the gradient, NaN on a bad target's row). `direct`: the CUDA kernel wrote the
-    slot and nothing else was queued behind it (the next launch may overlap it). Slots come from a pool per device
-    (allocating the pinned buffer costs more host time than the rest of the check) and go back to it in done(); a
-    check dropped before done() leaves its slot to the pool once it has passed (until then its kernel may still
-    write the buffer)."""
+    does so only if the GPU has got there, else defers the check to the next call of the same thread on the device
+    (settle_deferred: for the backward, when ce_row made the gradient, NaN on a bad target's row). `direct`: the
+    CUDA kernel wrote the slot and nothing else was queued behind it (the next launch may overlap it). Slots come
+    from a pool per device (allocating the pinned buffer costs more host time than the rest of the check) and go
+    back to it in done(); a check dropped before done() leaves its slot to the pool once it has passed (until then
+    its kernel may still write the buffer)."""
 
     def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
         self.target, self.V, self.ignore_index = target, V, ignore_index
         self.slot = None
         if target.is_cuda:
-            self.device = target.get_device()
+            self.device, self.thread = target.get_device(), threading.get_ident()
             settle_deferred(self.device)
             self.slot = _take_slot(self.device)
         self.direct = backend == "cuda" and self.slot is not None and self.slot.mapped
@@ -385,8 +386,8 @@ class TargetCheck:
         if self.slot is None or self.slot.passed():
             self.done()
             return
-        with _deferred_lock:
-            _deferred.setdefault(self.device, []).append(self)
+        with _deferred_lock:  # settle() runs on autograd's worker thread: keyed by the forward's thread
+            _deferred.setdefault((self.device, self.thread), []).append(self)
 
 
 def fused_forward(x, target, check: TargetCheck, rows, lse, *, backend, grad=None, ignore_index, label_smoothing,

@@ -232,8 +232,9 @@ class LoadedKernel:
 
     def cluster_config(self, grid: int, block, cluster: int, smem: int = 0, pdl: bool = False):
         """cuda.core's LaunchConfig for `grid` clusters of `cluster` CTAs (pdl: with programmatic stream
-        serialization, as PreparedLaunch's, where this cuda.core has the option). cuda.core 1.2 counts a cluster launch's grid in clusters; an older one
-        passes it through as blocks (checked on the driver struct it builds)."""
+        serialization, as PreparedLaunch's, where this cuda.core has the option). cuda.core 1.2 counts a cluster
+        launch's grid in clusters; an older one passes it through as blocks (checked on the driver struct it
+        builds)."""
         from cuda.core import LaunchConfig
 
         opts = dict(cluster=cluster, block=block, shmem_size=smem)
