@@ -3,7 +3,7 @@
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
 # Stages: verify (GPU tests, check, ladder) | tests (every GPU test, parallel processes) | concurrency
 #         | release [sweep args] | attention | attention-hbm [B H S D]
-#         | sweep [sweep args] | tune-flat [N ...] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
+#         | sweep [sweep args] | cross-entropy | tune-flat [N ...] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
 #         | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
@@ -92,6 +92,13 @@ case "$stage" in
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum \
         python3 benchmarks/attention_hbm.py run $shape >"$OUT/attention-ncu.csv" 2>&1
     python3 benchmarks/attention_hbm.py summarize "$OUT/attention-ncu.csv" $shape | tee "$OUT/attention-hbm.md"
+    ;;
+  cross-entropy)  # issue 15: the cross-entropy GPU tests, the host's cost of a step, then every row (--quick);
+    # carry the kernels of `benchmarks/precompile.py --cross-entropy`
+    python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_gpu_cross_entropy.py 2>&1 \
+      | tee "$OUT/pytest-gpu-cross-entropy.log" | tail -3
+    python3 benchmarks/cross_entropy.py --host 8192x32000:bfloat16 2>&1 | tee "$OUT/cross-entropy-host.txt" | tail -14
+    python3 benchmarks/cross_entropy.py --quick --out "$OUT/cross-entropy" 2>&1 | grep -v Backend | tail -16
     ;;
   tune-flat)  # issue 12: the flat regime against torch and the other plans (tune_rows --flat), every op and dtype
     for dt in bfloat16 float32 float16; do for op in softmax log_softmax softmax_backward log_softmax_backward; do
