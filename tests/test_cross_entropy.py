@@ -1,6 +1,8 @@
 """cross_entropy and linear_cross_entropy on CPU (the reference path): against F.cross_entropy and the float64
 specification (reference.cross_entropy) on adversarial logits, every option, the errors, torch.compile."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -331,7 +333,7 @@ def test_deferred_checks_raise_once_written(monkeypatch):
     with pytest.raises(ce.TargetError, match="target 12"):
         ce.settle_deferred(3)
     ce.settle_deferred(3)
-    assert ce._deferred[mine] == [] and len(ce._slots[3]) == 3
+    assert mine not in ce._deferred and len(ce._slots[3]) == 3  # the thread's empty list dropped
 
 
 def test_a_check_dropped_at_shutdown_is_quiet(monkeypatch):
@@ -348,3 +350,51 @@ def test_a_check_dropped_at_shutdown_is_quiet(monkeypatch):
     check.device, check.slot = 3, _slot(True, passed=False)
     del check
     assert seen == []
+
+
+def test_a_flag_without_a_bad_value_left_still_raises(monkeypatch):
+    """A deferred check whose flag is set but whose target tensor no longer holds the bad value (refilled in place
+    since the call) raises all the same, saying which one is not known."""
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    monkeypatch.setattr(ce, "_slots", {})
+    check = ce.TargetCheck.__new__(ce.TargetCheck)
+    check.target, check.V, check.ignore_index, check.device = torch.tensor([1, 2]), 10, -100, 3
+    check.slot = _slot(True, passed=True)
+    check.slot.view[2] = 1.0
+    with pytest.raises(ce.TargetError, match="target tensor has changed since"):
+        check.done()
+
+
+def test_a_deferred_check_settled_elsewhere_is_dropped(monkeypatch):
+    """A deferred check already done() by another path (its slot given back) is dropped by settle_deferred, not
+    asked for its slot (an AttributeError inside the lock left the thread's list for good at 9555668)."""
+    import threading
+
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    check = ce.TargetCheck.__new__(ce.TargetCheck)
+    check.slot = None
+    monkeypatch.setattr(ce, "_deferred", {(3, threading.get_ident()): [check]})
+    ce.settle_deferred(3)
+    assert ce._deferred == {}
+
+
+def test_a_polled_wait_probes_the_stream(monkeypatch):
+    """Polling a flag that never comes does not spin forever: the stream is probed every PROBE_S, and an idle
+    stream (the kernel finished) with the flag unwritten raises; a failing probe (a dead context, a capture)
+    raises its own error."""
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    slot = _slot(True, passed=False)
+    slot.device = 0
+    monkeypatch.setattr(ce.Slot, "PROBE_S", 0.01)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: SimpleNamespace(query=lambda: True))
+    with pytest.raises(OnlineSoftmaxError, match="finished without writing its flag"):
+        slot.wait()
+
+    def dead():
+        raise RuntimeError("CUDA error: device-side assert triggered")
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: SimpleNamespace(query=dead))
+    with pytest.raises(RuntimeError, match="device-side assert"):
+        slot.wait()

@@ -29,10 +29,11 @@ inplace_grad is eager-only).
 
 Errors (OnlineSoftmaxError, the builtin type where torch raises one): a target out of [0, V) other than
 ignore_index (TargetError, an IndexError; on the GPU a small kernel flags it into pinned host memory, and the loss
-kernel queued behind it is not waited for: the forward waits for the flag without a gradient; with one, backend
-"cuda" returns a NaN loss and the backward raises if the GPU has written the flag by then, else the next call on
-the device does (TargetCheck.settle): the row's gradient is NaN meanwhile where ce_row made it, and where the
-Triton kernels made it the backward waits), wrong dtypes or shapes, a bad reduction / label_smoothing / softcap.
+kernel queued behind it is not waited for: the forward waits for the flag without a gradient, and where the
+Triton kernels made the gradient; where the CUDA row kernel made it, the forward returns a NaN loss with NaN
+gradient rows for the bad targets, and the backward raises if the GPU has written the flag by then, else the
+same thread's next call on the device does (TargetCheck.settle)), wrong dtypes or shapes, a bad reduction /
+label_smoothing / softcap.
 """
 
 from __future__ import annotations
@@ -239,9 +240,11 @@ class Slot:
     ce_targets at once); else behind a copy into it (copied(): an event recorded after the copy)."""
 
     SENTINEL = -1.0  # the flag's value until the kernel writes 0 or 1
-    __slots__ = ("host", "view", "event", "mapped", "polled")
+    PROBE_S = 0.1  # while polling, how often the stream is asked whether it failed (or is being captured)
+    __slots__ = ("host", "view", "event", "mapped", "polled", "device")
 
     def __init__(self, device: int):
+        self.device = device
         self.host = torch.empty(3, dtype=torch.float32, pin_memory=True)
         self.view = self.host.numpy()
         self.mapped = bool(engines.cuda_runs() and engines.cuda().host_mapped(device, self.host.data_ptr()))
@@ -261,11 +264,18 @@ class Slot:
         return self.view[2] != self.SENTINEL if self.polled else self.event.query()
 
     def wait(self) -> float:
-        """The flag, once written: 1.0 if a counted target is out of range."""
+        """The flag, once written: 1.0 if a counted target is out of range. Polling, the stream is probed every
+        PROBE_S: a failed context (an earlier kernel's device-side assert) or a stream being captured raises
+        there, and an idle stream with the flag still unwritten raises too, instead of waiting forever."""
         if self.polled:
-            view = self.view
+            view, probe = self.view, time.perf_counter() + self.PROBE_S
             while view[2] == self.SENTINEL:
                 time.sleep(0)  # gives the GIL and the core to others between reads
+                if time.perf_counter() > probe:
+                    if torch.cuda.current_stream(self.device).query() and view[2] == self.SENTINEL:
+                        raise OnlineSoftmaxError("the target check's kernel finished without writing its flag "
+                                                 "(was it queued on another stream?)")
+                    probe = time.perf_counter() + self.PROBE_S
         else:
             self.event.synchronize()
         return float(self.view[2])
@@ -320,12 +330,15 @@ def settle_deferred(device: int) -> None:
     """Raises TargetError for a deferred check of this thread's earlier calls on `device` that the GPU has finished
     and that found a bad target (the call returned a NaN loss and NaN gradient rows); checks not finished yet stay
     deferred. Per thread: another thread's bad target is raised in that thread, not here."""
+    key = (device, threading.get_ident())
     with _deferred_lock:
-        waiting = _deferred.get((device, threading.get_ident()))
+        waiting = _deferred.get(key)
         if not waiting:
             return
-        finished = [c for c in waiting if c.slot.passed()]
-        waiting[:] = [c for c in waiting if c not in finished]
+        finished = [c for c in waiting if c.slot is not None and c.slot.passed()]
+        waiting[:] = [c for c in waiting if c.slot is not None and c not in finished]
+        if not waiting:
+            del _deferred[key]
     for check in finished:
         try:
             check.done()
@@ -380,6 +393,9 @@ class TargetCheck:
             self.slot = None
         if bad != 0.0:
             check_targets(self.target, 0, self.V, self.ignore_index)
+            raise TargetError(f"a target out of range for {self.V} classes [0, {self.V}) (and not ignore_index = "
+                              f"{self.ignore_index}) was flagged by the GPU; the target tensor has changed since, "
+                              "so which one is not known")
 
     def settle(self) -> None:
         """done() if the GPU has written the flag (or there is no slot), else deferred to the device's next call."""
@@ -441,9 +457,10 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
             grad_out=None, pending: Optional[list] = None):
     """(loss in x's dtype, lse fp32/fp64 per row, grad or None) for validated (N, V) logits. With want_grad the
     gradient of the loss (the reduced loss's; the sum's for "none") is written in the same pass, into grad_out
-    when given (it may be x: in place). Raises TargetError for a target out of range; with `pending` (a list) and
-    backend "cuda", (check, whether ce_row made the gradient) is appended to it instead (the caller settles it
-    later: the backward; the loss of a row with a bad target is NaN meanwhile)."""
+    when given (it may be x: in place). Raises TargetError for a target out of range; with `pending` (a list),
+    where ce_row made the gradient, the check is appended to it instead (the caller settles it later: the
+    backward; a bad target's loss and gradient rows are NaN meanwhile); the Triton kernels' is waited for here
+    (their loss for a bad target is not NaN)."""
     M, V = x.shape
     grad = None
     if want_grad:
@@ -463,8 +480,8 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
             engines.cuda().cross_entropy_loss(rows, check.info, loss, reduction == "mean", after_rows=True)
         else:
             loss = (rows.sum() * check.info[0] if reduction == "mean" else rows.sum()).to(x.dtype)
-        if pending is not None and backend == "cuda":
-            pending.append((check, row_kernel))
+        if pending is not None and row_kernel:  # the bad target's loss and gradient rows are NaN meanwhile
+            pending.append(check)
         else:
             check.done()
         return loss, lse, grad
@@ -530,12 +547,13 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, _dlse):
-        # the scaling is queued first, then the check settled: where ce_row made the gradient (NaN on a bad
-        # target's row), without waiting for the GPU (else deferred to the next call); else waited for, raising
-        # before the gradient is handed on
+        # the scaling is queued first, then the check (pending only where ce_row made the gradient, NaN on a bad
+        # target's row) settled without waiting for the GPU: raised now if the flag is written, else by the
+        # thread's next call
         grad = None if dloss is None else handed_grad(ctx, dloss, "cross_entropy's")
-        for check, row_kernel in ctx.pending:
-            check.settle() if row_kernel else check.done()
+        pending, ctx.pending = ctx.pending, []  # settled once, even when a backward runs twice (retain_graph)
+        for check in pending:
+            check.settle()
         if grad is None:  # not materialised (set_materialize_grads): no gradient reached the loss
             return (None,) * 9
         # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then

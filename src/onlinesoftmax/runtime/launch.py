@@ -243,7 +243,9 @@ class LoadedKernel:
         try:
             cfg = LaunchConfig(grid=grid, **opts)
         except TypeError:  # a cuda.core without the option: a plain launch
-            opts.pop("programmatic_stream_serialization")
+            if not pdl:
+                raise
+            del opts["programmatic_stream_serialization"]
             cfg = LaunchConfig(grid=grid, **opts)
         if _grid_counts_blocks(cfg, grid):
             cfg = LaunchConfig(grid=grid * cluster, **opts)
