@@ -398,7 +398,8 @@ class TargetCheck:
                               "so which one is not known")
 
     def settle(self) -> None:
-        """done() if the GPU has written the flag (or there is no slot), else deferred to the device's next call."""
+        """done() if the GPU has written the flag (or there is no slot), else deferred to the next call of the
+        forward's thread on the device (settle_deferred)."""
         if self.slot is None or self.slot.passed():
             self.done()
             return
