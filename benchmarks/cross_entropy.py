@@ -285,6 +285,29 @@ def linear_rows(writer, lines, flce):
         torch.cuda.empty_cache()
 
 
+def train_step(x, loss_fn):
+    """A training step's part that is ours: x's gradient dropped, loss_fn()'s backward."""
+    def step():
+        x.grad = None
+        loss_fn().backward()
+    return step
+
+
+def host_wall(fn, n: int, warm: int) -> tuple[float, float]:
+    """us per call of fn after `warm` calls: the host's time for n calls without a sync, and the wall time until
+    the GPU has run them."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return 1e6 * (t1 - t0) / n, 1e6 * (t2 - t0) / n
+
+
 def profile(spec: str) -> None:
     """One shape's forward + backward: host time per call (no sync) against the wall time per call, and the GPU
     kernels of 20 calls (torch.profiler), with and without the target check's wait; beside it torch's and Liger's
@@ -307,32 +330,17 @@ def profile(spec: str) -> None:
         def backward(ctx, g):
             return held
 
-    def trained(loss_fn):
-        def step():
-            x.grad = None
-            loss_fn().backward()
-        return step
-
-    step = trained(lambda: osm.cross_entropy(x, t))
+    step = train_step(x, lambda: osm.cross_entropy(x, t))
 
     def timed(label, fn=step):
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(50):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        print(f"{label}: host {1e6 * (t1 - t0) / 50:.1f} us per call, wall {1e6 * (t2 - t0) / 50:.1f} us per call",
-              flush=True)
+        host, wall = host_wall(fn, 50, 5)
+        print(f"{label}: host {host:.1f} us per call, wall {wall:.1f} us per call", flush=True)
 
     # the host's own costs first (the profiler below leaves the process slower): a step whose GPU part is a few us,
     # and single launches (none waits on the GPU)
     small = torch.randn(64, V, device="cuda", dtype=x.dtype, requires_grad=True)
     timed(f"64x{V}:{dt} (the host's own cost a step: the GPU's part is a few us)",
-          trained(lambda: osm.cross_entropy(small, t[:64])))
+          train_step(small, lambda: osm.cross_entropy(small, t[:64])))
     from onlinesoftmax.engines.cuda import run as cuda_run
 
     g1, one = torch.empty(64, 8, device="cuda", dtype=torch.bfloat16), torch.ones((), device="cuda",
@@ -348,12 +356,12 @@ def profile(spec: str) -> None:
               "onlinesoftmax inplace_grad": lambda: osm.cross_entropy(x, t, inplace_grad=True)}
     for label, fn in others.items():
         if fn is not None:
-            timed(f"{spec} {label}", trained(fn))
+            timed(f"{spec} {label}", train_step(x, fn))
     timed(f"{spec} forward only (graph dropped)", lambda: osm.cross_entropy(x, t))
     x.data.normal_()  # inplace_grad left gradients there
     with torch.autograd.set_multithreading_enabled(False):  # backward on this thread: no hand-over to autograd's
         timed(f"{spec} autograd multithreading off")
-        timed(f"{spec} autograd floor, multithreading off", trained(others["autograd floor"]))
+        timed(f"{spec} autograd floor, multithreading off", train_step(x, others["autograd floor"]))
     import cProfile
     import pstats
     pr = cProfile.Profile()
@@ -436,36 +444,28 @@ def host_costs(spec: str) -> None:
             body.append((time.perf_counter() - t0, threading.get_native_id()))
     ce.Slot.__init__, ce._CrossEntropy.backward = counted_slot, staticmethod(timed_backward)
 
-    def step(xx, tt):
-        xx.grad = None
-        osm.cross_entropy(xx, tt).backward()
-
-    def timed(label, xx, tt, n=100):
+    def timed(label, step):
         for _ in range(10):
-            step(xx, tt)
-        torch.cuda.synchronize()
-        s0, b0 = slots[0], len(body)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step(xx, tt)
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
+            step()
+        s0, b0 = slots[0], len(body)  # the timed steps' only
+        host, wall = host_wall(step, 100, 0)
         ours = body[b0:]
         on_main = all(tid == threading.get_native_id() for _, tid in ours)
-        print(f"{label}: host {1e6 * (t1 - t0) / n:.1f} us a step, wall {1e6 * (t2 - t0) / n:.1f}; our backward's "
+        print(f"{label}: host {host:.1f} us a step, wall {wall:.1f}; our backward's "
               f"body {1e6 * sum(b for b, _ in ours) / max(1, len(ours)):.1f} us on the "
               f"{'main' if on_main else 'worker'} thread; {slots[0] - s0} slots allocated", flush=True)
 
+    full = train_step(x, lambda: osm.cross_entropy(x, t))
+    few = train_step(small, lambda: osm.cross_entropy(small, t[:64]))
     for rnd in range(2):
-        for label, xx, tt in ((spec, x, t), (f"64 rows of {spec}", small, t[:64])):
-            timed(f"[{rnd}] {label}", xx, tt)
+        for label, step in ((spec, full), (f"64 rows of {spec}", few)):
+            timed(f"[{rnd}] {label}", step)
             with torch.autograd.set_multithreading_enabled(False):
-                timed(f"[{rnd}] {label}, autograd's worker thread off", xx, tt)
+                timed(f"[{rnd}] {label}, autograd's worker thread off", step)
             settle, ce.TargetCheck.settle = ce.TargetCheck.settle, ce.TargetCheck.done
-            timed(f"[{rnd}] {label}, the backward waiting for the check", xx, tt)
+            timed(f"[{rnd}] {label}, the backward waiting for the check", step)
             ce.TargetCheck.settle = settle
-        print(f"[{rnd}] do_bench of the {spec} step: {bench(lambda: step(x, t)):.4f} ms", flush=True)
+        print(f"[{rnd}] do_bench of the {spec} step: {bench(full):.4f} ms", flush=True)
 
 
 def parse_row(spec: str):
