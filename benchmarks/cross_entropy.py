@@ -7,6 +7,7 @@ linear + cross-entropy; CSV + text out.
     python benchmarks/cross_entropy.py --rows 8192x32000:bfloat16,8192x50257:bfloat16 --out ...   those rows only
     python benchmarks/cross_entropy.py --profile 8192x32000:bfloat16      where the op's time goes beyond its kernel
     python benchmarks/cross_entropy.py --host 8192x32000:bfloat16         the host's cost of a step, and why
+    python benchmarks/cross_entropy.py --pieces 8192x32000:bfloat16       the host's cost of each piece of a step
 
 % of 1R+1W = (one read of the logits + one write of their gradient) / time / the same-run copy's bandwidth, and
 also against the 4.249 TB/s of the anchors. torch and torch.compile upcast with .float() first (as the anchors,
@@ -468,6 +469,138 @@ def host_costs(spec: str) -> None:
         print(f"[{rnd}] do_bench of the {spec} step: {bench(full):.4f} ms", flush=True)
 
 
+def host_pieces(spec: str) -> None:
+    """The host's cost of each piece of a step at 64 rows of the spec (a few us of GPU work a call), in us a call:
+    the median of 7 rounds of 200 calls (a sync between rounds), so that what the op's forward spends beyond its
+    launches can be told apart: validation, allocations, the target check, each launch, autograd; then the step with
+    autograd's worker thread off, the garbage collections during steps, the backward's body on the worker thread,
+    and the step with every thread of the process on one core and on two (the worker thread's hand-over)."""
+    import gc
+
+    from onlinesoftmax.engines.cuda import run as cuda_run
+    from onlinesoftmax.ops import cross_entropy as ce
+    from onlinesoftmax.ops import engines
+
+    _, V, dtype = parse_row(spec)
+    M = 64
+    x = torch.randn(M, V, device="cuda", dtype=dtype, requires_grad=True)
+    t = torch.randint(0, V, (M,), device="cuda")
+    g, rows, lse = torch.empty_like(x), torch.empty(M, device="cuda"), torch.empty(M, device="cuda")
+    info = cuda_run.cross_entropy_targets(t, V, -100, True)
+    loss = torch.empty((), dtype=dtype, device="cuda")
+    one = torch.ones((), dtype=dtype, device="cuda")
+    buf = torch.empty(2 * M + 4, device="cuda")
+    scaler = cuda_run.cross_entropy_scaler(g)
+
+    class Floor(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.new_empty(())
+
+        @staticmethod
+        def backward(ctx, go):
+            return g
+
+    def check():
+        c = ce.TargetCheck(t, V, -100, "mean", "cuda")
+        ce._give_slot(c.device, c.slot)  # back to the pool unread (its kernel has not run yet: a 64-row probe)
+        c.slot = None
+
+    from onlinesoftmax.engines.cuda.plan import DT_CODE, vec_width
+    from onlinesoftmax.runtime import launch as rt
+
+    vw = vec_width(dtype)
+    lp = cuda_run._small(f"ce_scale<{DT_CODE[dtype]},{vw}>", 0, 512, (0, V, V, 0), 2)  # a prepared launch
+    dims, ptrs = (lp.dims[0], 1) + lp.dims[2:], (g.data_ptr(), one.data_ptr())
+    pieces = {
+        "prepared launch: rows()": lambda: lp.rows(1, M, *ptrs),
+        "prepared launch: _go()": lambda: lp._go(dims, M, ptrs),
+        "prepared launch: the ctypes call alone": lambda: lp._launch(*dims, rt.stream_handle(0), lp._addr, 0),
+        "stream_handle()": lambda: rt.stream_handle(0),
+        "torch.empty(M) fp32": lambda: torch.empty(M, device="cuda"),
+        "torch.empty_like(x)": lambda: torch.empty_like(x),
+        "torch.empty_like(x, contiguous)": lambda: torch.empty_like(x, memory_format=torch.contiguous_format),
+        "torch.empty(()) x.dtype": lambda: torch.empty((), dtype=dtype, device="cuda"),
+        "a view buf[M:2M]": lambda: buf[M:2 * M],
+        "x.data_ptr()": x.data_ptr,
+        "engines.cuda()": engines.cuda,
+        "check_options": lambda: ce.check_options(-100, 0.0, 0.0, None, "mean"),
+        "check_logits_target": lambda: ce.check_logits_target(x, t),
+        "pick_backend": lambda: ce.pick_backend(x, "auto"),
+        "cuda_targets": lambda: ce.cuda_targets(t),
+        "cross_entropy_targets (alloc + launch)": lambda: cuda_run.cross_entropy_targets(t, V, -100, True),
+        "TargetCheck (slot, targets launch)": check,
+        "ce_row call (key + programmatic launch)": lambda: cuda_run.cross_entropy(x, t, g, rows, lse, info, -100,
+                                                                                 0.0, 0.0, after_targets=True),
+        "ce_loss call": lambda: cuda_run.cross_entropy_loss(rows, info, loss, True, after_rows=True),
+        "cross_entropy_scaler(grad) (the backward's, prepared)": lambda: cuda_run.cross_entropy_scaler(g),
+        "scaler(1) (the backward's launch)": lambda: scaler(one),
+        "torch.ones_like(scalar) (one torch launch)": lambda: torch.ones_like(one),
+        "Function.apply, graph dropped": lambda: Floor.apply(x),
+        "osm.cross_entropy no grad": lambda: osm.cross_entropy(x.detach(), t),
+        "osm.cross_entropy, graph dropped": lambda: osm.cross_entropy(x, t),
+        "F.cross_entropy, graph dropped": lambda: F.cross_entropy(x, t),
+        "step: Floor": train_step(x, lambda: Floor.apply(x)),
+        "step: F.cross_entropy": train_step(x, lambda: F.cross_entropy(x, t)),
+        "step: osm.cross_entropy": train_step(x, lambda: osm.cross_entropy(x, t)),
+    }
+
+    def per_call(fn, n=200, rounds=7):
+        times = []
+        for _ in range(rounds):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            times.append((time.perf_counter() - t0) / n * 1e6)
+        return sorted(times)[rounds // 2]
+
+    for fn in pieces.values():  # warm: kernels loaded, launches prepared, slots pooled
+        per_call(fn, 20, 1)
+    print(f"host us a call at {M}x{V}:{str(dtype)[6:]} (median of 7 rounds of 200 calls)", flush=True)
+    for label, fn in pieces.items():
+        print(f"  {per_call(fn):8.1f}  {label}", flush=True)
+    for label in ("step: Floor", "step: osm.cross_entropy"):
+        with torch.autograd.set_multithreading_enabled(False):
+            print(f"  {per_call(pieces[label]):8.1f}  {label}, autograd's worker thread off", flush=True)
+    collections = []  # whether the garbage collector runs during steps (a cost the timings above would hide)
+    gc.callbacks.append(lambda phase, info: collections.append(info["generation"]) if phase == "start" else None)
+    per_call(pieces["step: osm.cross_entropy"], 1000, 1)
+    gc.callbacks.pop()
+    print(f"  garbage collections in 1000 osm steps: {[collections.count(g) for g in range(3)]} (gen 0, 1, 2)")
+    # the backward's body on autograd's worker thread, timed inside
+    backward, stamps = ce._CrossEntropy.backward, []
+
+    def timed_backward(ctx, *grads):
+        t0 = time.perf_counter()
+        try:
+            return backward(ctx, *grads)
+        finally:
+            stamps.append(time.perf_counter() - t0)
+    ce._CrossEntropy.backward = staticmethod(timed_backward)
+    us = per_call(pieces["step: osm.cross_entropy"])
+    ce._CrossEntropy.backward = backward
+    print(f"  {us:8.1f}  step: osm.cross_entropy, its backward's body timed: {1e6 * sorted(stamps)[len(stamps) // 2]:.1f}"
+          " us (median)", flush=True)
+    # the worker thread's hand-over on this host: every thread of the process on one core, then on two
+    tasks = os.listdir("/proc/self/task")
+    saved = {tid: os.sched_getaffinity(int(tid)) for tid in tasks}
+    cpus = sorted(os.sched_getaffinity(0))
+    for n in (1, 2):
+        for tid in tasks:
+            try:
+                os.sched_setaffinity(int(tid), set(cpus[:n]))
+            except ProcessLookupError:  # a thread that has ended since
+                pass
+        for label in ("step: Floor", "step: osm.cross_entropy"):
+            print(f"  {per_call(pieces[label]):8.1f}  {label}, every thread on {n} core(s)", flush=True)
+    for tid, mask in saved.items():
+        try:
+            os.sched_setaffinity(int(tid), mask)
+        except ProcessLookupError:
+            pass
+
+
 def parse_row(spec: str):
     """"8192x32000:bfloat16" -> (8192, 32000, torch.bfloat16)"""
     shape, dt = spec.split(":")
@@ -503,6 +636,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", metavar="BTxV:DTYPE")
     ap.add_argument("--host", metavar="BTxV:DTYPE", help="the host's cost of a step (host_costs)")
+    ap.add_argument("--pieces", metavar="BTxV:DTYPE", help="the host's cost of each piece of a step (host_pieces)")
     ap.add_argument("--out")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--quick", action="store_true")
@@ -512,6 +646,8 @@ def main():
         return profile(args.profile)
     if args.host:
         return host_costs(args.host)
+    if args.pieces:
+        return host_pieces(args.pieces)
     if not args.out:
         ap.error("--out is required (or --profile)")
     lines = [f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "

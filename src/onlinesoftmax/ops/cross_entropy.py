@@ -288,6 +288,11 @@ SLOTS_KEPT = 64  # per device; more checks in flight at once allocate their own 
 
 
 def _take_slot(device: int) -> Slot:
+    if not _orphans:  # the usual case without the lock: a list's pop is atomic, and _keep only appends
+        try:
+            return _slots[device].pop()
+        except (KeyError, IndexError):
+            pass
     with _slots_lock:
         if _orphans:
             _reclaim()
@@ -330,6 +335,8 @@ def settle_deferred(device: int) -> None:
     """Raises TargetError for a deferred check of this thread's earlier calls on `device` that the GPU has finished
     and that found a bad target (the call returned a NaN loss and NaN gradient rows); checks not finished yet stay
     deferred. Per thread: another thread's bad target is raised in that thread, not here."""
+    if not _deferred:  # the usual case, read without the lock
+        return
     key = (device, threading.get_ident())
     with _deferred_lock:
         waiting = _deferred.get(key)
@@ -360,9 +367,10 @@ class TargetCheck:
     back to it in done(); a check dropped before done() leaves its slot to the pool once it has passed (until then
     its kernel may still write the buffer)."""
 
-    def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str):
-        self.target, self.V, self.ignore_index = target, V, ignore_index
-        self.slot = None
+    def __init__(self, target, V: int, ignore_index: int, reduction: str, backend: str, start: bool = True):
+        self.target, self.V, self.ignore_index, self.mean, self.backend = (target, V, ignore_index,
+                                                                           reduction == "mean", backend)
+        self.slot = self.info = None
         if target.is_cuda:
             self.device, self.thread = target.get_device(), threading.get_ident()
             settle_deferred(self.device)
@@ -370,12 +378,23 @@ class TargetCheck:
         self.direct = backend == "cuda" and self.slot is not None and self.slot.mapped
         if self.direct:
             self.slot.arm()
-        if backend == "cuda":
-            self.info = engines.cuda().cross_entropy_targets(target, V, ignore_index, reduction == "mean",
-                                                             self.slot.host.data_ptr() if self.direct else 0)
+        if start:
+            self.start()
+
+    @property
+    def host(self) -> int:
+        """The pinned slot's address where the CUDA kernel writes it itself (direct), else 0."""
+        return self.slot.host.data_ptr() if self.direct else 0
+
+    def start(self) -> None:
+        """The check's kernel, into self.info (a CrossEntropyStep launches it itself instead, into its buffer, with
+        `host`: start=False, and only where direct)."""
+        if self.backend == "cuda":
+            self.info = engines.cuda().cross_entropy_targets(self.target, self.V, self.ignore_index, self.mean,
+                                                             self.host)
         else:
-            self.info = torch.empty(3, dtype=torch.float32, device=target.device)
-            engines.triton("cross_entropy").target_info(target, V, ignore_index, reduction == "mean", self.info)
+            self.info = torch.empty(3, dtype=torch.float32, device=self.target.device)
+            engines.triton("cross_entropy").target_info(self.target, self.V, self.ignore_index, self.mean, self.info)
         if self.slot is not None and not self.direct:
             self.slot.copied(self.info)
 
@@ -455,32 +474,34 @@ def scale_grad(grad: torch.Tensor, go: torch.Tensor, backend: str) -> torch.Tens
 
 # ------------------------------------------------------------------------------ the fused forward
 def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction, backend, want_grad: bool,
-            grad_out=None, pending: Optional[list] = None):
-    """(loss in x's dtype, lse fp32/fp64 per row, grad or None) for validated (N, V) logits. With want_grad the
-    gradient of the loss (the reduced loss's; the sum's for "none") is written in the same pass, into grad_out
-    when given (it may be x: in place). Raises TargetError for a target out of range; with `pending` (a list),
-    where ce_row made the gradient, the check is appended to it instead (the caller settles it later: the
-    backward; a bad target's loss and gradient rows are NaN meanwhile); the Triton kernels' is waited for here
-    (their loss for a bad target is not NaN)."""
+            grad_out=None, pending: Optional[list] = None, want_lse: bool = True):
+    """(loss in x's dtype, lse fp32/fp64 per row (None where not want_lse, on the CUDA row kernel's path), grad or
+    None) for validated (N, V) logits. With want_grad the gradient of the loss (the reduced loss's; the sum's for
+    "none") is written in the same pass, into grad_out when given (it may be x: in place). Raises TargetError for a
+    target out of range; with `pending` (a list), where ce_row made the gradient, the check is appended to it
+    instead (the caller settles it later: the backward; a bad target's loss and gradient rows are NaN meanwhile);
+    the Triton kernels' is waited for here (their loss for a bad target is not NaN)."""
     M, V = x.shape
     grad = None
     if want_grad:
         grad = grad_out if grad_out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
-    opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
     if backend in GPU_BACKENDS and M and V:
         if backend == "cuda":
             target = cuda_targets(target)
-        rows = torch.empty(M, dtype=torch.float32, device=x.device)
-        lse = torch.empty(M, dtype=torch.float32, device=x.device)
-        check = TargetCheck(target, V, ignore_index, reduction, backend)  # the launch just before the fused kernel's
-        row_kernel = fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, after_check=True, **opts)
-        if reduction == "none":
-            loss = rows.to(x.dtype)
-        elif row_kernel:  # one launch: the sum, the scale, the cast (queued to overlap ce_row's last CTAs)
-            loss = torch.empty((), dtype=x.dtype, device=x.device)
-            engines.cuda().cross_entropy_loss(rows, check.info, loss, reduction == "mean", after_rows=True)
+        check = TargetCheck(target, V, ignore_index, reduction, backend, start=False)
+        step = (engines.cuda().cross_entropy_step(x, grad, ignore_index, label_smoothing, z_loss, reduction)
+                if check.direct and grad is not None and softcap is None else None)
+        if step is not None:  # the hot path: the four launches prepared, the per-row outputs in one buffer
+            buf = torch.empty(step.buffer_size(), dtype=torch.float32, device=x.device)
+            loss = None if reduction == "none" else torch.empty((), dtype=x.dtype, device=x.device)
+            step(x.data_ptr(), target.data_ptr(), grad.data_ptr(), buf.data_ptr(), check.host,
+                 0 if loss is None else loss.data_ptr())
+            if loss is None:
+                loss = buf[:M].to(x.dtype)
+            lse, row_kernel = (buf[M:2 * M] if want_lse else None), True
         else:
-            loss = (rows.sum() * check.info[0] if reduction == "mean" else rows.sum()).to(x.dtype)
+            loss, lse, row_kernel = _fused_loss(x, target, check, grad, ignore_index, label_smoothing, z_loss,
+                                                softcap, reduction, backend)
         if pending is not None and row_kernel:  # the bad target's loss and gradient rows are NaN meanwhile
             pending.append(check)
         else:
@@ -494,6 +515,28 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
                        ignore_index, label_smoothing, z_loss, softcap, 0, V, out=grad)
     rows = loss_rows(st, target, ignore_index, label_smoothing, z_loss, V)
     return reduce(rows, target, ignore_index, reduction).to(x.dtype), lse, grad
+
+
+def _fused_loss(x, target, check: TargetCheck, grad, ignore_index, label_smoothing, z_loss, softcap, reduction,
+                backend):
+    """(loss, lse, whether ce_row ran) by the Triton kernels, or by a ce_row launched alone (after the copy of an
+    unmapped slot): forward's path where no CrossEntropyStep runs; the check's kernel is launched here, just before
+    the fused kernel's."""
+    M = x.shape[0]
+    rows = torch.empty(M, dtype=torch.float32, device=x.device)
+    lse = torch.empty(M, dtype=torch.float32, device=x.device)
+    check.start()
+    row_kernel = fused_forward(x, target, check, rows, lse, backend=backend, grad=grad, after_check=True,
+                               ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss,
+                               softcap=softcap)
+    if reduction == "none":
+        loss = rows.to(x.dtype)
+    elif row_kernel:  # one launch: the sum, the scale, the cast (queued to overlap ce_row's last CTAs)
+        loss = torch.empty((), dtype=x.dtype, device=x.device)
+        engines.cuda().cross_entropy_loss(rows, check.info, loss, reduction == "mean", after_rows=True)
+    else:
+        loss = (rows.sum() * check.info[0] if reduction == "mean" else rows.sum()).to(x.dtype)
+    return loss, lse, row_kernel
 
 
 # ---------------------------------------------------------------------- torch.compile: custom ops
@@ -533,21 +576,25 @@ class _CrossEntropy(torch.autograd.Function):
     inplace_grad it is the logits' own storage."""
 
     @staticmethod
-    def forward(ctx, x, target, ignore_index, label_smoothing, z_loss, softcap, reduction, backend, inplace):
+    def forward(ctx, x, target, ignore_index, label_smoothing, z_loss, softcap, reduction, backend, inplace,
+                want_lse):
         # the targets' check is settled in the backward: the host does not stall here on the GPU's queue
         ctx.pending = []
-        ctx.set_materialize_grads(False)  # no zeros for lse's gradient (it has none)
         loss, lse, ctx.grad = forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                                      backend, True, grad_out=x if inplace else None, pending=ctx.pending)
+                                      backend, True, grad_out=x if inplace else None, pending=ctx.pending,
+                                      want_lse=want_lse)
         ctx.backend = backend
         # the backward's launch prepared here, on the forward's thread (the backward runs on autograd's worker)
         ctx.scaler = (engines.cuda().cross_entropy_scaler(ctx.grad)
                       if backend == "cuda" and ctx.grad.is_cuda and ctx.grad.numel() else None)
+        if not want_lse:
+            return loss
+        ctx.set_materialize_grads(False)  # no zeros for lse's gradient (it has none)
         ctx.mark_non_differentiable(lse)
         return loss, lse
 
     @staticmethod
-    def backward(ctx, dloss, _dlse):
+    def backward(ctx, dloss, *_dlse):
         # the scaling is queued first, then the check (pending only where ce_row made the gradient, NaN on a bad
         # target's row) settled without waiting for the GPU: raised now if the flag is written, else by the
         # thread's next call
@@ -556,10 +603,10 @@ class _CrossEntropy(torch.autograd.Function):
         for check in pending:
             check.settle()
         if grad is None:  # not materialised (set_materialize_grads): no gradient reached the loss
-            return (None,) * 9
+            return (None,) * 10
         # detach(): a tensor object of its own (with inplace_grad, the logits' storage), which autograd then
         # takes as .grad without a copy
-        return grad.detach(), None, None, None, None, None, None, None, None
+        return (grad.detach(),) + (None,) * 9
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
@@ -582,7 +629,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     elif want_grad:
         if inplace_grad and x.data_ptr() != logits.data_ptr():
             raise OnlineSoftmaxError("inplace_grad=True needs logits with column stride 1")
-        loss, lse = _CrossEntropy.apply(x, t, *args, softcap, reduction, backend, inplace_grad)
+        out = _CrossEntropy.apply(x, t, *args, softcap, reduction, backend, inplace_grad, return_lse)
+        loss, lse = out if return_lse else (out, None)
     else:
         loss, lse, _ = forward(x, t, *args, softcap, reduction, backend, False)
     if logits.dim() == 1 and reduction == "none":

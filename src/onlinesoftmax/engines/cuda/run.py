@@ -6,6 +6,7 @@ strides; `dim` in [0, ndim); `out` contiguous with the input's shape and dtype, 
     backward(y, dy, out, dim, log)      out = dx from the forward output y (probabilities, or log-probabilities)
     cross_entropy(x, t, grad, loss, lse, scale, ...)   the loss, lse and gradient of rows of logits (ce_row)
     cross_entropy_targets / _loss / _scale             the small launches around it (targets' check, sum, dloss)
+    cross_entropy_step(x, grad, ...)    the op's forward: those four launches prepared for one layout (hot path)
     host_mapped(device, ptr)            whether that device's kernels address pinned host memory at ptr as is
     plan_for(op, *tensors, dim=...)     the plan a call would use (inspection)
 
@@ -18,6 +19,7 @@ and launched under its own lock. Nothing per call (pointers, the split workspace
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -451,21 +453,25 @@ def cross_entropy(x: torch.Tensor, target: torch.Tensor, grad: torch.Tensor, los
     logits x (M, V), fp32 / fp16 / bf16 with column stride 1 (grad x's dtype, rows of any stride, possibly x itself:
     in place); target (M,) int64 contiguous; scale a device fp32 whose first element multiplies every gradient
     (1 / counted rows for "mean"). A row whose target is out of range (and not ignore_index) gets a NaN loss and
-    gradient. after_targets: cross_entropy_targets made `scale` in the launch just before this one on the stream
-    (the op's forward), so ce_row may start while it runs (a programmatic launch: the kernel waits for the scale
-    only). The formulas are softmax.cu's ce_grad. Returns False, launching nothing, where no plan holds the rows on
-    chip (cross_entropy_plan): the caller's other kernels take those."""
-    px, pg = x.data_ptr(), grad.data_ptr()
-    key = (tuple(x.shape), x.stride(), grad.stride(), x.dtype, grad.dtype, tuple(grad.shape), x.get_device(),
-           _alignment(px, 0, pg), ignore_index, label_smoothing, z_loss, after_targets)
-    e = _ce_entries.get(key)
-    if e is None:
-        e = _ce_entries.get_or_make(key, lambda: _ce_entry(x, grad, ignore_index, label_smoothing, z_loss,
-                                                           after_targets))
+    gradient. after_targets: cross_entropy_targets made `scale` in the launch just before this one on the stream,
+    so ce_row may start while it runs (a programmatic launch: the kernel waits for the scale only). The formulas
+    are softmax.cu's ce_grad. Returns False, launching nothing, where no plan holds the rows on chip
+    (cross_entropy_plan): the caller's other kernels take those."""
+    e = _row_launch(x, grad, ignore_index, label_smoothing, z_loss, after_targets)
     if e is _NO_PLAN:
         return False
-    e(px, target.data_ptr(), pg, loss.data_ptr(), lse.data_ptr(), scale.data_ptr())
+    e(x.data_ptr(), target.data_ptr(), grad.data_ptr(), loss.data_ptr(), lse.data_ptr(), scale.data_ptr())
     return True
+
+
+def _row_launch(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float, z: float, pdl: bool):
+    """ce_row's prepared launch for this layout and these options (cached), or _NO_PLAN."""
+    key = (tuple(x.shape), x.stride(), grad.stride(), x.dtype, grad.dtype, tuple(grad.shape), x.get_device(),
+           _alignment(x.data_ptr(), 0, grad.data_ptr()), ignore_index, eps, z, pdl)
+    e = _ce_entries.get(key)
+    if e is None:
+        e = _ce_entries.get_or_make(key, lambda: _ce_entry(x, grad, ignore_index, eps, z, pdl))
+    return e
 
 
 def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float, z: float, pdl: bool):
@@ -494,6 +500,61 @@ def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float
     tail = (np.int64(M), np.int32(N), np.int64(sx), np.int64(sg), np.int64(ignore_index), np.float32(eps),
             np.float32(z), np.float32(1.0 / N))
     return k.bind(l.grid, tail, 6, pdl)
+
+
+class CrossEntropyStep:
+    """The op's forward on the row kernel for one layout and option set, its four launches prepared once (the eager
+    hot path: per call, only pointers): ce_targets (the targets' check and the reduction's scale, into the info
+    floats and the pinned slot), ce_row (programmatic right after it), ce_loss (programmatic after
+    ce_row; none for reduction "none"), and, for the backward, ce_scale of the gradient (scaler). The per-row
+    outputs live in one fp32 buffer of buffer_size(): the rows' losses, then their lse, then the 3 info floats."""
+
+    __slots__ = ("M", "targets", "row", "loss", "scale")
+
+    def __init__(self, row, x: torch.Tensor, grad: torch.Tensor, ignore_index: int, reduction: str):
+        M, V = x.shape
+        device, mean = x.get_device(), int(reduction == "mean")
+        self.M, self.row = M, row
+        self.targets = _small("ce_targets", device, 1024, (0, V, ignore_index, mean), 3)
+        self.loss = (None if reduction == "none" else
+                     _small(f"ce_loss<{DT_CODE[x.dtype]}>", device, 1024, (0, mean), 3, True))
+        self.scale = _scale_launch(grad)
+
+    def buffer_size(self) -> int:
+        return 2 * self.M + 3
+
+    def __call__(self, px: int, pt: int, pg: int, pbuf: int, host: int, ploss: int) -> None:
+        """The forward's launches: logits at px, targets (int64) at pt, the gradient to pg, the buffer at pbuf, the
+        pinned slot at host (or 0), the reduced loss (0-d, x's dtype) to ploss (0: reduction "none")."""
+        M = self.M
+        rows, lse, info = pbuf, pbuf + 4 * M, pbuf + 8 * M
+        self.targets.rows(1, M, pt, info, host)
+        self.row(px, pt, pg, rows, lse, info)
+        if ploss:
+            self.loss.rows(1, M, rows, info, ploss)
+
+    def scaler(self, pg: int):
+        """The backward's ce_scale of the gradient at pg by grad_output, as a callable of grad_output."""
+        return functools.partial(self.scale, pg)
+
+
+_ce_steps = BoundedCache(ENTRY_CACHE)
+
+
+def cross_entropy_step(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, label_smoothing: float,
+                       z_loss: float, reduction: str) -> Optional[CrossEntropyStep]:
+    """The CrossEntropyStep of these logits x (M, V) and gradient (x's layout rules as cross_entropy's), or None
+    where no ce_row plan takes them. Its ce_row follows ce_targets programmatically: the caller queues nothing
+    between them (the targets' slot is one the kernel writes itself)."""
+    key = (tuple(x.shape), x.stride(), grad.stride(), x.dtype, x.get_device(),
+           _alignment(x.data_ptr(), 0, grad.data_ptr()), ignore_index, label_smoothing, z_loss, reduction)
+    e = _ce_steps.get(key)
+    if e is None:
+        def make():
+            row = _row_launch(x, grad, ignore_index, label_smoothing, z_loss, True)
+            return _NO_PLAN if row is _NO_PLAN else CrossEntropyStep(row, x, grad, ignore_index, reduction)
+        e = _ce_steps.get_or_make(key, make)
+    return None if e is _NO_PLAN else e
 
 
 # ---- cross-entropy's small launches (softmax.cu: ce_targets, ce_loss, ce_scale), prepared once per geometry ------
@@ -546,22 +607,42 @@ def cross_entropy_scale(g: torch.Tensor, go: torch.Tensor) -> None:
 def cross_entropy_scaler(g: torch.Tensor):
     """cross_entropy_scale(g, go) as a callable of go, everything about g prepared now: the op's forward makes it,
     so that its backward, on autograd's worker thread, does little more than the launch."""
+    return functools.partial(_scale_launch(g), g.data_ptr())
+
+
+class _ScaleLaunch:
+    """ce_scale for one gradient layout (cached by _scale_launch): called with the gradient's address and go."""
+
+    __slots__ = ("M", "grid", "dtype", "one", "name", "device", "tail")
+
+    def __init__(self, M: int, N: int, sg: int, W: int, dtype, device: int):
+        self.M, self.dtype, self.device = M, dtype, device
+        self.name, self.tail = f"ce_scale<{DT_CODE[dtype]},{W}>", (0, N, sg)
+        self.one = _small(self.name, device, 512, self.tail + (0,), 2)  # a single factor, the usual case
+        self.grid = min(M, _stable.get(device) or _stable_rows_of(device))  # 4 CTAs per SM at most
+
+    def __call__(self, pg: int, go: torch.Tensor) -> None:
+        if go.dtype != self.dtype:
+            go = go.to(self.dtype)
+        launch = self.one if go.numel() == 1 else _small(self.name, self.device, 512, self.tail + (go.stride(-1),), 2)
+        launch.rows(self.grid, self.M, pg, go.data_ptr())
+
+
+_scales = BoundedCache(ENTRY_CACHE)
+
+
+def _scale_launch(g: torch.Tensor):
+    """The _ScaleLaunch of g (M, N) (rows of unit stride), or a no-op where g is empty."""
     M, N = g.shape
     if M == 0 or N == 0:
-        return lambda go: None
+        return lambda pg, go: None
     if N > 1 and g.stride(1) != 1:
         raise OnlineSoftmaxError(f"cross_entropy_scale: rows of unit stride expected, got strides {g.stride()}")
     sg = g.stride(0) if M > 1 else N
     V = vec_width(g.dtype)
     W = V if (g.data_ptr() % 16 == 0 and N % V == 0 and sg % V == 0) else 1
-    device, dtype, pg = g.get_device(), g.dtype, g.data_ptr()
-    name = f"ce_scale<{DT_CODE[dtype]},{W}>"
-    one = _small(name, device, 512, (0, N, sg, 0), 2)  # a single factor, the usual case
-    grid = min(M, _stable.get(device) or _stable_rows_of(device))  # 4 CTAs per SM at most (cached per device)
-
-    def scale(go: torch.Tensor) -> None:
-        if go.dtype != dtype:
-            go = go.to(dtype)
-        launch = one if go.numel() == 1 else _small(name, device, 512, (0, N, sg, go.stride(-1)), 2)
-        launch.rows(grid, M, pg, go.data_ptr())
-    return scale
+    key = (M, N, sg, W, g.dtype, g.get_device())
+    e = _scales.get(key)
+    if e is None:
+        e = _scales.get_or_make(key, lambda: _ScaleLaunch(*key))
+    return e
