@@ -294,6 +294,20 @@ def train_step(x, loss_fn):
     return step
 
 
+def autograd_floor(held: torch.Tensor):
+    """An autograd Function whose forward makes an empty scalar and whose backward hands over `held`: a step of it
+    is autograd's own cost (the grad_output fill, the worker thread's hand-over, the gradient's accumulation)."""
+    class Floor(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.new_empty(())
+
+        @staticmethod
+        def backward(ctx, g):
+            return held
+    return Floor
+
+
 def host_wall(fn, n: int, warm: int) -> tuple[float, float]:
     """us per call of fn after `warm` calls: the host's time for n calls without a sync, and the wall time until
     the GPU has run them."""
@@ -320,17 +334,7 @@ def profile(spec: str) -> None:
     dt = str(dtype)[6:]
     x = torch.randn(BT, V, device="cuda", dtype=dtype, requires_grad=True)
     t = torch.randint(0, V, (BT,), device="cuda")
-    held = torch.empty_like(x)
-
-    class Floor(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a):
-            return a.new_empty(())
-
-        @staticmethod
-        def backward(ctx, g):
-            return held
-
+    Floor = autograd_floor(torch.empty_like(x))
     step = train_step(x, lambda: osm.cross_entropy(x, t))
 
     def timed(label, fn=step):
@@ -491,16 +495,7 @@ def host_pieces(spec: str) -> None:
     one = torch.ones((), dtype=dtype, device="cuda")
     buf = torch.empty(2 * M + 4, device="cuda")
     scaler = cuda_run.cross_entropy_scaler(g)
-
-    class Floor(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a):
-            return a.new_empty(())
-
-        @staticmethod
-        def backward(ctx, go):
-            return g
-
+    Floor = autograd_floor(g)
     def check():
         c = ce.TargetCheck(t, V, -100, "mean", "cuda")
         ce._give_slot(c.device, c.slot)  # back to the pool unread (its kernel has not run yet: a 64-row probe)
