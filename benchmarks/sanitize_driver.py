@@ -3,7 +3,7 @@ and backward, vector (16-byte) and scalar paths, odd shapes, and the layouts ops
 dim, a transposed input, an unaligned pointer, expanded rows), and the cross-entropy row kernel. A few launches each, every output checked against
 float64, so a clean sanitizer run also computed right; exit status 1 on a wrong result or a regime that ran nothing.
 
-    PYTHONPATH=src python benchmarks/sanitize_driver.py [--precompile] [--dtype float32 ...]
+    PYTHONPATH=src python benchmarks/sanitize_driver.py [--precompile] [--dtype float32 ...] [--cross-entropy]
 
 --precompile first compiles every instantiation the plans can pick, in parallel, into the NVRTC disk cache (what
 the warm-up run of sanitize.sh does), so the runs under a sanitizer load cubins and never compile.
@@ -117,27 +117,36 @@ def run_layouts(dtype, failures: list) -> int:
 
 
 def run_cross_entropy(dtype, failures: list) -> int:
-    """The cross-entropy row kernel (backend "cuda") on one CTA and on clusters, odd V through the window, a target
-    in each CTA's share, an ignored row and a -inf row: loss and gradient against float64."""
+    """The cross-entropy op on backend "cuda" (its prepared step: ce_targets, ce_row, ce_loss, the backward's
+    ce_scale, the per-row outputs in one buffer) on one CTA and on clusters, odd V through the window, a target in
+    each CTA's share, an ignored row and a -inf row, each reduction (with lse), in place, and a grad_output of 2 (the
+    backward's scale pass): loss, lse and gradient against float64."""
     import onlinesoftmax as osm
 
     g = torch.Generator(device="cuda").manual_seed(1)
     n = 0
-    for M, V in ((5, 1000), (3, 32000), (4, 100003)):
+    cases = [(5, 1000, "mean", False, 1.0), (3, 32000, "mean", False, 1.0), (4, 100003, "mean", False, 1.0),
+             (7, 4097, "sum", False, 2.0), (6, 32000, "none", False, 1.0), (5, 50257, "mean", True, 1.0)]
+    for M, V, reduction, inplace, go in cases:
         x = (torch.randn(M, V, device="cuda", generator=g) * 4).to(dtype)
         x[1] = float("-inf")
         x[1, 7] = 3.0
         t = torch.randint(0, V, (M,), device="cuda", generator=g)
         t[0], t[2] = -100, V - 1
         xg = x.clone().requires_grad_()
-        loss = osm.cross_entropy(xg, t, backend="cuda")
-        loss.backward()
-        want, dwant = reference.cross_entropy(x, t)
-        for what, got, ref in (("loss", loss.reshape(1, 1), want.reshape(1, 1)), ("grad", xg.grad, dwant)):
+        loss, lse = osm.cross_entropy(xg, t, reduction=reduction, return_lse=True, inplace_grad=inplace,
+                                      backend="cuda")
+        want, dwant = reference.cross_entropy(x, t, reduction=reduction)
+        ones = torch.ones_like(loss)
+        (loss * go).backward(ones) if reduction == "none" else (loss * go).backward()
+        got_grad = xg.grad
+        lse_want = torch.logsumexp(x.double(), -1).cpu().numpy()
+        for what, got, ref, kind in (("loss", loss.reshape(1, -1), want.reshape(1, -1), dtype),
+                                     ("lse", lse, lse_want, torch.float32), ("grad", got_grad, dwant * go, dtype)):
             n += 1
-            r = compare(got, ref, dtype)
+            r = compare(got, ref, kind)
             if not r.ok:
-                failures.append(f"cross_entropy {M}x{V} {what} {dtype}: {r.message}")
+                failures.append(f"cross_entropy {M}x{V} {reduction} inplace={inplace} {what} {dtype}: {r.message}")
     return n
 
 
@@ -145,15 +154,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", action="append", choices=SWEEP_DTYPES, help="default: all three")
     ap.add_argument("--precompile", action="store_true", help="compile every instantiation first, in parallel")
+    ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy cases only (no precompile)")
     args = ap.parse_args()
-    if args.precompile:
+    if args.precompile and not args.cross_entropy:
         t0 = time.perf_counter()
         names = P.instantiations()
         K.compile_all(names, nvrtc.current_arch(), batch=1, workers=os.cpu_count() or 1)
         print(f"precompiled {len(names)} instantiations in {time.perf_counter() - t0:.0f} s", flush=True)
     failures: list[str] = []
     for dtype in map(parse_dtype, args.dtype or SWEEP_DTYPES):
-        n = run_regimes(dtype, failures) + run_layouts(dtype, failures) + run_cross_entropy(dtype, failures)
+        n = run_cross_entropy(dtype, failures)
+        if not args.cross_entropy:
+            n += run_regimes(dtype, failures) + run_layouts(dtype, failures)
         torch.cuda.synchronize()
         print(f"{dtype}: {n} cases", flush=True)
     for f in failures:
