@@ -273,3 +273,71 @@ def test_target_out_of_range_deferred(monkeypatch):
     with pytest.raises(TargetError, match="target 32000 out of range.*earlier cross_entropy call"):
         osm.cross_entropy(x.clone().requires_grad_(), good)
     osm.cross_entropy(x.clone().requires_grad_(), good).backward()
+
+
+@pytest.mark.parametrize("own_streams", (False, True))
+def test_threads_match_the_call_alone(own_streams):
+    """Eight threads call cross_entropy forward + backward at once (one stream, or a stream each), 12 times each,
+    on fresh inputs of their own (three layouts of the prepared step, each reduction, return_lse): every loss, lse
+    and gradient equals, bit for bit, the same call made alone beforehand. One thread's targets are out of range on
+    its last call: the TargetError reaches that thread only (in its backward or, deferred, its next call), and the
+    others' results stay exact. The slot pool and the deferred checks are shared by the threads; their usual paths
+    take no lock."""
+    import threading
+
+    from onlinesoftmax.ops.cross_entropy import TargetError
+
+    shapes = ((64, 32000, torch.bfloat16, "mean"), (33, 50257, torch.float32, "sum"), (8, 4097, torch.bfloat16,
+                                                                                       "none"))
+    threads, iters = 8, 12
+    gen = torch.Generator().manual_seed(11)
+    calls = [[_inputs("random", *shapes[(i + k) % 3][:3], gen) + (shapes[(i + k) % 3][3],) for k in range(iters)]
+             for i in range(threads)]
+    bad = (threads - 1, iters - 1)  # this thread's last call has a target out of range
+    calls[bad[0]][bad[1]][1][2] = 10 ** 6
+
+    def run(x, t, reduction):
+        xg = x.clone().requires_grad_()
+        loss, lse = osm.cross_entropy(xg, t, reduction=reduction, return_lse=True)
+        loss.sum().backward() if reduction == "none" else loss.backward()
+        return loss.detach(), lse, xg.grad
+
+    alone = [[run(*c) if (i, k) != bad else None for k, c in enumerate(row)] for i, row in enumerate(calls)]
+    torch.cuda.synchronize()
+    got, raised, errors = {}, {}, []
+    start = threading.Barrier(threads)
+
+    def worker(i):
+        try:
+            stream = torch.cuda.Stream() if own_streams else torch.cuda.current_stream()
+            start.wait()
+            with torch.cuda.stream(stream):
+                for k, c in enumerate(calls[i]):
+                    try:
+                        got[i, k] = run(*c)
+                    except TargetError as e:
+                        raised[i, k] = str(e)
+                if i == bad[0] and (i, bad[1]) not in raised:  # deferred: this thread's next call raises it
+                    stream.synchronize()  # the flag written by then (an unwritten one would stay deferred)
+                    try:
+                        run(*calls[i][0])
+                    except TargetError as e:
+                        raised[i, "next"] = str(e)
+            stream.synchronize()
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append((i, repr(e)))
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    assert not errors, errors
+    assert list(raised) in ([bad], [(bad[0], "next")]), raised
+    assert "out of range" in next(iter(raised.values()))
+    for i in range(threads):
+        for k in range(iters):
+            if (i, k) == bad:
+                continue
+            for what, a, b in zip(("loss", "lse", "grad"), got[i, k], alone[i][k]):
+                assert torch.equal(a, b), f"thread {i} call {k}: {what} differs from the call alone"
