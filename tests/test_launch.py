@@ -71,6 +71,7 @@ def test_programmatic_launch_fills_cuLaunchKernelEx_config(monkeypatch):
 
     libcuda = SimpleNamespace(cuLaunchKernelEx=cu_launch_kernel_ex, cuLaunchKernel=lambda *args: 0)
     monkeypatch.setattr(launch, "_CU_LAUNCH", None)
+    monkeypatch.setattr(launch, "_LIBCUDA", [])  # opened once: an earlier test may have found none here
     monkeypatch.setattr(ctypes, "CDLL", lambda name: libcuda)
     monkeypatch.setattr(launch, "stream_handle", lambda device: 0x5000)
     lk = _Loaded()

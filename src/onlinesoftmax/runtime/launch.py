@@ -291,7 +291,18 @@ class LoadedKernel:
             ) from None
 
 
+_LIBCUDA: list = []  # [libcuda through ctypes, or None where it cannot be opened by name], once tried
 _CU_LAUNCH = None  # libcuda's cuLaunchKernel through ctypes (False: not loadable so)
+
+
+def _libcuda():
+    """libcuda.so.1 through ctypes (opened once), or None."""
+    if not _LIBCUDA:
+        try:
+            _LIBCUDA.append(ctypes.CDLL("libcuda.so.1"))
+        except OSError:
+            _LIBCUDA.append(None)
+    return _LIBCUDA[0]
 
 
 def _driver_launch():
@@ -299,13 +310,11 @@ def _driver_launch():
     cuda.bindings' (which converts every argument to its wrapper types) where libcuda cannot be opened by name."""
     global _CU_LAUNCH
     if _CU_LAUNCH is None:
-        try:
-            f = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+        f = getattr(_libcuda(), "cuLaunchKernel", None)
+        if f is not None:
             f.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
             f.restype = ctypes.c_int
-            _CU_LAUNCH = f
-        except (OSError, AttributeError):
-            _CU_LAUNCH = False
+        _CU_LAUNCH = f or False
     if _CU_LAUNCH:
         return _CU_LAUNCH, True
     from cuda.bindings import driver
@@ -328,9 +337,8 @@ _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREA
 def _programmatic_launch():
     """A cuLaunchKernel-shaped entry that launches with programmatic stream serialization (PDL) through libcuda's
     cuLaunchKernelEx (ctypes), or None where that cannot be opened."""
-    try:
-        ex = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
-    except (OSError, AttributeError):
+    ex = getattr(_libcuda(), "cuLaunchKernelEx", None)
+    if ex is None:
         return None
     ex.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     ex.restype = ctypes.c_int
