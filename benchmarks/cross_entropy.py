@@ -575,8 +575,8 @@ def host_pieces(spec: str) -> None:
     ce._CrossEntropy.backward = staticmethod(timed_backward)
     us = per_call(pieces["step: osm.cross_entropy"])
     ce._CrossEntropy.backward = backward
-    print(f"  {us:8.1f}  step: osm.cross_entropy, its backward's body timed: {1e6 * sorted(stamps)[len(stamps) // 2]:.1f}"
-          " us (median)", flush=True)
+    body = 1e6 * sorted(stamps)[len(stamps) // 2]
+    print(f"  {us:8.1f}  step: osm.cross_entropy, its backward's body timed: {body:.1f} us (median)", flush=True)
     # the worker thread's hand-over on this host: every thread of the process on one core, then on two
     tasks = os.listdir("/proc/self/task")
     saved = {tid: os.sched_getaffinity(int(tid)) for tid in tasks}

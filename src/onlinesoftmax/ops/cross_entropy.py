@@ -488,10 +488,10 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
     if backend in GPU_BACKENDS and M and V:
         if backend == "cuda":
             target = cuda_targets(target)
-        check = TargetCheck(target, V, ignore_index, reduction, backend, start=False)
         step = (engines.cuda().cross_entropy_step(x, grad, ignore_index, label_smoothing, z_loss, reduction)
-                if check.direct and grad is not None and softcap is None else None)
-        if step is not None:  # the hot path: the four launches prepared, the per-row outputs in one buffer
+                if backend == "cuda" and grad is not None and softcap is None else None)  # before a slot is taken
+        check = TargetCheck(target, V, ignore_index, reduction, backend, start=False)
+        if step is not None and check.direct:  # the hot path: four prepared launches, the per-row outputs in one buffer
             buf = torch.empty(step.buffer_size(), dtype=torch.float32, device=x.device)
             loss = None if reduction == "none" else torch.empty((), dtype=x.dtype, device=x.device)
             step(x.data_ptr(), target.data_ptr(), grad.data_ptr(), buf.data_ptr(), check.host,
@@ -499,7 +499,7 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
             if loss is None:
                 loss = buf[:M].to(x.dtype)
             lse, row_kernel = (buf[M:2 * M] if want_lse else None), True
-        else:
+        else:  # no plan holds the rows, the slot is not mapped (its copy goes between the kernels), or Triton's work
             loss, lse, row_kernel = _fused_loss(x, target, check, grad, ignore_index, label_smoothing, z_loss,
                                                 softcap, reduction, backend)
         if pending is not None and row_kernel:  # the bad target's loss and gradient rows are NaN meanwhile
