@@ -269,6 +269,31 @@ def test_target_check_dropped_before_done_keeps_its_buffer_until_written(monkeyp
     assert ce._take_slot(3) is slot and ce._orphans == []
 
 
+def test_target_check_arms_its_slot_only_at_the_launch(monkeypatch):
+    """TargetCheck(start=False) takes a slot but leaves it unarmed: an error before the launch (an allocation out of
+    memory) drops a check whose slot passes and goes back to the pool, where an armed one, with no kernel behind it,
+    would never pass. arm() arms it and gives its address (0 where the kernel does not write it itself)."""
+    from types import SimpleNamespace
+
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    slot = _slot(True, passed=True)
+    slot.host = torch.zeros(3)
+    monkeypatch.setattr(ce, "_slots", {3: [slot]})
+    monkeypatch.setattr(ce, "_orphans", [])
+    target = SimpleNamespace(is_cuda=True, get_device=lambda: 3)  # what __init__ reads of a CUDA target
+    check = ce.TargetCheck(target, 32000, -100, "mean", "cuda", start=False)
+    assert check.slot is slot and check.direct and slot.passed()
+    del check  # dropped before its launch
+    assert ce._take_slot(3) is slot and ce._orphans == []
+    ce._give_slot(3, slot)
+    check = ce.TargetCheck(target, 32000, -100, "mean", "cuda", start=False)
+    assert check.arm() == slot.host.data_ptr() and not slot.passed()
+    check.direct = False
+    assert check.arm() == 0
+    check.slot = None  # armed with no kernel behind it: not left to the pool
+
+
 def test_target_check_waits_for_the_flag_over_the_sentinel():
     """A mapped slot's wait polls the flag until the kernel replaced the sentinel (here another thread, late) and
     returns it; an armed slot reads as not passed."""

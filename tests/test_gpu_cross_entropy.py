@@ -341,3 +341,27 @@ def test_threads_match_the_call_alone(own_streams):
                 continue
             for what, a, b in zip(("loss", "lse", "grad"), got[i, k], alone[i][k]):
                 assert torch.equal(a, b), f"thread {i} call {k}: {what} differs from the call alone"
+
+
+def test_reduction_none_loss_is_its_own_tensor():
+    """reduction "none" in fp32 (where the rows' losses need no cast): the loss is a tensor of its own, not a view of
+    the op's buffer, so it can be masked in place before the backward (eager), and torch.compile's custom op, which
+    refuses outputs that share storage, returns it beside lse."""
+    x, t = _inputs("random", 24, 32000, torch.float32, torch.Generator().manual_seed(12))
+    mask = (torch.arange(24, device="cuda") % 3 != 0).float()
+    xg = x.clone().requires_grad_()
+    loss, lse = osm.cross_entropy(xg, t, reduction="none", return_lse=True)
+    assert loss.untyped_storage().data_ptr() != lse.untyped_storage().data_ptr()
+    loss *= mask
+    loss.sum().backward()
+    want, dwant = reference.cross_entropy(x, t, reduction="none")
+    m = mask.cpu().numpy().astype(np.float64)
+    np.testing.assert_allclose(loss.detach().double().cpu().numpy(), want * m, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(xg.grad.double().cpu().numpy(), dwant * m[:, None], rtol=1e-4, atol=1e-7)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: osm.cross_entropy(a, b, reduction="none", return_lse=True), fullgraph=True)
+    xc = x.clone().requires_grad_()
+    closs, clse = compiled(xc, t)
+    closs.sum().backward()
+    np.testing.assert_allclose(closs.detach().double().cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(xc.grad.double().cpu().numpy(), dwant, rtol=1e-4, atol=1e-7)

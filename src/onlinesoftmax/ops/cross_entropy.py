@@ -296,9 +296,10 @@ def _take_slot(device: int) -> Slot:
     with _slots_lock:
         if _orphans:
             _reclaim()
-        free = _slots.get(device)
-        if free:
-            return free.pop()
+        try:  # the fast path above may pop without the lock meanwhile
+            return _slots[device].pop()
+        except (KeyError, IndexError):
+            pass
     return Slot(device)
 
 
@@ -376,22 +377,23 @@ class TargetCheck:
             settle_deferred(self.device)
             self.slot = _take_slot(self.device)
         self.direct = backend == "cuda" and self.slot is not None and self.slot.mapped
-        if self.direct:
-            self.slot.arm()
         if start:
             self.start()
 
-    @property
-    def host(self) -> int:
-        """The pinned slot's address where the CUDA kernel writes it itself (direct), else 0."""
-        return self.slot.host.data_ptr() if self.direct else 0
+    def arm(self) -> int:
+        """Just before the launch of the kernel that writes the slot itself (direct): the slot armed (its flag the
+        sentinel: a slot armed with no kernel behind it would never pass), and its address; 0 where not direct."""
+        if not self.direct:
+            return 0
+        self.slot.arm()
+        return self.slot.host.data_ptr()
 
     def start(self) -> None:
         """The check's kernel, into self.info (a CrossEntropyStep launches it itself instead, into its buffer, with
-        `host`: start=False, and only where direct)."""
+        arm(): start=False, and only where direct)."""
         if self.backend == "cuda":
             self.info = engines.cuda().cross_entropy_targets(self.target, self.V, self.ignore_index, self.mean,
-                                                             self.host)
+                                                             self.arm())
         else:
             self.info = torch.empty(3, dtype=torch.float32, device=self.target.device)
             engines.triton("cross_entropy").target_info(self.target, self.V, self.ignore_index, self.mean, self.info)
@@ -489,16 +491,19 @@ def forward(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction
         if backend == "cuda":
             target = cuda_targets(target)
         step = (engines.cuda().cross_entropy_step(x, grad, ignore_index, label_smoothing, z_loss, reduction)
-                if backend == "cuda" and grad is not None and softcap is None else None)  # before a slot is taken
+                if backend == "cuda" and grad is not None and softcap is None else None)
         check = TargetCheck(target, V, ignore_index, reduction, backend, start=False)
         if step is not None and check.direct:  # the hot path: four prepared launches, the per-row outputs in one buffer
+            # (for "none" the rows are the loss: a tensor of their own, no view of the buffer, which torch.compile's
+            # custom op and in-place masking of the loss refuse)
             buf = torch.empty(step.buffer_size(), dtype=torch.float32, device=x.device)
-            loss = None if reduction == "none" else torch.empty((), dtype=x.dtype, device=x.device)
-            step(x.data_ptr(), target.data_ptr(), grad.data_ptr(), buf.data_ptr(), check.host,
-                 0 if loss is None else loss.data_ptr())
-            if loss is None:
-                loss = buf[:M].to(x.dtype)
-            lse, row_kernel = (buf[M:2 * M] if want_lse else None), True
+            rows = torch.empty(M, dtype=torch.float32, device=x.device) if reduction == "none" else None
+            loss = torch.empty((), dtype=x.dtype, device=x.device) if rows is None else None
+            step(x.data_ptr(), target.data_ptr(), grad.data_ptr(), buf.data_ptr(), check.arm(),
+                 loss.data_ptr() if rows is None else 0, 0 if rows is None else rows.data_ptr())
+            if rows is not None:
+                loss = rows.to(x.dtype)
+            lse, row_kernel = (buf[:M] if want_lse else None), True
         else:  # no plan holds the rows, the slot is not mapped (its copy goes between the kernels), or Triton's work
             loss, lse, row_kernel = _fused_loss(x, target, check, grad, ignore_index, label_smoothing, z_loss,
                                                 softcap, reduction, backend)

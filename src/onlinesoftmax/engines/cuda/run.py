@@ -6,7 +6,7 @@ strides; `dim` in [0, ndim); `out` contiguous with the input's shape and dtype, 
     backward(y, dy, out, dim, log)      out = dx from the forward output y (probabilities, or log-probabilities)
     cross_entropy(x, t, grad, loss, lse, scale, ...)   the loss, lse and gradient of rows of logits (ce_row)
     cross_entropy_targets / _loss / _scale             the small launches around it (targets' check, sum, dloss)
-    cross_entropy_step(x, grad, ...)    the op's forward: those four launches prepared for one layout (hot path)
+    cross_entropy_step(x, grad, ...)    the op's forward: its three launches prepared for one layout (hot path)
     host_mapped(device, ptr)            whether that device's kernels address pinned host memory at ptr as is
     plan_for(op, *tensors, dim=...)     the plan a call would use (inspection)
 
@@ -503,39 +503,35 @@ def _ce_entry(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, eps: float
 
 
 class CrossEntropyStep:
-    """The op's forward on the row kernel for one layout and option set, its four launches prepared once (the eager
+    """The op's forward on the row kernel for one layout and option set, its three launches prepared once (the eager
     hot path: per call, only pointers): ce_targets (the targets' check and the reduction's scale, into the info
-    floats and the pinned slot), ce_row (programmatic right after it), ce_loss (programmatic after
-    ce_row; none for reduction "none"), and, for the backward, ce_scale of the gradient (scaler). The per-row
-    outputs live in one fp32 buffer of buffer_size(): the rows' losses, then their lse, then the 3 info floats."""
+    floats and the pinned slot), ce_row (programmatic right after it) and ce_loss (programmatic after ce_row; none
+    for reduction "none"). The per-row outputs live in one fp32 buffer of buffer_size(): the rows' lse, then their
+    losses (unless the caller gives them a tensor of their own), then the 3 info floats."""
 
-    __slots__ = ("M", "targets", "row", "loss", "scale")
+    __slots__ = ("M", "targets", "row", "loss")
 
-    def __init__(self, row, x: torch.Tensor, grad: torch.Tensor, ignore_index: int, reduction: str):
+    def __init__(self, row, x: torch.Tensor, ignore_index: int, reduction: str):
         M, V = x.shape
         device, mean = x.get_device(), int(reduction == "mean")
         self.M, self.row = M, row
         self.targets = _small("ce_targets", device, 1024, (0, V, ignore_index, mean), 3)
         self.loss = (None if reduction == "none" else
                      _small(f"ce_loss<{DT_CODE[x.dtype]}>", device, 1024, (0, mean), 3, True))
-        self.scale = _scale_launch(grad)
 
     def buffer_size(self) -> int:
         return 2 * self.M + 3
 
-    def __call__(self, px: int, pt: int, pg: int, pbuf: int, host: int, ploss: int) -> None:
+    def __call__(self, px: int, pt: int, pg: int, pbuf: int, host: int, ploss: int, prows: int = 0) -> None:
         """The forward's launches: logits at px, targets (int64) at pt, the gradient to pg, the buffer at pbuf, the
-        pinned slot at host (or 0), the reduced loss (0-d, x's dtype) to ploss (0: reduction "none")."""
+        pinned slot at host (or 0), the reduced loss (0-d, x's dtype) to ploss (0: reduction "none"), the rows'
+        losses to prows (0: in the buffer)."""
         M = self.M
-        rows, lse, info = pbuf, pbuf + 4 * M, pbuf + 8 * M
+        lse, rows, info = pbuf, prows or pbuf + 4 * M, pbuf + 8 * M
         self.targets.rows(1, M, pt, info, host)
         self.row(px, pt, pg, rows, lse, info)
         if ploss:
             self.loss.rows(1, M, rows, info, ploss)
-
-    def scaler(self, pg: int):
-        """The backward's ce_scale of the gradient at pg by grad_output, as a callable of grad_output."""
-        return functools.partial(self.scale, pg)
 
 
 _ce_steps = BoundedCache(ENTRY_CACHE)
@@ -552,7 +548,7 @@ def cross_entropy_step(x: torch.Tensor, grad: torch.Tensor, ignore_index: int, l
     if e is None:
         def make():
             row = _row_launch(x, grad, ignore_index, label_smoothing, z_loss, True)
-            return _NO_PLAN if row is _NO_PLAN else CrossEntropyStep(row, x, grad, ignore_index, reduction)
+            return _NO_PLAN if row is _NO_PLAN else CrossEntropyStep(row, x, ignore_index, reduction)
         e = _ce_steps.get_or_make(key, make)
     return None if e is _NO_PLAN else e
 
