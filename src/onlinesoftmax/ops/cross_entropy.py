@@ -288,19 +288,13 @@ SLOTS_KEPT = 64  # per device; more checks in flight at once allocate their own 
 
 
 def _take_slot(device: int) -> Slot:
-    if not _orphans:  # the usual case without the lock: a list's pop is atomic, and _keep only appends
-        try:
-            return _slots[device].pop()
-        except (KeyError, IndexError):
-            pass
-    with _slots_lock:
-        if _orphans:
+    if _orphans:  # the lock only to reclaim; the pop needs none (a list's pop is atomic, and _keep only appends)
+        with _slots_lock:
             _reclaim()
-        try:  # the fast path above may pop without the lock meanwhile
-            return _slots[device].pop()
-        except (KeyError, IndexError):
-            pass
-    return Slot(device)
+    try:
+        return _slots[device].pop()
+    except (KeyError, IndexError):
+        return Slot(device)
 
 
 def _give_slot(device: int, slot: Slot) -> None:

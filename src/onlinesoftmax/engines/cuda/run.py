@@ -515,9 +515,8 @@ class CrossEntropyStep:
         M, V = x.shape
         device, mean = x.get_device(), int(reduction == "mean")
         self.M, self.row = M, row
-        self.targets = _small("ce_targets", device, 1024, (0, V, ignore_index, mean), 3)
-        self.loss = (None if reduction == "none" else
-                     _small(f"ce_loss<{DT_CODE[x.dtype]}>", device, 1024, (0, mean), 3, True))
+        self.targets = _targets_launch(device, V, ignore_index, mean)
+        self.loss = None if reduction == "none" else _loss_launch(device, x.dtype, mean, True)
 
     def buffer_size(self) -> int:
         return 2 * self.M + 3
@@ -573,6 +572,16 @@ _SMALL_TYPES = {"ce_targets": (np.int64, np.int32, np.int64, np.int32), "ce_loss
                 "ce_scale": (np.int64, np.int32, np.int64, np.int64)}
 
 
+def _targets_launch(device: int, V: int, ignore_index: int, mean: bool):
+    """ce_targets' prepared launch (rows(1, M, target, info, host))."""
+    return _small("ce_targets", device, 1024, (0, V, ignore_index, int(mean)), 3)
+
+
+def _loss_launch(device: int, dtype, mean: bool, pdl: bool):
+    """ce_loss's prepared launch into a 0-d `dtype` loss (rows(1, M, rows, info, out))."""
+    return _small(f"ce_loss<{DT_CODE[dtype]}>", device, 1024, (0, int(mean)), 3, pdl)
+
+
 def cross_entropy_targets(target: torch.Tensor, V: int, ignore_index: int, mean: bool, host: int = 0) -> torch.Tensor:
     """An fp32 buffer of 3 whose [0] is the gradient's scale (1 / rows whose target is not ignore_index when `mean`,
     else 1), [1] those rows, [2] 1.0 if one of their targets is out of [0, V): one launch, no sync. target (M,) int64
@@ -580,8 +589,7 @@ def cross_entropy_targets(target: torch.Tensor, V: int, ignore_index: int, mean:
     (launch.host_mapped) that get the same values, [2] last, or 0."""
     info = torch.empty(3, dtype=torch.float32, device=target.device)
     M = target.numel()
-    launch = _small("ce_targets", target.get_device(), 1024, (0, V, ignore_index, int(mean)), 3)
-    launch.rows(1, M, target.data_ptr(), info.data_ptr(), host)
+    _targets_launch(target.get_device(), V, ignore_index, mean).rows(1, M, target.data_ptr(), info.data_ptr(), host)
     return info
 
 
@@ -590,8 +598,8 @@ def cross_entropy_loss(rows: torch.Tensor, buf: torch.Tensor, out: torch.Tensor,
     """out (a 0-d tensor, fp32 / fp16 / bf16) <- the sum of rows (M,) fp32, times buf[0] when `mean`. after_rows:
     ce_row wrote `rows` in the launch just before this one, so this one is queued as a programmatic launch that
     the GPU may schedule during ce_row's last CTAs (it waits for ce_row's grid before reading)."""
-    launch = _small(f"ce_loss<{DT_CODE[out.dtype]}>", rows.get_device(), 1024, (0, int(mean)), 3, after_rows)
-    launch.rows(1, rows.numel(), rows.data_ptr(), buf.data_ptr(), out.data_ptr())
+    _loss_launch(rows.get_device(), out.dtype, mean, after_rows).rows(1, rows.numel(), rows.data_ptr(), buf.data_ptr(),
+                                                                      out.data_ptr())
 
 
 def cross_entropy_scale(g: torch.Tensor, go: torch.Tensor) -> None:
