@@ -294,6 +294,25 @@ def train_step(x, loss_fn):
     return step
 
 
+def time_backward(records: list):
+    """Our autograd Function's backward wrapped so that each call appends (seconds of its body, the native id of the
+    thread it ran on) to `records`; returns the backward as it was, to put back."""
+    import threading
+
+    from onlinesoftmax.ops import cross_entropy as ce
+
+    backward = ce._CrossEntropy.backward
+
+    def timed(ctx, *grads):
+        t0 = time.perf_counter()
+        try:
+            return backward(ctx, *grads)
+        finally:
+            records.append((time.perf_counter() - t0, threading.get_native_id()))
+    ce._CrossEntropy.backward = staticmethod(timed)
+    return backward
+
+
 def autograd_floor(held: torch.Tensor):
     """An autograd Function whose forward makes an empty scalar and whose backward hands over `held`: a step of it
     is autograd's own cost (the grad_output fill, the worker thread's hand-over, the gradient's accumulation)."""
@@ -435,19 +454,13 @@ def host_costs(spec: str) -> None:
     small = torch.randn(64, V, device="cuda", dtype=dtype, requires_grad=True)
     t = torch.randint(0, V, (BT,), device="cuda")
     slots, body = [0], []
-    slot_init, backward = ce.Slot.__init__, ce._CrossEntropy.backward
+    slot_init = ce.Slot.__init__
 
     def counted_slot(self, device):
         slots[0] += 1
         slot_init(self, device)
-
-    def timed_backward(ctx, *a):
-        t0 = time.perf_counter()
-        try:
-            return backward(ctx, *a)
-        finally:
-            body.append((time.perf_counter() - t0, threading.get_native_id()))
-    ce.Slot.__init__, ce._CrossEntropy.backward = counted_slot, staticmethod(timed_backward)
+    ce.Slot.__init__ = counted_slot
+    time_backward(body)
 
     def timed(label, step):
         for _ in range(10):
@@ -564,18 +577,11 @@ def host_pieces(spec: str) -> None:
     gc.callbacks.pop()
     print(f"  garbage collections in 1000 osm steps: {[collections.count(g) for g in range(3)]} (gen 0, 1, 2)")
     # the backward's body on autograd's worker thread, timed inside
-    backward, stamps = ce._CrossEntropy.backward, []
-
-    def timed_backward(ctx, *grads):
-        t0 = time.perf_counter()
-        try:
-            return backward(ctx, *grads)
-        finally:
-            stamps.append(time.perf_counter() - t0)
-    ce._CrossEntropy.backward = staticmethod(timed_backward)
+    stamps = []
+    backward = time_backward(stamps)
     us = per_call(pieces["step: osm.cross_entropy"])
     ce._CrossEntropy.backward = backward
-    body = 1e6 * sorted(stamps)[len(stamps) // 2]
+    body = 1e6 * sorted(b for b, _ in stamps)[len(stamps) // 2]
     print(f"  {us:8.1f}  step: osm.cross_entropy, its backward's body timed: {body:.1f} us (median)", flush=True)
     # the worker thread's hand-over on this host: every thread of the process on one core, then on two
     tasks = os.listdir("/proc/self/task")
