@@ -43,9 +43,9 @@ class _UnlockedLaunch(launch.PreparedLaunch):
 
     __slots__ = ()
 
-    def _go(self, dims, first, ptrs) -> None:
+    def _go(self, grid, first, ptrs) -> None:
         self._ptrs[:] = ptrs
-        self._launch(*dims, None, self._addr, 0)
+        self._launch(self.dims[0], grid, *self.dims[2:], None, self._addr, 0)
 
 
 def _race(cls, monkeypatch, threads=2, calls=3):
@@ -101,7 +101,7 @@ class _SharedWorkspaceEntry(E._Entry):
     __slots__ = ()
     _shared = torch.empty(64)
 
-    def _split(self, M, a, b, out, dev):
+    def _split(self, M, a, b, out, x):
         stats, apply = self.calls
         stats.rows(1, M, a, b, self._shared.data_ptr())
         apply.rows(1, M, a, b, self._shared.data_ptr(), out)
@@ -126,7 +126,7 @@ def _interleaved_split(cls) -> list:
     e = object.__new__(cls)
     e.plan, e.contig, e.single, e.M, e.pers = SimpleNamespace(parts=16), False, None, 2, ((1, 1, 0), (1, 1, 0))
     e.calls = (SimpleNamespace(rows=stats), SimpleNamespace(rows=apply))
-    ts = [threading.Thread(target=e, args=(call, 0, 0, torch.device("cpu"))) for call in (1, 2)]
+    ts = [threading.Thread(target=e, args=(call, 0, 0, torch.empty(0))) for call in (1, 2)]
     for t in ts:
         t.start()
     for t in ts:
@@ -229,7 +229,8 @@ def test_new_row_counts_share_one_plan(monkeypatch):
 
 
 def test_entry_caches_are_bounded():
-    for cache in (E._fwd_entries, E._bwd_entries, E._fwd_rows, E._bwd_rows, E._entries, E._plans):
+    for cache in (E._fwd_entries, E._bwd_entries, E._fwd_rows, E._bwd_rows, E._fwd_shapes, E._bwd_shapes, E._entries,
+                  E._plans):
         assert isinstance(cache, BoundedCache) and cache.limit <= 4096
 
 
@@ -262,7 +263,8 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
     stable_rows, two classes around flat_from where the flat regime takes contiguous aligned rows, and runs of
     few-row Ms), and the first few-row call of a row length keys every few-row M: entry.rows(M) must launch exactly
     the grids and row count of plan(M), split and flat included, whichever M comes first, and a new M after the
-    first two calls builds nothing. al: the pointers' alignment key (1: unaligned, 0: aligned)."""
+    first two calls builds nothing; so must the exact-shape call made from that entry. al: the pointers' alignment
+    key (1: unaligned, 0: aligned)."""
     log = []
     monkeypatch.setattr(E, "available", lambda: None)
     monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
@@ -285,10 +287,13 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
             op, tuple(t[:M] for t in ins), x[:M], 1, cache, key))
         entries.add(id(e))
         log.clear()
-        e.rows(M, 16, 16 if len(ins) > 1 else 0, 32, torch.device("cpu"))
+        e.rows(M, 16, 16 if len(ins) > 1 else 0, 32, x)
         want = P.plan(M, N, dtype, op, sms=SMS, vec=not al and N % P.vec_width(dtype) == 0, window=1, flat=not al)
         regimes.add(want.regime)
         assert log == [(l.grid, M) for l in want.launches], (M, want.regime)
+        log.clear()  # the exact-shape call forward() caches (its grid made once) launches the same
+        E._Shaped(e, M)(16, 16 if len(ins) > 1 else 0, 32, x)
+        assert log == [(l.grid, M) for l in want.launches], (M, want.regime, "exact shape")
     assert ("flat" in regimes) == bool(t) and (not t or len(regimes) == 2)
     assert made[0] == 7 and len(made) == 2 and made[1] >= lo  # every few-row M keyed at once; the stable class
     assert len(entries) <= 48, len(entries)

@@ -89,9 +89,8 @@ def log(monkeypatch):
     monkeypatch.setattr(launch, "_CU_LAUNCH", False)
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
-    monkeypatch.setattr(launch.PreparedLaunch, "__call__", lambda self, *p: self._go(self.dims, self._first, p))
-    monkeypatch.setattr(launch.PreparedLaunch, "rows", lambda self, g, f, *p: self._go(
-        (self.dims[0], g) + self.dims[2:], f, p))
+    monkeypatch.setattr(launch.PreparedLaunch, "__call__", lambda self, *p: self._go(self.dims[1], self._first, p))
+    monkeypatch.setattr(launch.PreparedLaunch, "rows", lambda self, g, f, *p: self._go(g, f, p))
     return records
 
 

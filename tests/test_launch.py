@@ -2,7 +2,6 @@
 parameter pointer addresses the right value, the three leading pointers are per call, scalars keep their widths."""
 
 import ctypes
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -45,14 +44,61 @@ def test_other_scalar_types_are_refused():
 
 
 def test_launch_passes_what_both_driver_entries_take(monkeypatch):
-    """cuLaunchKernel's `extra` goes as the int 0 (NULL): ctypes takes it, and cuda.bindings rejects None."""
+    """cuda.bindings' entry: `extra` as the int 0 (it rejects None), the stream as its CUstream."""
     seen = []
     monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
     p = PreparedLaunch(_Loaded(), 2, (64,), (np.int64(5),), 0, 3)
     p._launch = lambda *args: seen.append(args) or 0
-    p._go(p.dims, 7, (1, 2, 3))
+    p._go(p.dims[1], 7, (1, 2, 3))
     (args,) = seen
     assert args[-1] == 0 and type(args[-1]) is int and args[-2] == p._addr
+
+
+class _FakeLibcuda:
+    """libcuda as ctypes.CDLL opens it: entries by attribute and by item; every launch recorded as called."""
+
+    def __init__(self, seen):
+        self.seen = seen
+        self.cuLaunchKernelEx = lambda cfg, *args: seen.append(("ex", cfg._obj, args)) or 0
+
+    def __getitem__(self, name):
+        return _FakeEntry(self.seen)
+
+
+class _FakeEntry:
+    restype = None
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def __call__(self, *args):  # the types and the values at the call (a launch reuses its C values)
+        self.seen.append(("plain", [type(a) for a in args], [getattr(a, "value", a) for a in args]))
+        return 0
+
+
+def _libcuda_entry(monkeypatch, seen):
+    monkeypatch.setattr(launch, "_CU_LAUNCH", None)
+    monkeypatch.setattr(launch, "_LIBCUDA", [])  # opened once: an earlier test may have found none here
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: _FakeLibcuda(seen))
+    monkeypatch.setattr(launch, "stream_handle", lambda device: 0x7F0000005000)
+    lk = _Loaded()
+    lk.kernel = type("kernel", (), {"handle": 0x7F0000001234})
+    return lk
+
+
+def test_libcuda_entry_gets_c_values_only(monkeypatch):
+    """libcuda's cuLaunchKernel is called without argtypes, so every argument must be a ctypes value of its C type:
+    a Python int would go as a 32-bit int and cut the handle, the stream or the parameter block's address. A call
+    sets the grid (rows() another) and the stream; `extra` is NULL (None)."""
+    seen = []
+    p = PreparedLaunch(_libcuda_entry(monkeypatch, seen), 3, (256, 2), (np.int64(5),), 4096, 3)
+    p._go(p.dims[1], 9, (1, 2, 3))
+    p._go(11, 4, (5, 6, 7))
+    for (kind, types, values), grid in zip(seen, (3, 11)):
+        assert kind == "plain" and types == [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 2 + [
+            type(None)]
+        assert values == [0x7F0000001234, grid, 1, 1, 256, 2, 1, 4096, 0x7F0000005000, p._addr, None]
+    assert p._vals[0].value == 4 and list(p._ptrs) == [5, 6, 7]
 
 
 def test_programmatic_launch_fills_cuLaunchKernelEx_config(monkeypatch):
@@ -63,23 +109,12 @@ def test_programmatic_launch_fills_cuLaunchKernelEx_config(monkeypatch):
     assert launch._LaunchConfig.attrs.offset == 40 and launch._LaunchConfig.num_attrs.offset == 48
     assert ctypes.sizeof(launch._LaunchAttribute) == 72 and launch._LaunchAttribute.value.offset == 8
     seen = []
-
-    def cu_launch_kernel_ex(cfg, handle, params, extra):
-        c = cfg._obj  # what ctypes.byref points at
-        seen.append((list(c.dims), c.stream, c.num_attrs, c.attrs[0].id, c.attrs[0].value, handle, params, extra))
-        return 0
-
-    libcuda = SimpleNamespace(cuLaunchKernelEx=cu_launch_kernel_ex, cuLaunchKernel=lambda *args: 0)
-    monkeypatch.setattr(launch, "_CU_LAUNCH", None)
-    monkeypatch.setattr(launch, "_LIBCUDA", [])  # opened once: an earlier test may have found none here
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: libcuda)
-    monkeypatch.setattr(launch, "stream_handle", lambda device: 0x5000)
-    lk = _Loaded()
-    lk.kernel = type("kernel", (), {"handle": 0x1234})
+    lk = _libcuda_entry(monkeypatch, seen)
     p = PreparedLaunch(lk, 1, (512,), (np.int64(5),), 2048, 3, pdl=True)
-    p._go((p.dims[0], 77) + p.dims[2:], 9, (1, 2, 3))
-    (dims, stream, n, attr, value, handle, params, extra), = seen
-    assert dims == [77, 1, 1, 512, 1, 1, 2048] and stream == 0x5000 and (n, attr, value) == (1, 6, 1)
-    assert handle == 0x1234 and params == p._addr and extra == 0
+    p._go(77, 9, (1, 2, 3))
+    (kind, c, (handle, params, extra)), = seen
+    assert kind == "ex" and list(c.dims) == [77, 1, 1, 512, 1, 1, 2048] and c.stream == 0x7F0000005000
+    assert (c.num_attrs, c.attrs[0].id, c.attrs[0].value) == (1, 6, 1)
+    assert handle.value == 0x7F0000001234 and params.value == p._addr and extra is None
     plain = PreparedLaunch(lk, 1, (512,), (np.int64(5),), 2048, 3)
-    assert plain._launch is not p._launch and not seen[1:]
+    assert plain._launch is not p._launch and len(seen) == 1

@@ -8,18 +8,18 @@ from typing import Callable, Hashable
 
 
 class BoundedCache:
-    __slots__ = ("limit", "_d", "_lock")
+    """get(key): the value, or None: the dict's own get (the hot path: no Python frame of its own; every other
+    method keeps that dict, so the bound get stays valid)."""
+
+    __slots__ = ("limit", "_d", "_lock", "get")
 
     def __init__(self, limit: int):
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         self.limit = limit
         self._d: dict = {}
+        self.get = self._d.get
         self._lock = threading.RLock()  # make() may fill other keys of the same cache
-
-    def get(self, key: Hashable):
-        """The value, or None (one dict lookup: the hot path)."""
-        return self._d.get(key)
 
     def get_or_make(self, key: Hashable, make: Callable[[], object]):
         """The value for key, made by make() under the cache's lock when missing (each key is made once even when

@@ -306,14 +306,19 @@ def _libcuda():
 
 
 def _driver_launch():
-    """(cuLaunchKernel, takes raw handles): libcuda's through ctypes (a plain C call on raw handles), or
+    """(cuLaunchKernel, takes C values): libcuda's through ctypes with no argtypes, called with prebuilt ctypes
+    values only (a plain C call: nothing converted per call, ~0.8 us against ~1.5 us with argtypes), or
     cuda.bindings' (which converts every argument to its wrapper types) where libcuda cannot be opened by name."""
     global _CU_LAUNCH
     if _CU_LAUNCH is None:
-        f = getattr(_libcuda(), "cuLaunchKernel", None)
-        if f is not None:
-            f.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-            f.restype = ctypes.c_int
+        lib = _libcuda()
+        f = None
+        if lib is not None:
+            try:
+                f = lib["cuLaunchKernel"]  # its own function object: the by-attribute one is shared
+                f.restype = ctypes.c_int
+            except AttributeError:
+                f = None
         _CU_LAUNCH = f or False
     if _CU_LAUNCH:
         return _CU_LAUNCH, True
@@ -335,8 +340,8 @@ _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREA
 
 
 def _programmatic_launch():
-    """A cuLaunchKernel-shaped entry that launches with programmatic stream serialization (PDL) through libcuda's
-    cuLaunchKernelEx (ctypes), or None where that cannot be opened."""
+    """A cuLaunchKernel-shaped entry taking C values, as _driver_launch's, that launches with programmatic stream
+    serialization (PDL) through libcuda's cuLaunchKernelEx (ctypes), or None where that cannot be opened."""
     ex = getattr(_libcuda(), "cuLaunchKernelEx", None)
     if ex is None:
         return None
@@ -347,8 +352,8 @@ def _programmatic_launch():
     cfg_ref = ctypes.byref(cfg)
 
     def launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # called under its launch's lock
-        cfg.dims[:] = (gx, gy, gz, bx, by, bz, smem)
-        cfg.stream = stream
+        cfg.dims[:] = (gx.value, gy.value, gz.value, bx.value, by.value, bz.value, smem.value)
+        cfg.stream = stream.value
         return ex(cfg_ref, handle, params, extra)
     launch.keep = attr  # the attribute the config points to lives as long as the entry
     return launch
@@ -362,9 +367,13 @@ class PreparedLaunch:
     stream. rows(grid, first, *pointers) launches with another x-grid and first scalar (a row count), so one
     prepared launch serves every row count of a geometry. `pdl`: launched with programmatic stream serialization
     (cuLaunchKernelEx), so that it may start while the kernel before it runs (the kernel waits with os_grid_wait
-    for what that one writes); a plain launch where libcuda is not reached through ctypes."""
+    for what that one writes); a plain launch where libcuda is not reached through ctypes.
 
-    __slots__ = ("lk", "device", "dims", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_stream")
+    Through libcuda's ctypes entry every driver argument is a C value built here (`_args`); a call only sets the
+    x-grid and the stream in them. Through cuda.bindings (`_args` None) they go as Python values."""
+
+    __slots__ = ("lk", "device", "dims", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_args",
+                 "_gx", "_stream")
 
     def __init__(self, lk: LoadedKernel, grid, block, tail: Sequence, smem: int = 0, npointers: int = 3,
                  pdl: bool = False):
@@ -375,7 +384,6 @@ class PreparedLaunch:
         self._launch, raw = _driver_launch()
         if pdl and raw:
             self._launch = _programmatic_launch() or self._launch
-        self._stream = (lambda h: h) if raw else _cu_stream  # the stream as the entry takes it
         handle = int(lk.kernel.handle) if raw else lk.kernel.handle  # a CUkernel serves as a CUfunction
         self.dims = (handle,) + (g + (1, 1))[:3] + (b + (1, 1))[:3] + (smem,)
         self._ptrs = (ctypes.c_uint64 * npointers)()
@@ -394,31 +402,41 @@ class PreparedLaunch:
         self._first = int(tail[0]) if len(tail) else None
         self._params = (ctypes.c_void_p * len(addrs))(*addrs)
         self._addr = ctypes.addressof(self._params)
+        self._gx = ctypes.c_uint(self.dims[1])
+        self._stream = ctypes.c_void_p(0)
+        self._args = None
+        if raw:
+            self._args = ((ctypes.c_void_p(handle), self._gx) + tuple(ctypes.c_uint(d) for d in self.dims[2:])
+                          + (self._stream, ctypes.c_void_p(self._addr), None))
         self._lock = threading.Lock()  # the block is shared: fill and launch as one step
 
     def __call__(self, *ptrs: int) -> None:
         if getattr(_state, "bound", False) and _current_device() == self.device:
-            self._go(self.dims, self._first, ptrs)
+            self._go(self.dims[1], self._first, ptrs)
         else:
-            on_device(self.device, self._go, self.dims, self._first, ptrs)
+            on_device(self.device, self._go, self.dims[1], self._first, ptrs)
 
     def rows(self, grid: int, first: int, *ptrs: int) -> None:
-        dims = (self.dims[0], grid) + self.dims[2:]
         if getattr(_state, "bound", False) and _current_device() == self.device:
-            self._go(dims, first, ptrs)
+            self._go(grid, first, ptrs)
         else:
-            on_device(self.device, self._go, dims, first, ptrs)
+            on_device(self.device, self._go, grid, first, ptrs)
 
-    def _go(self, dims, first, ptrs) -> None:
-        s = self._stream(stream_handle(self.device))
+    def _go(self, grid, first, ptrs) -> None:
+        s = stream_handle(self.device)
         with self._lock:
             self._ptrs[:] = ptrs
             if first is not None:
                 self._vals[0].value = first
-            err = self._launch(*dims, s, self._addr, 0)  # extra: NULL (cuda.bindings takes an int, not None)
+            if self._args is not None:
+                self._gx.value = grid
+                self._stream.value = s
+                err = self._launch(*self._args)
+            else:  # extra: 0, not None (cuda.bindings takes an int)
+                err = self._launch(self.dims[0], grid, *self.dims[2:], _cu_stream(s), self._addr, 0)
         if err != 0:  # CUDA_SUCCESS
             raise OnlineSoftmaxError(f"launch of {self.lk.name} ({self.lk.module.filename}, "
-                                     f"dims={dims[1:]}) failed: {err}")
+                                     f"dims={(grid,) + self.dims[2:]}) failed: {err}")
 
 
 class ClusterLaunch:
