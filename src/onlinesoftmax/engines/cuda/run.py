@@ -30,6 +30,7 @@ from ...errors import OnlineSoftmaxError, Unavailable
 from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
+from ...runtime.launch import PreparedLaunch
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from .compiled import kernel, sms
 from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan, stable_rows,
@@ -142,26 +143,28 @@ class _Entry:
         if len(calls) == 1:
             self.single = calls[0]
 
-    def __call__(self, a: int, b: int, out: int, dev: torch.device) -> None:
+    def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
+        """The launches on pointers a, b, out; x: a tensor on their device (x.device is read only where a workspace is
+        allocated: it costs more than the launch's Python)."""
         if self.single is not None:
             self.single(a, b, out)
         else:
-            self._split(self.M, a, b, out, dev)
+            self._split(self.M, a, b, out, x)
 
-    def rows(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
+    def rows(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         """The call for M rows, for any M whose plan has this entry's geometry (_rows_entry keys it so)."""
         if self.single is None:
-            self._split(M, a, b, out, dev)
+            self._split(M, a, b, out, x)
         elif M == self.M:
             self.single(a, b, out)
         else:
             self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
 
-    def _split(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
+    def _split(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # the partial states go to a workspace of this call (2 floats per chunk), from torch's caching allocator on
         # the current stream: calls from other threads never share it, its reuse is ordered after these kernels,
         # and a CUDA graph captures it in its own pool
-        ws = torch.empty(2 * M * self.plan.parts, dtype=torch.float32, device=dev)
+        ws = torch.empty(2 * M * self.plan.parts, dtype=torch.float32, device=x.device)
         (stats, apply), (ps, pa) = self.calls, self.pers
         stats.rows(grid_for(M, ps), M, a, b, ws.data_ptr())
         apply.rows(grid_for(M, pa), M, a, b, ws.data_ptr(), out)
@@ -273,7 +276,7 @@ def _call(e: _Entry, ins: tuple, out: torch.Tensor, pa: int, pb: int, po: int) -
         pa = ins[0].data_ptr()
         pb = ins[1].data_ptr() if len(ins) > 1 else 0
     if e.calls:
-        e(pa, pb, po, ins[0].device)
+        e(pa, pb, po, ins[0])
 
 
 _entries = BoundedCache(ENTRY_CACHE)  # forced regimes (the registry variants)
@@ -294,14 +297,17 @@ def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
 # ---- the contract with ops.py -----------------------------------------------------------------------------
 # The hot path: one key of tensor metadata, one dict lookup, the launch. `out` must be contiguous (ops.py
 # allocates it so); that is checked when a key is first seen, not on every call. Contiguous rows over the last dim
-# (nearly every call) are keyed without their row count M once M >= stable_rows (4 x SMs): those Ms share one
-# entry, whose plan moves to the call's M (Plan.at), so a new batch size builds nothing (where the flat regime
-# takes the rows from flat_from rows on, the entry holds the plans on both sides and picks one by M: _ByRows).
-# Below it the few-rows rules depend on M: the first few-row call of a row length plans every few-row M at once
-# (_rows_entry), each sharing the entry of the Ms whose plans have its geometry. Other layouts are keyed by their
-# exact shape and strides.
+# (nearly every call) are looked up by their exact shape first (_shapes: the launch with its grid for that M, made
+# once, so a call computes nothing but its key). Behind that, they are keyed without their row count M once
+# M >= stable_rows (4 x SMs): those Ms share one entry, whose plan moves to the call's M (Plan.at), so a new batch
+# size builds nothing (where the flat regime takes the rows from flat_from rows on, the entry holds the plans on both
+# sides and picks one by M: _ByRows). Below it the few-rows rules depend on M: the first few-row call of a row length
+# plans every few-row M at once (_rows_entry), each sharing the entry of the Ms whose plans have its geometry. Other
+# layouts are keyed by their exact shape and strides.
 
 ROWS_CACHE = 4096  # per direction: the few-row Ms (4 x SMs keys) of several row lengths, one key per length beyond
+_fwd_shapes = BoundedCache(ENTRY_CACHE)  # exact row shapes -> _Shaped
+_bwd_shapes = BoundedCache(ENTRY_CACHE)
 _fwd_rows = BoundedCache(ROWS_CACHE)
 _bwd_rows = BoundedCache(ROWS_CACHE)
 _geometries = BoundedCache(ENTRY_CACHE)  # row entries by plan geometry
@@ -320,8 +326,44 @@ class _ByRows:
     def __init__(self, t: int, low: _Entry, high: _Entry):
         self.t, self.low, self.high = t, low, high
 
-    def rows(self, M: int, a: int, b: int, out: int, dev: torch.device) -> None:
-        (self.high if M >= self.t else self.low).rows(M, a, b, out, dev)
+    def rows(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
+        (self.high if M >= self.t else self.low).rows(M, a, b, out, x)
+
+
+class _Shaped:
+    """The call for one exact shape of contiguous rows: its entry's launch with the grid for its M made once (a
+    single prepared launch), or the entry (a cluster launch; two launches: the split regime's workspace is per
+    call); nothing for no rows."""
+
+    __slots__ = ("launch", "grid", "M", "entry")
+
+    def __init__(self, entry, M: int):
+        if isinstance(entry, _ByRows):
+            entry = entry.high if M >= entry.t else entry.low
+        self.M, self.entry, self.launch, self.grid = M, entry, None, 0
+        if entry is not None and isinstance(entry.single, PreparedLaunch):  # a cluster launch goes through the entry
+            self.launch, self.grid = entry.single, grid_for(M, entry.pers[0])
+
+    def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
+        if self.launch is not None:
+            self.launch.rows(self.grid, self.M, a, b, out)
+        elif self.entry is not None:
+            self.entry.rows(self.M, a, b, out, x)
+
+
+def _shaped(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, log: bool) -> _Shaped:
+    """The _Shaped call of contiguous rows over the last dim: through the row-count classes' cache (forward's or
+    backward's) and their shared entries."""
+    x = ins[0]
+    n = x.numel()
+    if not n:
+        return _Shaped(None, 0)
+    N = x.shape[dim]
+    M, d = n // N, x.get_device()
+    key = (log, N, x.dtype, d, _alignment(x.data_ptr(), ins[1].data_ptr() if len(ins) > 1 else 0, out.data_ptr()),
+           M if M < _stable_rows_of(d) else 0)
+    e = cache.get(key) or cache.get_or_make(key, lambda: _rows_entry(op, ins, out, dim, cache, key))
+    return _Shaped(e, M)
 
 
 def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, key: tuple):
@@ -364,17 +406,13 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
     """out <- softmax(x, dim) (log_softmax when log). x: CUDA fp32/fp16/bf16, any shape and strides; dim in
     [0, x.ndim); out contiguous, x's shape and dtype. Accumulates in fp32. Safe from any thread and stream."""
     pa, po = x.data_ptr(), out.data_ptr()
-    n = x.numel()
-    if n and dim == x.dim() - 1 and x.is_contiguous():
-        N = x.shape[dim]
-        M, d = n // N, x.get_device()
-        key = (log, N, x.dtype, d, ((pa | po) & 15) | (((pa - po) & 15) << 4),  # _alignment(pa, 0, po)
-               M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
-        e = _fwd_rows.get(key)
-        if e is None:
-            e = _fwd_rows.get_or_make(key, lambda: _rows_entry("log_softmax" if log else "softmax", (x,), out, dim,
-                                                               _fwd_rows, key))
-        e.rows(M, pa, 0, po, x.device)
+    if dim == x.dim() - 1 and x.is_contiguous():
+        key = (log, x.shape, x.dtype, x.get_device(), pa & 15, po & 15)
+        go = _fwd_shapes.get(key)
+        if go is None:
+            op = "log_softmax" if log else "softmax"
+            go = _fwd_shapes.get_or_make(key, lambda: _shaped(op, (x,), out, dim, _fwd_rows, log))
+        go(pa, 0, po, x)
         return
     key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), ((pa | po) & 15) | (((pa - po) & 15) << 4))
     e = _fwd_entries.get(key)
@@ -388,21 +426,19 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
     """out <- dx from y = the forward output (probabilities; log-probabilities when log) and dy:
     softmax: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy), 0 for a row of y all -inf."""
     pa, pb, po = y.data_ptr(), dy.data_ptr(), out.data_ptr()
-    n = y.numel()
-    op = "log_softmax_backward" if log else "softmax_backward"
-    if n and dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
-        N = y.shape[dim]
-        M, d = n // N, y.get_device()
-        key = (log, N, y.dtype, d, _alignment(pa, pb, po), M if M < (_stable.get(d) or _stable_rows_of(d)) else 0)
-        e = _bwd_rows.get(key)
-        if e is None:
-            e = _bwd_rows.get_or_make(key, lambda: _rows_entry(op, (y, dy), out, dim, _bwd_rows, key))
-        e.rows(M, pa, pb, po, y.device)
+    if dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
+        key = (log, y.shape, y.dtype, y.get_device(), pa & 15, pb & 15, po & 15)
+        go = _bwd_shapes.get(key)
+        if go is None:
+            op = "log_softmax_backward" if log else "softmax_backward"
+            go = _bwd_shapes.get_or_make(key, lambda: _shaped(op, (y, dy), out, dim, _bwd_rows, log))
+        go(pa, pb, po, y)
         return
     key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), _alignment(pa, pb, po))
     e = _bwd_entries.get(key)
     if e is None:
-        e = _bwd_entries.get_or_make(key, lambda: _prepare(op, (y, dy), out, dim, None))
+        e = _bwd_entries.get_or_make(key, lambda: _prepare("log_softmax_backward" if log else "softmax_backward",
+                                                           (y, dy), out, dim, None))
     _call(e, (y, dy), out, pa, pb, po)
 
 
