@@ -478,3 +478,65 @@ def test_fused_cast_to_float32(dtype):
         assert gx.dtype == dtype
         torch.testing.assert_close(y, tf(x, -1, dtype=torch.float32), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(gx.float(), tx.float(), rtol=2e-2, atol=2e-2)
+
+
+def _poisoned_pool(nbytes: int) -> None:
+    """Leave NaN in the caching allocator's next block of this size: a fresh output the op forgets to write
+    shows NaN, not the zeros or old results that happened to be there."""
+    torch.full((nbytes // 4 + 64,), float("nan"), device="cuda")
+
+
+def test_public_hot_path_decides_as_resolve(monkeypatch):
+    """osm.softmax / log_softmax skip resolve() for plain eager calls on CUDA tensors (ops/softmax.py _apply): those
+    must give what the full path gives (the float64 reference, a contiguous output in the input's dtype), and every
+    other call (a cast, grad, a dim that is not an int, 0-d, empty, float64, another backend, a subclass, a bad dim)
+    must still go through resolve and get its answer or its error."""
+    from onlinesoftmax.errors import ArgumentTypeError, DimError
+    from onlinesoftmax.ops import softmax as ops
+
+    seen = []
+    real = ops.resolve
+    monkeypatch.setattr(ops, "resolve", lambda *a: seen.append(a) or real(*a))
+    g = torch.Generator(device="cuda").manual_seed(12)
+    failures = []
+    for dtype in DTYPES:
+        base = (torch.randn(70, 1001, generator=g, device="cuda") * 4).to(dtype)
+        base[3] = float("-inf")
+        base[5, 7] = float("nan")
+        base[9, :-1] = float("-inf")
+        layouts = (("rows", base), ("sliced", base[:, 1:]), ("transposed", base.t()), ("3-d", base.view(7, 10, 1001)))
+        for label, x in layouts:
+            for dim in (-1, 0, 1):
+                for backend in ("auto", "cuda"):
+                    for log in (False, True):
+                        seen.clear()
+                        _poisoned_pool(x.numel() * x.element_size())
+                        y = (ops.log_softmax if log else ops.softmax)(x, dim, backend=backend)
+                        torch.cuda.synchronize()
+                        d = dim % x.dim()
+                        rep = compare(y, _ref_forward(x, d, log).numpy(), dtype)
+                        ok = (rep.ok and not seen and y.dtype == dtype and y.is_contiguous()
+                              and y.stride() == torch.empty(x.shape).stride())
+                        if not ok:
+                            failures.append(f"{label} {dtype} dim {dim} {backend} log={log}: resolve calls "
+                                            f"{len(seen)}, {rep.message}, strides {y.stride()}")
+    assert not failures, "\n".join(failures)
+
+    x = torch.randn(8, 33, device="cuda")
+
+    class Sub(torch.Tensor):
+        pass
+
+    slow = [(x, 1, {"dtype": torch.float32}), (x.clone().requires_grad_(), 1, {}), (x, np.int64(1), {}),
+            (x[0, 0], 0, {}), (x[:0], 1, {}), (x.double(), 1, {}), (x.as_subclass(Sub), 1, {})]
+    for t, dim, kw in slow:
+        seen.clear()
+        y = ops.softmax(t, dim, **kw)
+        assert len(seen) == 1, (tuple(t.shape), t.dtype, dim, kw)
+        torch.testing.assert_close(y.double(), torch.softmax(t.detach().double(), dim), rtol=1e-5, atol=1e-6,
+                                   check_dtype=False)
+    for dim, err in ((True, ArgumentTypeError), (2, DimError), (-3, DimError), (1.0, ArgumentTypeError)):
+        seen.clear()
+        with pytest.raises(err):
+            ops.softmax(x, dim)
+        assert len(seen) == 1

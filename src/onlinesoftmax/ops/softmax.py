@@ -312,7 +312,20 @@ class _Softmax(torch.autograd.Function):
         return _gradient(ctx, dy, backward)
 
 
+_KERNEL_DTYPES = frozenset(KERNEL_DTYPES)
+
+
 def _apply(input, dim, log, dtype, backend):
+    # the eager hot path: a plain CUDA tensor the kernels take, an int dim in range, no cast, no grad, not traced.
+    # It decides what resolve and forward below decide for such a call (the same backend, the same launcher), with
+    # only what that needs looked at: the host's time per small call is most of the call (issue 12).
+    if (not torch.compiler.is_compiling() and type(input) is torch.Tensor and dtype is None and type(dim) is int
+            and input.is_cuda and input.dtype in _KERNEL_DTYPES
+            and (backend == "cuda" or backend == "auto" and engines.cuda_runs())
+            and not (input.requires_grad and torch.is_grad_enabled())):
+        n = input.dim()
+        if -n <= dim < n and input.numel():
+            return _cuda_forward(input, dim + n if dim < 0 else dim, log)
     x, dim, backend = resolve(input, dim, backend, dtype)
     if torch.compiler.is_compiling():
         return softmax_forward_op(x, dim, log, backend)
