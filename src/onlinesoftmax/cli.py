@@ -307,8 +307,9 @@ def cmd_extras(args) -> int:
     (harness/extras.py)."""
     from .harness.extras import LAYOUTS, host_rows, layout_rows
 
-    layouts = [lay for lay in LAYOUTS if not args.layout or any(t in lay[0] for t in args.layout)]
-    if not layouts:
+    layouts = [] if args.host_only else [lay for lay in LAYOUTS
+                                         if not args.layout or any(t in lay[0] for t in args.layout)]
+    if not layouts and not args.host_only:
         raise OnlineSoftmaxError(f"extras: no layout matches {args.layout}; layouts: "
                                  f"{', '.join(lay[0] for lay in LAYOUTS)}")
     _require_cuda("extras")
@@ -499,7 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "softmax) and a sliced view; host overhead per eager 1x1024 call (GPU)")
     sp.add_argument("--layout", action="append", metavar="TEXT",
                     help="only the layouts whose label contains TEXT (repeatable; e.g. 'C = 19'); default: all")
-    sp.add_argument("--no-host", action="store_true", help="skip the host-overhead rows")
+    host = sp.add_mutually_exclusive_group()
+    host.add_argument("--no-host", action="store_true", help="skip the host-overhead rows")
+    host.add_argument("--host-only", action="store_true", help="only the host-overhead rows")
     out_option(sp)
     sp.set_defaults(fn=cmd_extras)
 

@@ -113,6 +113,7 @@ def layout_rows(copy: float, seed: int = 0, layouts=LAYOUTS, dtypes=LAYOUT_DTYPE
 def _host_impls() -> dict:
     fwd = torch.ops.onlinesoftmax.softmax_forward
     return {
+        "api.softmax": ("cuda", "eager, the default backend (auto)", lambda x: ops.softmax(x)),
         "api.cuda.softmax": ("cuda", "eager", lambda x: ops.softmax(x, backend="cuda")),
         "op.cuda.softmax_forward": ("cuda", "through torch.ops (custom-op dispatch)",
                                     lambda x: fwd(x, 1, False, "cuda")),
