@@ -322,3 +322,75 @@ def test_flat_needs_every_tensor_on_a_16_byte_boundary(monkeypatch):
     assert E.plan_for("softmax", x, out=at(3)).regime != "flat"
     assert E.plan_for("softmax_backward", y, at(1), out=out).regime != "flat"
     assert E.plan_for("softmax_backward", at(2), at(2), out=at(2)).regime != "flat"  # alike, but not on a boundary
+
+
+class _Named:
+    """A loaded kernel for E.kernel whose prepared launches record (kernel, grid, row count, pointers) per launch."""
+
+    def __init__(self, name, log):
+        self.name, self.log, self.fits = name, log, True
+
+    def bind(self, grid, tail, pointers):
+        p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
+        name, log = self.name, self.log
+
+        def fake(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            addrs = (ctypes.c_void_p * (pointers + 1)).from_address(params)
+            ptrs = tuple(ctypes.c_uint64.from_address(a).value for a in addrs[:pointers])
+            log.append((name, gx, ctypes.c_int64.from_address(addrs[pointers]).value, ptrs))
+            return 0  # CUDA_SUCCESS
+
+        p._launch = fake
+        return p
+
+
+def _at(M, N, dtype, offset):
+    """A contiguous (M, N) tensor `offset` elements into a 16-byte aligned buffer."""
+    return torch.zeros(M * N + 16, dtype=dtype)[offset:offset + M * N].view(M, N)
+
+
+@pytest.mark.parametrize("dtype,N,M", [(torch.bfloat16, 1001, 3), (torch.float32, 1001, 700), (torch.float16, 4096, 2),
+                                       (torch.bfloat16, 63, 40001), (torch.float32, 200003, 1)])
+def test_forward_backward_exact_shape_keys(monkeypatch, dtype, N, M):
+    """forward() and backward() key contiguous rows by their exact shape and every pointer's offset from 16 bytes: the
+    same shape at other offsets of x, dy or out needs other kernels (aligned, flat, the window with P = 1 or 2, the
+    scalar path), and each call, first or cached, in any order, must launch what the full plan of its own tensors
+    gives (plan_for), with its own pointers. A key that left out one offset would hand a later call the kernels of
+    an earlier one."""
+    log = []
+    monkeypatch.setattr(E, "available", lambda: None)
+    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
+    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    monkeypatch.setattr(E, "kernel", lambda name, *a: _Named(name, log))
+    monkeypatch.setattr(E, "_stable", {-1: P.stable_rows(SMS)})
+    for cache in ("_fwd_shapes", "_bwd_shapes", "_fwd_rows", "_bwd_rows", "_geometries", "_plans"):
+        monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit))
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
+    launch._state.bound = True
+    offsets = ((0, 0, 0), (1, 1, 1), (1, 1, 0), (0, 2, 3), (3, 3, 3), (0, 0, 5), (0, 1, 0), (1, 0, 0))
+    kernels = set()
+    for _ in range(2):  # the first round fills the caches, the second takes every call from them
+        for log_op in (False, True):
+            for xo, yo, oo in offsets:
+                x, out = _at(M, N, dtype, xo), _at(M, N, dtype, oo)
+                op = "log_softmax" if log_op else "softmax"
+                want = E.plan_for(op, x, dim=1, out=out)
+                log.clear()
+                E.forward(x, out, 1, log_op)
+                got = [(k, g, m) for k, g, m, _ in log]
+                assert got == [(l.kernel, l.grid, M) for l in want.launches], (op, xo, oo)
+                if len(want.launches) == 1:
+                    assert log[0][3] == (x.data_ptr(), 0, out.data_ptr())
+                kernels.update(want.kernels)
+                y, dy = _at(M, N, dtype, xo), _at(M, N, dtype, yo)
+                bop = op + "_backward"
+                want = E.plan_for(bop, y, dy, dim=1, out=out)
+                log.clear()
+                E.backward(y, dy, out, 1, log_op)
+                assert [(k, g, m) for k, g, m, _ in log] == [(l.kernel, l.grid, M) for l in want.launches], (
+                    bop, xo, yo, oo)
+                if len(want.launches) == 1:
+                    assert log[0][3] == (y.data_ptr(), dy.data_ptr(), out.data_ptr())
+                kernels.update(want.kernels)
+    assert len(kernels) >= 6  # the offsets took different kernels: the keys had something to tell apart

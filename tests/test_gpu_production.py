@@ -481,9 +481,10 @@ def test_fused_cast_to_float32(dtype):
 
 
 def _poisoned_pool(nbytes: int) -> None:
-    """Leave NaN in the caching allocator's next block of this size: a fresh output the op forgets to write
-    shows NaN, not the zeros or old results that happened to be there."""
-    torch.full((nbytes // 4 + 64,), float("nan"), device="cuda")
+    """Leave NaN in the caching allocator's next block of this size (all bits set: NaN in fp32, fp16 and bf16; the
+    same byte count, so the same block): a fresh output the op forgets to write shows NaN, not the zeros or old
+    results that happened to be there."""
+    torch.full((nbytes,), 255, dtype=torch.uint8, device="cuda")
 
 
 def test_public_hot_path_decides_as_resolve(monkeypatch):
@@ -528,7 +529,8 @@ def test_public_hot_path_decides_as_resolve(monkeypatch):
         pass
 
     slow = [(x, 1, {"dtype": torch.float32}), (x.clone().requires_grad_(), 1, {}), (x, np.int64(1), {}),
-            (x[0, 0], 0, {}), (x[:0], 1, {}), (x.double(), 1, {}), (x.as_subclass(Sub), 1, {})]
+            (x[0, 0], 0, {}), (x[:0], 1, {}), (x.double(), 1, {}), (x.as_subclass(Sub), 1, {}),
+            (x, 1, {"backend": "reference"})]
     for t, dim, kw in slow:
         seen.clear()
         y = ops.softmax(t, dim, **kw)

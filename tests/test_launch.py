@@ -2,6 +2,8 @@
 parameter pointer addresses the right value, the three leading pointers are per call, scalars keep their widths."""
 
 import ctypes
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -118,3 +120,64 @@ def test_programmatic_launch_fills_cuLaunchKernelEx_config(monkeypatch):
     assert handle.value == 0x7F0000001234 and params.value == p._addr and extra is None
     plain = PreparedLaunch(lk, 1, (512,), (np.int64(5),), 2048, 3)
     assert plain._launch is not p._launch and len(seen) == 1
+
+
+class _UnlockedDriverValues(PreparedLaunch):
+    """Known wrong: sets the shared C values (pointers, grid, stream) and launches without the lock."""
+
+    __slots__ = ()
+
+    def _go(self, grid, first, ptrs) -> None:
+        self._ptrs[:] = ptrs
+        self._vals[0].value = first
+        self._gx.value = grid
+        self._stream.value = launch.stream_handle(self.device)
+        self._launch(*self._args)
+
+
+def _race_driver_values(cls, monkeypatch, threads=4, calls=3):
+    """Threads share one prepared launch on libcuda's entry, each with its own stream, grid, row count and pointers;
+    the fake entry reads what it was handed, sleeps (ctypes releases the GIL in the real call), and reads it again.
+    Returns the launches that saw another thread's values."""
+    seen, bad, tls = [], [], threading.local()
+    lk = _libcuda_entry(monkeypatch, seen)
+    monkeypatch.setattr(launch, "stream_handle", lambda device: tls.stream)
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    p = cls(lk, 1, (128,), (np.int64(5),), 0, 3)
+
+    def entry(*args):
+        block = (ctypes.c_void_p * 4).from_address(args[9].value)
+
+        def read():
+            return (args[1].value, args[8].value, tuple(ctypes.c_uint64.from_address(a).value for a in block[:3]),
+                    ctypes.c_int64.from_address(block[3]).value)
+        first = read()
+        time.sleep(0.005)
+        if first != tls.want or read() != tls.want:
+            bad.append((tls.want, first))
+        return 0
+    p._launch = entry
+
+    def worker(i):
+        launch._state.bound = True
+        tls.stream = 0x7F0000010000 + 0x100 * i
+        for c in range(calls):
+            tls.want = (10 + i, tls.stream, (1000 * i + c, 7, 1000 * i + c + 1), 100 * i + c)
+            p.rows(10 + i, 100 * i + c, *tls.want[2])
+
+    ts = [threading.Thread(target=worker, args=(i + 1,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return bad
+
+
+def test_libcuda_entry_values_are_per_call(monkeypatch):
+    """The grid, the stream and the row count live in C values shared by every call of a prepared launch, as the
+    pointers do: each launch must see its own, from any number of threads."""
+    assert _race_driver_values(PreparedLaunch, monkeypatch) == []
+
+
+def test_race_check_catches_unlocked_driver_values(monkeypatch):
+    assert _race_driver_values(_UnlockedDriverValues, monkeypatch) != []

@@ -19,7 +19,8 @@ calling thread's current torch stream of the kernel's device, with that device's
 current (under torch's device guard when torch's current device is another one; a thread's first
 launch binds it to a context, since a fresh thread may have none). The only state shared between
 calls is read-only after it is built (loaded kernels, launch configs) or a PreparedLaunch's
-parameter block, which is filled and launched under its lock (the driver copies it at the call).
+parameter block and its driver arguments (grid, stream; the PDL config), which are filled and launched
+under its lock (the driver copies them at the call).
 The stream caches are bounded.
 """
 

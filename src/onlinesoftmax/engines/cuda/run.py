@@ -296,14 +296,15 @@ def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
 
 # ---- the contract with ops.py -----------------------------------------------------------------------------
 # The hot path: one key of tensor metadata, one dict lookup, the launch. `out` must be contiguous (ops.py
-# allocates it so); that is checked when a key is first seen, not on every call. Contiguous rows over the last dim
-# (nearly every call) are looked up by their exact shape first (_shapes: the launch with its grid for that M, made
-# once, so a call computes nothing but its key). Behind that, they are keyed without their row count M once
-# M >= stable_rows (4 x SMs): those Ms share one entry, whose plan moves to the call's M (Plan.at), so a new batch
-# size builds nothing (where the flat regime takes the rows from flat_from rows on, the entry holds the plans on both
-# sides and picks one by M: _ByRows). Below it the few-rows rules depend on M: the first few-row call of a row length
-# plans every few-row M at once (_rows_entry), each sharing the entry of the Ms whose plans have its geometry. Other
-# layouts are keyed by their exact shape and strides.
+# allocates it so); that is checked when a layout's entry is first made, not on every call. Contiguous rows over the
+# last dim (nearly every call) are looked up by their exact shape first (_fwd_shapes, _bwd_shapes: the launch with
+# its grid for that M, made once, so a call computes nothing but its key; made outside the cache's lock, so a new
+# shape of a planned row length never waits behind another thread's first compile). Behind that, they are keyed
+# without their row count M once M >= stable_rows (4 x SMs): those Ms share one entry, whose plan moves to the
+# call's M (Plan.at), so a new batch size builds nothing (where the flat regime takes the rows from flat_from rows
+# on, the entry holds the plans on both sides and picks one by M: _ByRows). Below it the few-rows rules depend on M:
+# the first few-row call of a row length plans every few-row M at once (_rows_entry), each sharing the entry of the
+# Ms whose plans have its geometry. Other layouts are keyed by their exact shape and strides.
 
 ROWS_CACHE = 4096  # per direction: the few-row Ms (4 x SMs keys) of several row lengths, one key per length beyond
 _fwd_shapes = BoundedCache(ENTRY_CACHE)  # exact row shapes -> _Shaped
@@ -410,8 +411,8 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
         key = (log, x.shape, x.dtype, x.get_device(), pa & 15, po & 15)
         go = _fwd_shapes.get(key)
         if go is None:
-            op = "log_softmax" if log else "softmax"
-            go = _fwd_shapes.get_or_make(key, lambda: _shaped(op, (x,), out, dim, _fwd_rows, log))
+            go = _shaped("log_softmax" if log else "softmax", (x,), out, dim, _fwd_rows, log)
+            _fwd_shapes.put(key, go)
         go(pa, 0, po, x)
         return
     key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), ((pa | po) & 15) | (((pa - po) & 15) << 4))
@@ -430,8 +431,8 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
         key = (log, y.shape, y.dtype, y.get_device(), pa & 15, pb & 15, po & 15)
         go = _bwd_shapes.get(key)
         if go is None:
-            op = "log_softmax_backward" if log else "softmax_backward"
-            go = _bwd_shapes.get_or_make(key, lambda: _shaped(op, (y, dy), out, dim, _bwd_rows, log))
+            go = _shaped("log_softmax_backward" if log else "softmax_backward", (y, dy), out, dim, _bwd_rows, log)
+            _bwd_shapes.put(key, go)
         go(pa, pb, po, y)
         return
     key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), _alignment(pa, pb, po))
