@@ -519,11 +519,14 @@ def host_pieces(spec: str) -> None:
 
     vw = vec_width(dtype)
     lp = cuda_run._small(f"ce_scale<{DT_CODE[dtype]},{vw}>", 0, 512, (0, V, V, 0), 2)  # a prepared launch
-    dims, ptrs = (lp.dims[0], 1) + lp.dims[2:], (g.data_ptr(), one.data_ptr())
+    ptrs = (g.data_ptr(), one.data_ptr())
+    lp.rows(1, M, *ptrs)  # the block filled and the stream set, for the driver's call alone below
     pieces = {
         "prepared launch: rows()": lambda: lp.rows(1, M, *ptrs),
-        "prepared launch: _go()": lambda: lp._go(dims, M, ptrs),
-        "prepared launch: the ctypes call alone": lambda: lp._launch(*dims, rt.stream_handle(0), lp._addr, 0),
+        "prepared launch: _go()": lambda: lp._go(1, M, ptrs),
+        "prepared launch: the driver's call alone": ((lambda: lp._launch(*lp._args)) if lp._args is not None else
+                                                     (lambda: lp._launch(lp.dims[0], 1, *lp.dims[2:], rt._cu_stream(
+                                                         rt.stream_handle(0)), lp._addr, 0))),
         "stream_handle()": lambda: rt.stream_handle(0),
         "torch.empty(M) fp32": lambda: torch.empty(M, device="cuda"),
         "torch.empty_like(x)": lambda: torch.empty_like(x),

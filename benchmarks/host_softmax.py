@@ -25,15 +25,11 @@ from onlinesoftmax.runtime import launch
 
 
 def _raw_launch(p):
-    """libcuda's cuLaunchKernel and its arguments (C values) for the prepared launch p's kernel, block and
-    pointers: the driver's call alone."""
-    import ctypes
-
-    f = launch._libcuda()["cuLaunchKernel"]
-    f.restype = ctypes.c_int
-    args = ((ctypes.c_void_p(int(p.lk.kernel.handle)),) + tuple(ctypes.c_uint(d) for d in p.dims[1:])
-            + (ctypes.c_void_p(launch.stream_handle(p.device)), ctypes.c_void_p(p._addr), None))
-    return lambda: f(*args)
+    """The driver's call alone for the prepared launch p as its last call left it (its C values: grid, stream,
+    parameter block)."""
+    if p._args is None:
+        raise SystemExit("libcuda is not reached through ctypes here: nothing to time alone")
+    return lambda: p._launch(*p._args)
 
 
 def main() -> int:
@@ -47,10 +43,14 @@ def main() -> int:
     osm.softmax(x)
     E.forward(x, out, 1, False)
     torch.testing.assert_close(out, torch.softmax(x, -1))
-    entry = next(reversed(E._fwd_rows._d.values()))  # the entry the calls above made (a benchmark may look inside)
-    single = entry.single
     pa, po, dev = x.data_ptr(), out.data_ptr(), x.device.index
+    # the exact-shape call the calls above made (a benchmark may look inside): its prepared launch and grid
+    shaped = E._fwd_shapes.get((False, x.shape, x.dtype, dev, pa & 15, po & 15))
+    single, grid = shaped.launch, shaped.grid
+    if single is None:
+        raise SystemExit(f"1 x {args.n} takes a cluster or split launch, not a prepared one: pick a shorter --n")
     contig = torch.contiguous_format
+    single.rows(grid, 1, pa, 0, po)
     raw = _raw_launch(single)
     pieces = {
         "torch.softmax(x, -1)": lambda t: torch.softmax(t, -1),
@@ -59,7 +59,7 @@ def main() -> int:
         "osm.log_softmax(x)": lambda t: osm.log_softmax(t),
         "  torch.empty_like(x, contiguous)": lambda t: torch.empty_like(t, memory_format=contig),
         "  engine forward(x, out): key, lookup, launch": lambda t: E.forward(t, out, 1, False),
-        "    the prepared launch (pointers, block, cuLaunchKernel)": lambda t: single(pa, 0, po),
+        "    the prepared launch (pointers, block, cuLaunchKernel)": lambda t: single.rows(grid, 1, pa, 0, po),
         "      stream handle": lambda t: launch.stream_handle(dev),
         "      cuLaunchKernel alone (ctypes, C values)": lambda t: raw(),
         "  out.zero_() (torch: its dispatch and launch, no allocation)": lambda t: out.zero_(),
