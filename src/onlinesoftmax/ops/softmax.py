@@ -128,9 +128,7 @@ def backward(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool, backend: st
 
 
 def _cuda_forward(x, dim, log):
-    out = torch.empty_like(x, memory_format=CONTIGUOUS)
-    engines.cuda().forward(x, out, dim, log)
-    return out
+    return engines.cuda().forward_new(x, dim, log)
 
 
 def _cuda_forward_f32(x, dim, log):
@@ -141,9 +139,7 @@ def _cuda_forward_f32(x, dim, log):
 
 
 def _cuda_backward(y, dy, dim, log):
-    out = torch.empty_like(y, memory_format=CONTIGUOUS)
-    engines.cuda().backward(y, dy.to(y.dtype), out, dim, log)
-    return out
+    return engines.cuda().backward_new(y, dy.to(y.dtype), dim, log)
 
 
 def _triton_forward(x, dim, log):

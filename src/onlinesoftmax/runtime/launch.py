@@ -27,6 +27,7 @@ The stream caches are bounded.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from typing import Optional, Sequence
 
@@ -95,6 +96,12 @@ def ensure_device(index: Optional[int] = None):
         raise Unavailable(f"cannot use CUDA device {index} through cuda.core ({type(e).__name__}: {e})") from None
     _state.bound = True
     return dev
+
+
+def current_on(device: int) -> bool:
+    """Whether a launch on `device` may go straight to the driver from this thread: the thread is bound to a primary
+    context and torch's current device is `device` (on_device's hot-path test)."""
+    return getattr(_state, "bound", False) and _current_device() == device
 
 
 def on_device(device: int, fn, *args):
@@ -422,6 +429,17 @@ class PreparedLaunch:
             self._go(grid, first, ptrs)
         else:
             on_device(self.device, self._go, grid, first, ptrs)
+
+    def native_call(self, mod, grid: int, rows: int):
+        """runtime/native.py's alloc_launch with this launch's fixed arguments and the grid and row count of one shape
+        bound: called with (stream, x, b), it allocates out like x and launches on (x, b, out). None where this launch
+        does not go through libcuda's plain cuLaunchKernel (cuda.bindings' entry, programmatic launches) or its first
+        scalar is not a 64-bit row count."""
+        if self._args is None or self._launch is not _CU_LAUNCH or not isinstance(self._vals[0], ctypes.c_int64):
+            return None
+        fn = ctypes.cast(self._launch, ctypes.c_void_p).value
+        d = self.dims
+        return functools.partial(mod.alloc_launch, fn, d[0], grid, d[4], d[5], d[7], self._addr, len(self._vals), rows)
 
     def _go(self, grid, first, ptrs) -> None:
         s = stream_handle(self.device)

@@ -30,7 +30,8 @@ from ...errors import OnlineSoftmaxError, Unavailable
 from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
-from ...runtime.launch import PreparedLaunch
+from ...runtime import native
+from ...runtime.launch import PreparedLaunch, current_on, stream_handle
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from .compiled import kernel, sms
 from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan, stable_rows,
@@ -334,16 +335,20 @@ class _ByRows:
 class _Shaped:
     """The call for one exact shape of contiguous rows: its entry's launch with the grid for its M made once (a
     single prepared launch), or the entry (a cluster launch; two launches: the split regime's workspace is per
-    call); nothing for no rows."""
+    call); nothing for no rows. `native`: where the native helper is built and the launch goes through libcuda's
+    cuLaunchKernel, the same launch into a fresh output from C++ (called with (stream, x, b); forward_new)."""
 
-    __slots__ = ("launch", "grid", "M", "entry")
+    __slots__ = ("launch", "grid", "M", "entry", "native", "device")
 
     def __init__(self, entry, M: int):
         if isinstance(entry, _ByRows):
             entry = entry.high if M >= entry.t else entry.low
-        self.M, self.entry, self.launch, self.grid = M, entry, None, 0
+        self.M, self.entry, self.launch, self.grid, self.native, self.device = M, entry, None, 0, None, -1
         if entry is not None and isinstance(entry.single, PreparedLaunch):  # a cluster launch goes through the entry
-            self.launch, self.grid = entry.single, grid_for(M, entry.pers[0])
+            self.launch, self.grid, self.device = entry.single, grid_for(M, entry.pers[0]), entry.single.device
+            mod = native.module()
+            if mod is not None:
+                self.native = self.launch.native_call(mod, self.grid, M)
 
     def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
         if self.launch is not None:
@@ -421,6 +426,32 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
         e = _fwd_entries.get_or_make(key, lambda: _prepare("log_softmax" if log else "softmax", (x,), out, dim,
                                                            None))
     _call(e, (x,), out, pa, 0, po)
+
+
+def forward_new(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    """forward() into a fresh contiguous tensor. Contiguous rows whose exact shape a call has seen (with an output on
+    a 16-byte boundary, as every fresh one is) take the allocation and the launch in one C++ call where the native
+    helper is built (runtime/native.py)."""
+    if dim == x.dim() - 1 and x.is_contiguous():
+        d = x.get_device()
+        go = _fwd_shapes.get((log, x.shape, x.dtype, d, x.data_ptr() & 15, 0))
+        if go is not None and go.native is not None and current_on(go.device):
+            return go.native(stream_handle(go.device), x, 0)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    forward(x, out, dim, log)
+    return out
+
+
+def backward_new(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    """backward() into a fresh contiguous tensor, as forward_new."""
+    if dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
+        pb = dy.data_ptr()
+        go = _bwd_shapes.get((log, y.shape, y.dtype, y.get_device(), y.data_ptr() & 15, pb & 15, 0))
+        if go is not None and go.native is not None and current_on(go.device):
+            return go.native(stream_handle(go.device), y, pb)
+    out = torch.empty_like(y, memory_format=torch.contiguous_format)
+    backward(y, dy, out, dim, log)
+    return out
 
 
 def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
