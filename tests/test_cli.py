@@ -202,6 +202,18 @@ def test_extras_layout_filter_names_the_layouts(capsys):
     assert "no layout matches" in line and "channels, C = 19" in line
 
 
+def test_build_native_failure_is_one_error_line(capsys, monkeypatch):
+    """The extension builder's own failure (no compiler, no ninja, a compile error) as one line, not a traceback."""
+    from onlinesoftmax.runtime import native
+
+    def fail(verbose=False):
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(native, "build", fail)
+    line = run_bad(capsys, "build-native")
+    assert line.startswith("error: build-native: RuntimeError: Ninja is required"), line
+
+
 def test_report_targets_names_the_misses(tmp_path, capsys):
     """A synthetic sweep: ours below 92% at N = 128, above at 4096; 3x torch at 32 x 131072 (a miss of 4x)."""
     def row(variant, M, N, ms, pct, queued=None):

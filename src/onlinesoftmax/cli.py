@@ -1,5 +1,5 @@
-"""onlinesoftmax list | check | bench | ladder | attention-ladder | attention-sweep | sweep | extras | inspect |
-report | plot
+"""onlinesoftmax list | check | bench | ladder | attention-ladder | attention-sweep | sweep | extras | build-native |
+inspect | report | plot
 
 Every command enumerates the registry; none keeps its own list of variants. Bad input gives one
 `error:` line on stderr and exit code 2, never a traceback.
@@ -355,6 +355,23 @@ def _nvrtc_archs() -> list[int]:
     return [int(a) for a in nvrtc.nvrtcGetSupportedArchs()[1]]
 
 
+def cmd_build_native(args) -> int:
+    """Compile runtime/native.cpp (the eager hot path's allocation and launch in one C++ call) into the cache."""
+    import time
+
+    from .runtime import native
+
+    console.print(f"building {native.name()} into {native.directory()} (g++ and ninja; about a minute, once)")
+    t0 = time.perf_counter()
+    try:
+        native.build(verbose=args.verbose)
+    except Exception as e:  # the builder's own errors: no compiler, no ninja, a failed compile
+        raise OnlineSoftmaxError(f"build-native: {type(e).__name__}: {e}") from None
+    console.print(f"built in {time.perf_counter() - t0:.0f} s; processes with {native.ENV}=1 load it from the cache "
+                  "(opt-in: not yet run on a GPU)")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from .runtime import compile_unavailable
     from .ladder.cuda import inspect_rows
@@ -505,6 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
     host.add_argument("--host-only", action="store_true", help="only the host-overhead rows")
     out_option(sp)
     sp.set_defaults(fn=cmd_extras)
+
+    sp = sub.add_parser("build-native", help="compile the eager hot path's C++ helper (allocation + launch in one "
+                                             "call; g++ and ninja) into the cache")
+    sp.add_argument("--verbose", action="store_true", help="show the compiler's output")
+    sp.set_defaults(fn=cmd_build_native)
 
     sp = sub.add_parser("inspect", help="registers, shared memory, stack and spills of every CUDA kernel")
     sp.add_argument("--arch", default=DEFAULT_ARCH, type=_arch,
