@@ -1,6 +1,8 @@
 """Where the host's time of an eager softmax call goes (issue 12: eager overhead at or below torch's), on the GPU.
 
     PYTHONPATH=src python benchmarks/host_softmax.py [--n 1024] [--dtype float32]
+    python -m onlinesoftmax build-native && ONLINESOFTMAX_NATIVE=1 PYTHONPATH=src python benchmarks/host_softmax.py
+                                                        (the same, the allocation and launch in one C++ call)
 
 One process, one 1 x N input: the mean wall time per call of each piece, calls back to back, one synchronize at
 the end, the median of 5 runs of 2000 (harness/extras.py wall_us, as `onlinesoftmax extras` times the whole call),
@@ -70,7 +72,7 @@ def main() -> int:
     }
     env = results.environment("cuda")
     print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} 1 x {args.n}; µs per call (wall, calls back to "
-          "back; median of 5 x 2000)", flush=True)
+          f"back; median of 5 x 2000); the native helper {'on' if shaped.native else 'off'}", flush=True)
     kern = 1e3 * queued_ms([lambda: torch.softmax(x, -1)])
     ours_kern = 1e3 * queued_ms([lambda: osm.softmax(x)])
     print(f"  kernel, queued: torch {kern:.2f} µs, ours {ours_kern:.2f} µs")
