@@ -148,3 +148,43 @@ def test_native_call_refuses_what_it_cannot_take(recorded):
     assert launch.PreparedLaunch(lk, 1, (128,), (np.int32(5),)).native_call(mod, 1, 5) is None
     launch._CU_LAUNCH = False  # restored by the fixture's monkeypatch
     assert launch.PreparedLaunch(lk, 1, (128,), (np.int64(5),)).native_call(mod, 1, 5) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
+    """On the GPU: the public ops through the helper (the second call of a shape on) against float64, outputs left
+    NaN in the allocator's block first; forward and backward; aligned, unaligned, flat, few and many rows."""
+    from onlinesoftmax.harness.check import compare
+    from onlinesoftmax.ops import softmax as ops
+    from onlinesoftmax import reference as R
+
+    for cache in ("_fwd_shapes", "_bwd_shapes"):  # shapes made before the helper was loaded have no native call
+        monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit))
+    g = torch.Generator(device="cuda").manual_seed(5)
+    for M, N, off in ((1, 1024, 0), (3, 1001, 1), (700, 4096, 0), (40001, 63, 0), (64, 32000, 0)):
+        x = (torch.randn(M * N + off, generator=g, device="cuda") * 4).to(dtype)[off:].view(M, N)
+        x[0, :] = float("-inf")
+        if N > 1:
+            x[-1, 1:] = float("-inf")
+        ref = {log: (R.log_softmax if log else R.softmax)(x.double().cpu().numpy()) for log in (False, True)}
+        for log in (False, True):
+            for call in range(3):
+                torch.full((x.numel() * x.element_size(),), 255, dtype=torch.uint8, device="cuda")  # NaN bits, freed
+                y = (ops.log_softmax if log else ops.softmax)(x, -1)
+                torch.cuda.synchronize()
+                rep = compare(y, ref[log], dtype)
+                assert rep.ok, (M, N, off, log, call, rep.message)
+            key = (log, x.shape, dtype, x.get_device(), x.data_ptr() & 15, 0)
+            assert E._fwd_shapes.get(key).native is not None, (M, N, off, log)
+            dy = torch.randn(x.shape, generator=g, device="cuda").to(dtype)
+            want = (R.log_softmax_backward if log else R.softmax_backward)(y.double().cpu().numpy(),
+                                                                          dy.double().cpu().numpy())
+            for call in range(3):
+                torch.full((x.numel() * x.element_size(),), 255, dtype=torch.uint8, device="cuda")
+                dx = E.backward_new(y, dy, 1, log)
+                torch.cuda.synchronize()
+                scale = torch.maximum(dy.double().abs().amax(), torch.from_numpy(want).abs().nan_to_num().amax())
+                rep = compare(dx, want, dtype, np.full(want.shape, float(scale)))
+                assert rep.ok, (M, N, off, log, "backward", call, rep.message)
