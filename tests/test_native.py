@@ -27,6 +27,7 @@ from onlinesoftmax.runtime import launch, native  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 
 SMS = 132
+FAIL = {0: 0}  # what the fake cuLaunchKernel returns (0: CUDA_SUCCESS)
 STREAM = 0x7F0000005000
 ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p, ctypes.c_void_p,
                          ctypes.c_void_p)
@@ -83,7 +84,7 @@ def recorded(monkeypatch, built):
         ptrs = tuple(ctypes.c_uint64.from_address(addrs[i]).value for i in range(npointers))
         vals = tuple(t.from_address(addrs[npointers + i]).value for i, t in enumerate(tail))
         log.append((handle, gx, gy, gz, bx, by, bz, smem, stream, ptrs, vals, extra))
-        return 0
+        return FAIL[0]
 
     fake = ENTRY(entry)
     real_init = launch.PreparedLaunch.__init__
@@ -104,7 +105,7 @@ def recorded(monkeypatch, built):
     monkeypatch.setattr(E, "_stable", {-1: P.stable_rows(SMS)})
     for cache in ("_fwd_shapes", "_bwd_shapes", "_fwd_rows", "_bwd_rows", "_geometries", "_plans"):
         monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit))
-    launch._state.bound = True
+    monkeypatch.setattr(launch._state, "bound", True, raising=False)
     assert native.module() is not None
     return log
 
@@ -139,6 +140,30 @@ def test_native_launches_what_the_python_path_launches(recorded, dtype, M, N):
             assert (shaped.native is not None) == (len(first) == 1), (call.__name__, len(first))
 
 
+def test_a_failed_native_launch_is_the_packages_error(recorded, monkeypatch):
+    """The driver's error through C++ reaches the caller as the ctypes path's does: an OnlineSoftmaxError naming the
+    kernel and the CUresult."""
+    from onlinesoftmax.errors import OnlineSoftmaxError
+
+    x = torch.zeros(3, 1001)
+    E.forward_new(x, 1, False)  # through Python: makes the shape's native call
+    monkeypatch.setitem(FAIL, 0, 700)
+    with pytest.raises(OnlineSoftmaxError, match=r"launch of fwd_\w+<.*\(native\).*CUresult 700"):
+        E.forward_new(x, 1, False)
+
+
+def test_asked_for_but_not_built_says_so_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("ONLINESOFTMAX_CACHE", str(tmp_path))
+    monkeypatch.setenv(native.ENV, "1")
+    native.reset()
+    try:
+        with pytest.warns(UserWarning, match="build-native"):
+            assert native.module() is None
+        assert native.module() is None  # decided once: no second warning, no second look
+    finally:
+        native.reset()
+
+
 def test_native_call_refuses_what_it_cannot_take(recorded):
     """A launch through cuda.bindings' entry, or whose first scalar is not a 64-bit row count, gets no native call."""
     mod = native.module()
@@ -146,6 +171,8 @@ def test_native_call_refuses_what_it_cannot_take(recorded):
     lk.kernel = type("kernel", (), {"handle": 0x7F0000001000})
     assert launch.PreparedLaunch(lk, 1, (128,), (np.int64(5),)).native_call(mod, 1, 5) is not None
     assert launch.PreparedLaunch(lk, 1, (128,), (np.int32(5),)).native_call(mod, 1, 5) is None
+    assert launch.PreparedLaunch(lk, 1, (128,), (np.int64(5),), 0, 4).native_call(mod, 1, 5) is None
+    assert launch.PreparedLaunch(lk, (1, 2), (128,), (np.int64(5),)).native_call(mod, 1, 5) is None
     launch._CU_LAUNCH = False  # restored by the fixture's monkeypatch
     assert launch.PreparedLaunch(lk, 1, (128,), (np.int64(5),)).native_call(mod, 1, 5) is None
 
@@ -163,6 +190,7 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
     for cache in ("_fwd_shapes", "_bwd_shapes"):  # shapes made before the helper was loaded have no native call
         monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit))
     g = torch.Generator(device="cuda").manual_seed(5)
+    natives = 0
     for M, N, off in ((1, 1024, 0), (3, 1001, 1), (700, 4096, 0), (40001, 63, 0), (64, 32000, 0)):
         x = (torch.randn(M * N + off, generator=g, device="cuda") * 4).to(dtype)[off:].view(M, N)
         x[0, :] = float("-inf")
@@ -176,8 +204,9 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
                 torch.cuda.synchronize()
                 rep = compare(y, ref[log], dtype)
                 assert rep.ok, (M, N, off, log, call, rep.message)
-            key = (log, x.shape, dtype, x.get_device(), x.data_ptr() & 15, 0)
-            assert E._fwd_shapes.get(key).native is not None, (M, N, off, log)
+            shaped = E._fwd_shapes.get((log, x.shape, dtype, x.get_device(), x.data_ptr() & 15, 0))
+            assert (shaped.native is not None) == (shaped.launch is not None), (M, N, off, log)  # cluster: Python
+            natives += shaped.native is not None
             dy = torch.randn(x.shape, generator=g, device="cuda").to(dtype)
             want = (R.log_softmax_backward if log else R.softmax_backward)(y.double().cpu().numpy(),
                                                                           dy.double().cpu().numpy())
@@ -188,3 +217,4 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
                 scale = torch.maximum(dy.double().abs().amax(), torch.from_numpy(want).abs().nan_to_num().amax())
                 rep = compare(dx, want, dtype, np.full(want.shape, float(scale)))
                 assert rep.ok, (M, N, off, log, "backward", call, rep.message)
+    assert natives >= 6  # the single-launch shapes went through C++

@@ -433,12 +433,13 @@ class PreparedLaunch:
     def native_call(self, mod, grid: int, rows: int):
         """runtime/native.py's alloc_launch with this launch's fixed arguments and the grid and row count of one shape
         bound: called with (stream, x, b), it allocates out like x and launches on (x, b, out). None where this launch
-        does not go through libcuda's plain cuLaunchKernel (cuda.bindings' entry, programmatic launches) or its first
-        scalar is not a 64-bit row count."""
-        if self._args is None or self._launch is not _CU_LAUNCH or not isinstance(self._vals[0], ctypes.c_int64):
-            return None
-        fn = ctypes.cast(self._launch, ctypes.c_void_p).value
+        does not go through libcuda's plain cuLaunchKernel (cuda.bindings' entry, programmatic launches) or is not
+        the shape native.cpp launches."""
         d = self.dims
+        if (self._args is None or self._launch is not _CU_LAUNCH or len(self._ptrs) != 3 or not self._vals
+                or not isinstance(self._vals[0], ctypes.c_int64) or d[2] != 1 or d[3] != 1 or d[6] != 1):
+            return None  # native.cpp's launch: three pointers, a row count first, a 1-D grid, a 2-D block
+        fn = ctypes.cast(self._launch, ctypes.c_void_p).value
         return functools.partial(mod.alloc_launch, fn, d[0], grid, d[4], d[5], d[7], self._addr, len(self._vals), rows)
 
     def _go(self, grid, first, ptrs) -> None:

@@ -23,6 +23,8 @@ torch::Tensor alloc_launch(int64_t fn, int64_t handle, int64_t grid, int64_t bx,
   void* pa = x.data_ptr();
   void* pb = reinterpret_cast<void*>(b);
   void* po = out.data_ptr();
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(po) % 16 == 0, "alloc_launch: the allocator gave an output off a 16-byte "
+              "boundary; the plan was made for an aligned one");
   long long m = rows;
   void** shared = reinterpret_cast<void**>(block);
   void* params[16] = {&pa, &pb, &po, &m};

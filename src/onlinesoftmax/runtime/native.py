@@ -15,24 +15,30 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import platform
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Optional
 
 from .nvrtc import cache_dir
 
 SOURCE = Path(__file__).with_name("native.cpp")
+CFLAGS = ["-O2"]
 ENV = "ONLINESOFTMAX_NATIVE"  # "1": load it where built
 _lock = threading.Lock()
 _loaded: list = []  # [the module, or None], once tried
 
 
 def name() -> str:
-    """The extension's module name: the source, torch's version and Python's (a rebuild for any change)."""
+    """The extension's module name: the source, its flags, torch's version, Python's and the machine's (a rebuild
+    for any change)."""
     import torch
 
-    h = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode()).hexdigest()
+    what = [SOURCE.read_bytes(), " ".join(CFLAGS).encode(), torch.__version__.encode(), sys.version.encode(),
+            platform.machine().encode()]
+    h = hashlib.sha256(b"\0".join(what)).hexdigest()
     return f"osm_native_{h[:16]}"
 
 
@@ -47,7 +53,7 @@ def build(verbose: bool = False):
 
     d = directory()
     d.mkdir(parents=True, exist_ok=True)
-    mod = load(name(), [str(SOURCE)], extra_cflags=["-O2"], build_directory=str(d), verbose=verbose)
+    mod = load(name(), [str(SOURCE)], extra_cflags=CFLAGS, build_directory=str(d), verbose=verbose)
     with _lock:
         _loaded[:] = [mod]
     return mod
@@ -67,14 +73,16 @@ def _load_built():
     import torch  # noqa: F401  (the extension links against torch's libraries, loaded first)
 
     path = directory() / f"{name()}.so"
-    if not path.exists():
-        return None
-    loader = importlib.machinery.ExtensionFileLoader(name(), str(path))
-    spec = importlib.util.spec_from_file_location(name(), str(path), loader=loader)
     try:
+        if not path.exists():
+            raise ImportError(f"not built: no {path}")
+        loader = importlib.machinery.ExtensionFileLoader(name(), str(path))
+        spec = importlib.util.spec_from_file_location(name(), str(path), loader=loader)
         mod = importlib.util.module_from_spec(spec)
         loader.exec_module(mod)
-    except ImportError:
+    except ImportError as e:  # asked for and not there: said once, then the ctypes path as without it
+        warnings.warn(f"{ENV}=1 but the native helper does not load ({e}); `python -m onlinesoftmax build-native` "
+                      "builds it", stacklevel=3)
         return None
     return mod
 

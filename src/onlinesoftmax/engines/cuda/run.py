@@ -436,7 +436,10 @@ def forward_new(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
         d = x.get_device()
         go = _fwd_shapes.get((log, x.shape, x.dtype, d, x.data_ptr() & 15, 0))
         if go is not None and go.native is not None and current_on(go.device):
-            return go.native(stream_handle(go.device), x, 0)
+            try:
+                return go.native(stream_handle(go.device), x, 0)
+            except RuntimeError as e:
+                raise OnlineSoftmaxError(f"launch of {go.launch.lk.name} (native): {e}") from None
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     forward(x, out, dim, log)
     return out
@@ -448,7 +451,10 @@ def backward_new(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool) -> torc
         pb = dy.data_ptr()
         go = _bwd_shapes.get((log, y.shape, y.dtype, y.get_device(), y.data_ptr() & 15, pb & 15, 0))
         if go is not None and go.native is not None and current_on(go.device):
-            return go.native(stream_handle(go.device), y, pb)
+            try:
+                return go.native(stream_handle(go.device), y, pb)
+            except RuntimeError as e:
+                raise OnlineSoftmaxError(f"launch of {go.launch.lk.name} (native): {e}") from None
     out = torch.empty_like(y, memory_format=torch.contiguous_format)
     backward(y, dy, out, dim, log)
     return out
