@@ -1,4 +1,16 @@
-"""Stand-ins for the driver-facing objects, so the launch layer can be tested without a GPU."""
+"""Stand-ins for the driver-facing objects, so the launch layer can be tested without a GPU; and the threads the
+race tests run."""
+
+import threading
+
+
+def run_threads(fn, args_list) -> None:
+    """fn(*args) on a thread of its own for each args in args_list, all started, then all joined."""
+    ts = [threading.Thread(target=fn, args=args) for args in args_list]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
 
 
 class FakeLoadedKernel:

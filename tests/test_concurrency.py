@@ -19,7 +19,7 @@ import torch
 
 pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
 
-from fakes import FakeLoadedKernel as _Loaded  # noqa: E402
+from fakes import FakeLoadedKernel as _Loaded, run_threads  # noqa: E402
 from onlinesoftmax.runtime import launch  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 from onlinesoftmax import opdefs  # noqa: E402
@@ -76,11 +76,7 @@ def _race(cls, monkeypatch, threads=2, calls=3):
             tls.sent = (1000 * i + c, 7, 1000 * i + c + 1)
             p(*tls.sent)
 
-    ts = [threading.Thread(target=worker, args=(i + 1,)) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(worker, [(i + 1,) for i in range(threads)])
     return bad
 
 
@@ -126,11 +122,7 @@ def _interleaved_split(cls) -> list:
     e = object.__new__(cls)
     e.plan, e.contig, e.single, e.M, e.pers = SimpleNamespace(parts=16), False, None, 2, ((1, 1, 0), (1, 1, 0))
     e.calls = (SimpleNamespace(rows=stats), SimpleNamespace(rows=apply))
-    ts = [threading.Thread(target=e, args=(call, 0, 0, torch.empty(0))) for call in (1, 2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(e, [(call, 0, 0, torch.empty(0)) for call in (1, 2)])
     assert len(stream) == 4
     wrong, writer = [], {}
     for kind, call, ws in stream:
@@ -167,11 +159,7 @@ def test_bounded_cache_evicts_the_oldest_and_makes_each_key_once():
         barrier.wait()
         assert c.get_or_make("k", make) == "v"
 
-    ts = [threading.Thread(target=worker) for _ in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(worker, [()] * 8)
     assert len(made) == 1 and len(c) == 3
 
 

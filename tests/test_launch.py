@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
 
 from onlinesoftmax.errors import OnlineSoftmaxError  # noqa: E402
-from fakes import FakeLoadedKernel as _Loaded  # noqa: E402
+from fakes import FakeLoadedKernel as _Loaded, run_threads  # noqa: E402
 from onlinesoftmax.runtime import launch  # noqa: E402
 from onlinesoftmax.runtime.launch import PreparedLaunch  # noqa: E402
 
@@ -165,11 +165,7 @@ def _race_driver_values(cls, monkeypatch, threads=4, calls=3):
             tls.want = (10 + i, tls.stream, (1000 * i + c, 7, 1000 * i + c + 1), 100 * i + c)
             p.rows(10 + i, 100 * i + c, *tls.want[2])
 
-    ts = [threading.Thread(target=worker, args=(i + 1,)) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_threads(worker, [(i + 1,) for i in range(threads)])
     return bad
 
 
