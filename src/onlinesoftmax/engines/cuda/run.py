@@ -356,6 +356,16 @@ class _Shaped:
         elif self.entry is not None:
             self.entry.rows(self.M, a, b, out, x)
 
+    def new(self, x: torch.Tensor, b: int) -> Optional[torch.Tensor]:
+        """The native call (a fresh out, launched on x, b), or None where there is none or this thread is not on
+        the launch's device (the caller takes the Python path, which binds it)."""
+        if self.native is None or not current_on(self.device):
+            return None
+        try:
+            return self.native(stream_handle(self.device), x, b)
+        except RuntimeError as e:
+            raise OnlineSoftmaxError(f"launch of {self.launch.lk.name} (native): {e}") from None
+
 
 def _shaped(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, log: bool) -> _Shaped:
     """The _Shaped call of contiguous rows over the last dim: through the row-count classes' cache (forward's or
@@ -433,13 +443,10 @@ def forward_new(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     a 16-byte boundary, as every fresh one is) take the allocation and the launch in one C++ call where the native
     helper is built (runtime/native.py)."""
     if dim == x.dim() - 1 and x.is_contiguous():
-        d = x.get_device()
-        go = _fwd_shapes.get((log, x.shape, x.dtype, d, x.data_ptr() & 15, 0))
-        if go is not None and go.native is not None and current_on(go.device):
-            try:
-                return go.native(stream_handle(go.device), x, 0)
-            except RuntimeError as e:
-                raise OnlineSoftmaxError(f"launch of {go.launch.lk.name} (native): {e}") from None
+        go = _fwd_shapes.get((log, x.shape, x.dtype, x.get_device(), x.data_ptr() & 15, 0))
+        out = go.new(x, 0) if go is not None else None
+        if out is not None:
+            return out
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     forward(x, out, dim, log)
     return out
@@ -450,11 +457,9 @@ def backward_new(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool) -> torc
     if dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
         pb = dy.data_ptr()
         go = _bwd_shapes.get((log, y.shape, y.dtype, y.get_device(), y.data_ptr() & 15, pb & 15, 0))
-        if go is not None and go.native is not None and current_on(go.device):
-            try:
-                return go.native(stream_handle(go.device), y, pb)
-            except RuntimeError as e:
-                raise OnlineSoftmaxError(f"launch of {go.launch.lk.name} (native): {e}") from None
+        out = go.new(y, pb) if go is not None else None
+        if out is not None:
+            return out
     out = torch.empty_like(y, memory_format=torch.contiguous_format)
     backward(y, dy, out, dim, log)
     return out
