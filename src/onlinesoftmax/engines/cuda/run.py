@@ -441,8 +441,8 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
 def forward_new(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     """forward() into a fresh contiguous tensor. Contiguous rows whose exact shape a call has seen (with an output on
     a 16-byte boundary, as every fresh one is) take the allocation and the launch in one C++ call where the native
-    helper is built (runtime/native.py)."""
-    if dim == x.dim() - 1 and x.is_contiguous():
+    helper is built (runtime/native.py); without it, nothing is looked up twice."""
+    if native.module() is not None and dim == x.dim() - 1 and x.is_contiguous():
         go = _fwd_shapes.get((log, x.shape, x.dtype, x.get_device(), x.data_ptr() & 15, 0))
         out = go.new(x, 0) if go is not None else None
         if out is not None:
@@ -454,7 +454,7 @@ def forward_new(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
 
 def backward_new(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     """backward() into a fresh contiguous tensor, as forward_new."""
-    if dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
+    if native.module() is not None and dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
         pb = dy.data_ptr()
         go = _bwd_shapes.get((log, y.shape, y.dtype, y.get_device(), y.data_ptr() & 15, pb & 15, 0))
         out = go.new(y, pb) if go is not None else None
