@@ -1,14 +1,15 @@
 """Where the host's time of an eager softmax call goes (issue 12: eager overhead at or below torch's), on the GPU.
 
     PYTHONPATH=src python benchmarks/host_softmax.py [--n 1024] [--dtype float32]
-    python -m onlinesoftmax build-native && ONLINESOFTMAX_NATIVE=1 PYTHONPATH=src python benchmarks/host_softmax.py
-                                                        (the same, the allocation and launch in one C++ call)
+    python -m onlinesoftmax build-native           (then the same calls take runtime/native.cpp's hot path: the
+                                                    lookup, allocation and launch in one C++ call;
+                                                    ONLINESOFTMAX_NATIVE=0 turns it off)
 
 One process, one 1 x N input: the mean wall time per call of each piece, calls back to back, one synchronize at
 the end, the median of 5 runs of 2000 (harness/extras.py wall_us, as `onlinesoftmax extras` times the whole call),
-torch.softmax in the same run. The pieces nest: the public call = its checks + the engine's forward with a fresh
-output; the engine's forward = its key and lookup + the prepared launch; the launch = the stream handle + the
-parameter block + cuLaunchKernel. A piece that launches a kernel runs as fast as the GPU takes the launches when the
+torch.softmax in the same run. The pieces nest: the public call = its checks + the native helper's call (where
+built) or the engine's forward with a fresh output; the engine's forward = its key and lookup + the prepared launch;
+the launch = the stream handle + the parameter block + cuLaunchKernel. A piece that launches a kernel runs as fast as the GPU takes the launches when the
 host outpaces it (the kernel's queued time is printed beside them)."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from onlinesoftmax.engines.cuda import run as E
 from onlinesoftmax.harness import results
 from onlinesoftmax.harness.bench import queued_ms
 from onlinesoftmax.harness.extras import wall_us
-from onlinesoftmax.runtime import launch
+from onlinesoftmax.runtime import launch, native
 
 
 def _raw_launch(p):
@@ -54,11 +55,14 @@ def main() -> int:
     contig = torch.contiguous_format
     single.rows(grid, 1, pa, 0, po)
     raw = _raw_launch(single)
+    mod = native.module()
     pieces = {
         "torch.softmax(x, -1)": lambda t: torch.softmax(t, -1),
         "osm.softmax(x)": lambda t: osm.softmax(t),
         "osm.softmax(x, backend='cuda')": lambda t: osm.softmax(t, backend="cuda"),
         "osm.log_softmax(x)": lambda t: osm.log_softmax(t),
+        **({"  the native helper's call (C++: lookup, empty_like, cuLaunchKernel)": lambda t: mod.forward(t, -1, False)}
+           if mod is not None else {}),
         "  torch.empty_like(x, contiguous)": lambda t: torch.empty_like(t, memory_format=contig),
         "  engine forward(x, out): key, lookup, launch": lambda t: E.forward(t, out, 1, False),
         "    the prepared launch (pointers, block, cuLaunchKernel)": lambda t: single.rows(grid, 1, pa, 0, po),
@@ -72,7 +76,7 @@ def main() -> int:
     }
     env = results.environment("cuda")
     print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} 1 x {args.n}; µs per call (wall, calls back to "
-          f"back; median of 5 x 2000); the native helper {'on' if shaped.native else 'off'}", flush=True)
+          f"back; median of 5 x 2000); the native helper {'on' if shaped.key is not None else 'off'}", flush=True)
     kern = 1e3 * queued_ms([lambda: torch.softmax(x, -1)])
     ours_kern = 1e3 * queued_ms([lambda: osm.softmax(x)])
     print(f"  kernel, queued: torch {kern:.2f} µs, ours {ours_kern:.2f} µs")

@@ -163,6 +163,22 @@ def test_bounded_cache_evicts_the_oldest_and_makes_each_key_once():
     assert len(made) == 1 and len(c) == 3
 
 
+def test_bounded_cache_tells_on_drop_of_every_value_that_leaves():
+    """Evicted, replaced by another value, cleared: each once (what mirrors the cache, the native table, drops its
+    entry); a value put again under its own key stays."""
+    dropped = []
+    c = BoundedCache(2, dropped.append)
+    c.put("a", "A")
+    c.get_or_make("b", lambda: "B")
+    c.put("c", "C")  # evicts A
+    c.put("c", "C")  # the same value again: not dropped
+    c.get_or_make("d", lambda: "D")  # evicts B
+    c.put("d", "D2")  # replaces D
+    assert dropped == ["A", "B", "D"]
+    c.clear()
+    assert sorted(dropped[3:]) == ["C", "D2"] and len(c) == 0
+
+
 def _probe_geometries():
     for op in P.ENGINE_OPS:
         for dtype in opdefs.GPU_DTYPES:
@@ -352,7 +368,7 @@ def test_forward_backward_exact_shape_keys(monkeypatch, dtype, N, M):
     monkeypatch.setattr(E, "kernel", lambda name, *a: _Named(name, log))
     monkeypatch.setattr(E, "_stable", {-1: P.stable_rows(SMS)})
     for cache in ("_fwd_shapes", "_bwd_shapes", "_fwd_rows", "_bwd_rows", "_geometries", "_plans"):
-        monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit))
+        monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit, getattr(E, cache).on_drop))
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "stream_handle", lambda device: 0)
     launch._state.bound = True

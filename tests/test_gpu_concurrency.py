@@ -34,7 +34,9 @@ from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 
 THREADS = 8
-ITERS = 32  # per thread, mode and job: 8 x 32 x 30 jobs = 7680 CUDA calls per mode, 15360 on one GPU
+# per thread, mode and job: 8 x 32 x 30 jobs = 7680 CUDA calls per mode, 15360 on one GPU (fewer for a short run on a
+# lent GPU: ONLINESOFTMAX_STORM_ITERS)
+ITERS = int(os.environ.get("ONLINESOFTMAX_STORM_ITERS", 32))
 F32, BF16 = torch.float32, torch.bfloat16
 
 # (name, shape, dtype, dim, regime the CUDA plan must pick, view) -- view "t": the transpose of a contiguous

@@ -1,8 +1,9 @@
-"""runtime/native.py's C++ helper (the eager hot path's allocation and launch in one call), built with torch's
-extension builder and checked without a GPU: a fake cuLaunchKernel (a ctypes callback) records every launch, and
-forward_new / backward_new through the helper must launch exactly what the Python path launches for the same call
-(kernel, grid, block, shared memory, stream, pointers, every scalar), into the tensor they return. Skipped where
-there is no C++ compiler or ninja; the build takes about a minute once."""
+"""runtime/native.py's C++ helper (the eager hot path's lookup, allocation and launch in one call), built with
+torch's extension builder and checked without a GPU: a fake cuLaunchKernel and cuCtxGetCurrent (ctypes callbacks)
+stand in for libcuda, the first records every launch, and the public ops, forward_new and backward_new through the
+helper must launch exactly what the Python path launches for the same call (kernel, grid, block, shared memory,
+stream, pointers, every scalar), into the tensor they return; its table must hold what the engine's shape caches
+hold, no more. Skipped where there is no C++ compiler or ninja; the build takes about a minute once."""
 
 import ctypes
 import os
@@ -29,21 +30,36 @@ from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 SMS = 132
 FAIL = {0: 0}  # what the fake cuLaunchKernel returns (0: CUDA_SUCCESS)
 STREAM = 0x7F0000005000
+CTX = {0: 0x7F0000009000}  # the context the fake cuCtxGetCurrent gives; the launches' device's primary is CTX_0
+CTX_0 = 0x7F0000009000
 ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p, ctypes.c_void_p,
                          ctypes.c_void_p)
 
 
+@ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+def _fake_ctx_current(out):
+    out[0] = CTX[0]
+    return 0
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    """The helper built into a fresh cache and loaded, bound to the fake cuCtxGetCurrent where libcuda is not here
+    (on a GPU machine: to libcuda's)."""
     cache = str(tmp_path_factory.mktemp("cache"))
     old = {k: os.environ.get(k) for k in ("ONLINESOFTMAX_CACHE", native.ENV)}
-    os.environ.update({"ONLINESOFTMAX_CACHE": cache, native.ENV: "1"})
+    os.environ["ONLINESOFTMAX_CACHE"] = cache
+    os.environ.pop(native.ENV, None)
+    real_entry = launch.ctx_current_entry
+    if real_entry() is None:
+        launch.ctx_current_entry = lambda: _fake_ctx_current
     native.reset()
     try:
         native.build()
         yield cache
     finally:
         native.reset()
+        launch.ctx_current_entry = real_entry
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -51,9 +67,12 @@ def built(tmp_path_factory):
                 os.environ[k] = v
 
 
-def test_a_new_process_loads_the_built_helper_only_when_asked(built):
-    code = "from onlinesoftmax.runtime import native; print(native.module() is not None)"
-    for switch, want in (("1", "True"), (None, "False"), ("0", "False")):
+def test_a_new_process_loads_the_built_helper_unless_told_not_to(built):
+    code = ("import ctypes; from onlinesoftmax.runtime import launch, native; "
+            "f = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(lambda p: 0); "
+            "launch.ctx_current_entry = launch.ctx_current_entry() and launch.ctx_current_entry or (lambda: f); "
+            "print(native.module() is not None)")
+    for switch, want in (("1", "True"), (None, "True"), ("0", "False")):
         env = dict(os.environ, ONLINESOFTMAX_CACHE=built)
         env.pop(native.ENV, None)
         if switch is not None:
@@ -97,17 +116,23 @@ def recorded(monkeypatch, built):
     monkeypatch.setattr(launch, "_CU_LAUNCH", fake)
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "stream_handle", lambda device: STREAM)
-    monkeypatch.setattr(E, "stream_handle", lambda device: STREAM)
+    monkeypatch.setattr(launch, "context", lambda device: CTX_0)
+    monkeypatch.setitem(CTX, 0, CTX_0)
     monkeypatch.setattr(E, "available", lambda: None)
     monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
     monkeypatch.setattr(E, "sms", lambda device: SMS)
     monkeypatch.setattr(E, "kernel", lambda name, *a: _Kernel(name))
     monkeypatch.setattr(E, "_stable", {-1: P.stable_rows(SMS)})
     for cache in ("_fwd_shapes", "_bwd_shapes", "_fwd_rows", "_bwd_rows", "_geometries", "_plans"):
-        monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit))
+        monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit, getattr(E, cache).on_drop))
     monkeypatch.setattr(launch._state, "bound", True, raising=False)
-    assert native.module() is not None
-    return log
+    mod = native.module()
+    assert mod is not None
+    mod.clear()
+    mod.test_stream(STREAM)  # the CPU tensors here launch (on the fake) as CUDA tensors would
+    yield log
+    mod.test_stream(0)
+    mod.clear()
 
 
 def _launches(log):
@@ -117,16 +142,21 @@ def _launches(log):
 @pytest.mark.parametrize("dtype,M,N", [(torch.float32, 3, 1001), (torch.bfloat16, 700, 1024), (torch.float16, 1, 63),
                                        (torch.bfloat16, 40001, 63), (torch.float32, 2, 4097)])
 def test_native_launches_what_the_python_path_launches(recorded, dtype, M, N):
-    """Three calls of each op: the first through Python (which makes the shape's native call), the others through
-    C++ where the plan is one prepared launch (the split regime's two stay in Python). Every call must launch the
-    same kernels, grids, blocks, shared memory, stream and scalars, with its own tensors' pointers last written."""
+    """Three calls of each op: the first through Python (which puts the shape into the native table), the others
+    through C++ where the plan is one prepared launch (the split regime's two stay in Python); the forward both
+    through the engine and through the public op. Every call must launch the same kernels, grids, blocks, shared
+    memory, stream and scalars, with its own tensors' pointers."""
+    from onlinesoftmax.ops import softmax as ops
+
     log = recorded
     for log_op in (False, True):
         x = torch.zeros(M * N + 1, dtype=dtype)[1:].view(M, N)  # rows one element off a 16-byte boundary
         dy = torch.zeros(M * N, dtype=dtype).view(M, N)
-        for call, args in ((E.forward_new, (x,)), (E.backward_new, (x, dy))):
+        public = ops.log_softmax if log_op else ops.softmax
+        for calls, args in (((E.forward_new, E.forward_new, lambda a, d, l: public(a, d)), (x,)),
+                            ((E.backward_new,) * 3, (x, dy))):
             first = None
-            for _ in range(3):
+            for call in calls:
                 log.clear()
                 out = call(*args, 1, log_op)
                 assert out.shape == x.shape and out.dtype == dtype and out.is_contiguous()
@@ -137,19 +167,79 @@ def test_native_launches_what_the_python_path_launches(recorded, dtype, M, N):
                     assert log[0][9][1] == (dy.data_ptr() if len(args) > 1 else 0) and log[0][-1] is None
             key = (log_op, x.shape, dtype, -1, x.data_ptr() & 15) + ((dy.data_ptr() & 15,) if len(args) > 1 else ())
             shaped = (E._bwd_shapes if len(args) > 1 else E._fwd_shapes).get(key + (0,))
-            assert (shaped.native is not None) == (len(first) == 1), (call.__name__, len(first))
+            assert (shaped.key is not None) == (len(first) == 1), (len(args), len(first))
+    keys = [v.key for c in (E._fwd_shapes, E._bwd_shapes) for v in c._d.values() if v.key is not None]
+    assert native.module().size() == len(keys) == len(set(keys))
+
+
+def test_the_table_holds_what_the_shape_caches_hold(recorded, monkeypatch):
+    """An entry leaves native.cpp's table when the engine's cache drops its shape (evicted, cleared), and only the
+    entry that shape put: one put since by another _Shaped of the same shape (a racing thread's) stays."""
+    mod = native.module()
+    x = torch.zeros(3, 1001)
+    E.forward_new(x, 1, False)
+    E.backward_new(x, x, 1, True)
+    assert mod.size() == 2
+    E._fwd_shapes.clear()  # the fixture's fresh caches take the engine's on_drop
+    E._bwd_shapes.clear()
+    assert mod.size() == 0 and mod.forward(x, 1, False) is None
+    monkeypatch.setattr(E, "_fwd_shapes", BoundedCache(2, E._drop_native))
+    xs = [torch.zeros(3 + i, 1001) for i in range(3)]
+    for x in xs:
+        E.forward_new(x, 1, False)
+    assert mod.size() == 2 and mod.forward(xs[0], 1, False) is None and mod.forward(xs[2], 1, False) is not None
+    key = (False, xs[2].shape, torch.float32, -1, 0, 0)
+    old = E._fwd_shapes.get(key)
+    new = E._shaped("softmax", (xs[2],), torch.empty_like(xs[2]), 1, E._fwd_rows, False)
+    assert new.key == old.key and mod.size() == 2
+    E._fwd_shapes.put(key, new)  # old dropped: the entry new put stays
+    assert mod.size() == 2 and mod.forward(xs[2], 1, False) is not None
+    E._fwd_shapes.clear()
+    assert mod.size() == 0 and mod.forward(xs[2], 1, False) is None
+
+
+def test_what_the_table_does_not_take_goes_through_python(recorded, monkeypatch):
+    """Calls the table must not answer: another dim, a view that is not contiguous, dy of another dtype or shape,
+    a forward that autograd records, another context current on the thread (none: Python binds it), an output off a
+    16-byte boundary's shape. Each returns None from C++ (the caller's Python path then launches)."""
+    mod = native.module()
+    x = torch.zeros(4, 1001)
+    dy = torch.zeros(4, 1001)
+    E.forward_new(x, 1, False)
+    E.backward_new(x, dy, 1, False)
+    assert mod.forward(x, 1, False) is not None and mod.forward(x, -1, False) is not None
+    assert mod.backward(x, dy, -1, False) is not None
+    assert mod.forward(x, 0, False) is None and mod.forward(x, 2, False) is None and mod.forward(x, -3, False) is None
+    assert mod.forward(x, 1, True) is None  # log_softmax: not put
+    assert mod.forward(torch.zeros(8, 1001)[::2], 1, False) is None
+    assert mod.forward(x.to(torch.bfloat16), 1, False) is None
+    assert mod.backward(x, dy.to(torch.bfloat16), 1, False) is None
+    assert mod.backward(x, torch.zeros(4, 1002)[:, :1001], 1, False) is None
+    assert mod.backward(x, dy.view(2, 2, 1001), 1, False) is None
+    g = x.clone().requires_grad_()
+    assert mod.forward(g, 1, False) is None
+    with torch.no_grad():
+        assert mod.forward(g, 1, False) is not None
+    monkeypatch.setitem(CTX, 0, CTX_0 + 0x1000)
+    assert mod.forward(x, 1, False) is None
+    monkeypatch.setitem(CTX, 0, CTX_0)
+    mod.test_stream(0)  # a CPU tensor with no test stream: never launched
+    assert mod.forward(x, 1, False) is None
+    mod.test_stream(STREAM)
 
 
 def test_a_failed_native_launch_is_the_packages_error(recorded, monkeypatch):
     """The driver's error through C++ reaches the caller as the ctypes path's does: an OnlineSoftmaxError naming the
-    kernel and the CUresult."""
+    kernel and the CUresult, from the engine and from the public op."""
     from onlinesoftmax.errors import OnlineSoftmaxError
+    from onlinesoftmax.ops import softmax as ops
 
     x = torch.zeros(3, 1001)
-    E.forward_new(x, 1, False)  # through Python: makes the shape's native call
+    E.forward_new(x, 1, False)  # through Python: puts the shape
     monkeypatch.setitem(FAIL, 0, 700)
-    with pytest.raises(OnlineSoftmaxError, match=r"launch of fwd_\w+<.*\(native\).*CUresult 700"):
-        E.forward_new(x, 1, False)
+    for call in (lambda: E.forward_new(x, 1, False), lambda: ops.softmax(x)):
+        with pytest.raises(OnlineSoftmaxError, match=r"launch of fwd_\w+<.*\(native\).*CUresult 700"):
+            call()
 
 
 def test_asked_for_but_not_built_says_so_once(monkeypatch, tmp_path):
@@ -164,17 +254,25 @@ def test_asked_for_but_not_built_says_so_once(monkeypatch, tmp_path):
         native.reset()
 
 
-def test_native_call_refuses_what_it_cannot_take(recorded):
-    """A launch through cuda.bindings' entry, or whose first scalar is not a 64-bit row count, gets no native call."""
+def test_native_put_refuses_what_it_cannot_take(recorded):
+    """A launch through cuda.bindings' entry, or whose first scalar is not a 64-bit row count, or not three
+    pointers, or a 2-D grid, is not put; nor a device whose context is not known."""
     mod = native.module()
     lk = FakeLoadedKernel()
     lk.kernel = type("kernel", (), {"handle": 0x7F0000001000})
-    assert launch.PreparedLaunch(lk, 1, (128,), (np.int64(5),)).native_call(mod, 1, 5) is not None
-    assert launch.PreparedLaunch(lk, 1, (128,), (np.int32(5),)).native_call(mod, 1, 5) is None
-    assert launch.PreparedLaunch(lk, 1, (128,), (np.int64(5),), 0, 4).native_call(mod, 1, 5) is None
-    assert launch.PreparedLaunch(lk, (1, 2), (128,), (np.int64(5),)).native_call(mod, 1, 5) is None
+    x = torch.zeros(2, 8)
+
+    def put(*args):
+        return launch.PreparedLaunch(lk, *args).native_put(mod, 0, x, None, 1, 2, object())
+    assert put(1, (128,), (np.int64(5),)) is not None
+    assert put(1, (128,), (np.int32(5),)) is None
+    assert put(1, (128,), (np.int64(5),), 0, 4) is None
+    assert put((1, 2), (128,), (np.int64(5),)) is None
+    launch.context = lambda device: None  # restored by the fixture's monkeypatch
+    assert put(1, (128,), (np.int64(5),)) is None
+    launch.context = lambda device: CTX_0
     launch._CU_LAUNCH = False  # restored by the fixture's monkeypatch
-    assert launch.PreparedLaunch(lk, 1, (128,), (np.int64(5),)).native_call(mod, 1, 5) is None
+    assert put(1, (128,), (np.int64(5),)) is None
 
 
 @pytest.mark.gpu
@@ -182,13 +280,15 @@ def test_native_call_refuses_what_it_cannot_take(recorded):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
     """On the GPU: the public ops through the helper (the second call of a shape on) against float64, outputs left
-    NaN in the allocator's block first; forward and backward; aligned, unaligned, flat, few and many rows."""
+    NaN in the allocator's block first; forward and backward; aligned, unaligned, flat, few and many rows; then a
+    call captured in a CUDA graph (a launch on any other stream than the capturing one breaks the capture) and
+    replayed on new inputs."""
     from onlinesoftmax.harness.check import compare
     from onlinesoftmax.ops import softmax as ops
     from onlinesoftmax import reference as R
 
     for cache in ("_fwd_shapes", "_bwd_shapes"):  # shapes made before the helper was loaded have no native call
-        monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit))
+        monkeypatch.setattr(E, cache, BoundedCache(getattr(E, cache).limit, E._drop_native))
     g = torch.Generator(device="cuda").manual_seed(5)
     natives = 0
     for M, N, off in ((1, 1024, 0), (3, 1001, 1), (700, 4096, 0), (40001, 63, 0), (64, 32000, 0)):
@@ -205,8 +305,8 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
                 rep = compare(y, ref[log], dtype)
                 assert rep.ok, (M, N, off, log, call, rep.message)
             shaped = E._fwd_shapes.get((log, x.shape, dtype, x.get_device(), x.data_ptr() & 15, 0))
-            assert (shaped.native is not None) == (shaped.launch is not None), (M, N, off, log)  # cluster: Python
-            natives += shaped.native is not None
+            assert (shaped.key is not None) == (shaped.launch is not None), (M, N, off, log)  # cluster: Python
+            natives += shaped.key is not None
             dy = torch.randn(x.shape, generator=g, device="cuda").to(dtype)
             want = (R.log_softmax_backward if log else R.softmax_backward)(y.double().cpu().numpy(),
                                                                           dy.double().cpu().numpy())
@@ -218,3 +318,15 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
                 rep = compare(dx, want, dtype, np.full(want.shape, float(scale)))
                 assert rep.ok, (M, N, off, log, "backward", call, rep.message)
     assert natives >= 6  # the single-launch shapes went through C++
+    x = torch.randn(64, 1001, generator=g, device="cuda").to(dtype)
+    ops.softmax(x)  # put
+    assert native.module().forward(x, -1, False) is not None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = ops.softmax(x)
+    x.copy_(torch.randn(x.shape, generator=g, device="cuda").to(dtype))
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    rep = compare(y, R.softmax(x.double().cpu().numpy()), dtype)
+    assert rep.ok, rep.message

@@ -356,7 +356,8 @@ def _nvrtc_archs() -> list[int]:
 
 
 def cmd_build_native(args) -> int:
-    """Compile runtime/native.cpp (the eager hot path's allocation and launch in one C++ call) into the cache."""
+    """Compile runtime/native.cpp (the eager hot path's lookup, allocation and launch in one C++ call) into the
+    cache."""
     import time
 
     from .runtime import native
@@ -367,8 +368,8 @@ def cmd_build_native(args) -> int:
         native.build(verbose=args.verbose)
     except Exception as e:  # the builder's own errors: no compiler, no ninja, a failed compile
         raise OnlineSoftmaxError(f"build-native: {type(e).__name__}: {e}") from None
-    console.print(f"built in {time.perf_counter() - t0:.0f} s; processes with {native.ENV}=1 load it from the cache "
-                  "(opt-in: not yet run on a GPU)")
+    console.print(f"built in {time.perf_counter() - t0:.0f} s; every process of this torch and Python loads it from the "
+                  f"cache ({native.ENV}=0: none)")
     return 0
 
 
@@ -523,8 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
     out_option(sp)
     sp.set_defaults(fn=cmd_extras)
 
-    sp = sub.add_parser("build-native", help="compile the eager hot path's C++ helper (allocation + launch in one "
-                                             "call; g++ and ninja) into the cache")
+    sp = sub.add_parser("build-native", help="compile the eager hot path's C++ helper (lookup, allocation and launch "
+                                             "in one call; g++ and ninja) into the cache")
     sp.add_argument("--verbose", action="store_true", help="show the compiler's output")
     sp.set_defaults(fn=cmd_build_native)
 

@@ -48,6 +48,7 @@ from .. import state
 from . import engines
 from ..errors import ArgumentTypeError, DimError, OnlineSoftmaxError
 from ..opdefs import GPU_DTYPES as KERNEL_DTYPES  # what the CUDA and Triton kernels take
+from ..runtime import native
 
 BACKENDS = ("auto", "cuda", "triton", "cpu", "reference")
 KERNEL_BACKENDS = ("cuda", "triton")
@@ -312,6 +313,14 @@ _KERNEL_DTYPES = frozenset(KERNEL_DTYPES)
 
 
 def _apply(input, dim, log, dtype, backend):
+    # the native hot path (runtime/native.cpp, where built): a shape the CUDA engine has launched before, contiguous
+    # rows over the last dim, no grad, looked up, allocated and launched in one C++ call; None for anything else
+    mod = native.module()
+    if (mod is not None and type(input) is torch.Tensor and dtype is None and type(dim) is int
+            and (backend == "auto" or backend == "cuda") and not torch.compiler.is_compiling()):
+        out = mod.forward(input, dim, log)
+        if out is not None:
+            return out
     # the eager hot path: a plain CUDA tensor the kernels take, an int dim in range, no cast, no grad, not traced.
     # It decides what resolve and forward below decide for such a call (the same backend, the same launcher), with
     # only what that needs looked at: the host's time per small call is most of the call (issue 12).

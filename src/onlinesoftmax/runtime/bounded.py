@@ -1,22 +1,24 @@
 """A dict with a size limit, for the launch caches: reads take no lock, inserts take one and evict the oldest
-entry when full. Callers recompute an evicted value, so the limit bounds memory without changing results."""
+entry when full. Callers recompute an evicted value, so the limit bounds memory without changing results. `on_drop`
+(optional) is told of every value that leaves (evicted, replaced or cleared): where something outside the cache
+mirrors its entries (the native helper's table, engines/cuda/run.py)."""
 
 from __future__ import annotations
 
 import threading
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Optional
 
 
 class BoundedCache:
     """get(key): the value, or None: the dict's own get (the hot path: no Python frame of its own; every other
     method keeps that dict, so the bound get stays valid)."""
 
-    __slots__ = ("limit", "_d", "_lock", "get")
+    __slots__ = ("limit", "_d", "_lock", "get", "on_drop")
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, on_drop: Optional[Callable[[object], None]] = None):
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
-        self.limit = limit
+        self.limit, self.on_drop = limit, on_drop
         self._d: dict = {}
         self.get = self._d.get
         self._lock = threading.RLock()  # make() may fill other keys of the same cache
@@ -31,22 +33,33 @@ class BoundedCache:
             v = self._d.get(key)
             if v is None:
                 v = make()
-                while len(self._d) >= self.limit:
-                    del self._d[next(iter(self._d))]  # insertion order: the oldest first
+                self._make_room()
                 self._d[key] = v
         return v
 
     def put(self, key: Hashable, value) -> None:
         """Insert (or replace) one value, evicting the oldest entry when full."""
         with self._lock:
-            self._d.pop(key, None)
-            while len(self._d) >= self.limit:
-                del self._d[next(iter(self._d))]
+            old = self._d.pop(key, None)
+            if old is not value:
+                self._dropped(old)
+            self._make_room()
             self._d[key] = value
+
+    def _make_room(self) -> None:
+        while len(self._d) >= self.limit:
+            self._dropped(self._d.pop(next(iter(self._d))))  # insertion order: the oldest first
+
+    def _dropped(self, value) -> None:
+        if value is not None and self.on_drop is not None:
+            self.on_drop(value)
 
     def __len__(self) -> int:
         return len(self._d)
 
     def clear(self) -> None:
         with self._lock:
+            values = list(self._d.values())
             self._d.clear()
+            for v in values:
+                self._dropped(v)

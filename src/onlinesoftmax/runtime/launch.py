@@ -27,7 +27,6 @@ The stream caches are bounded.
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from typing import Optional, Sequence
 
@@ -96,12 +95,6 @@ def ensure_device(index: Optional[int] = None):
         raise Unavailable(f"cannot use CUDA device {index} through cuda.core ({type(e).__name__}: {e})") from None
     _state.bound = True
     return dev
-
-
-def current_on(device: int) -> bool:
-    """Whether a launch on `device` may go straight to the driver from this thread: the thread is bound to a primary
-    context and torch's current device is `device` (on_device's hot-path test)."""
-    return getattr(_state, "bound", False) and _current_device() == device
 
 
 def on_device(device: int, fn, *args):
@@ -313,6 +306,34 @@ def _libcuda():
     return _LIBCUDA[0]
 
 
+_CONTEXTS: dict = {}  # device index -> its primary context (CUcontext as an int)
+
+
+def ctx_current_entry():
+    """libcuda's cuCtxGetCurrent through ctypes (its own function object), or None."""
+    lib = _libcuda()
+    try:
+        return lib["cuCtxGetCurrent"] if lib is not None else None
+    except AttributeError:
+        return None
+
+
+def context(device: int) -> Optional[int]:
+    """The primary context of `device` (what a launch's thread must have current), as an int; None where libcuda
+    is not reached through ctypes."""
+    ctx = _CONTEXTS.get(device)
+    if ctx is None:
+        get = ctx_current_entry()
+        if get is None:
+            return None
+
+        def current() -> int:
+            c = ctypes.c_void_p()
+            return c.value if get(ctypes.byref(c)) == 0 else 0
+        ctx = _CONTEXTS[device] = on_device(device, current)
+    return ctx
+
+
 def _driver_launch():
     """(cuLaunchKernel, takes C values): libcuda's through ctypes with no argtypes, called with prebuilt ctypes
     values only (a plain C call: nothing converted per call, ~0.8 us against ~1.5 us with argtypes), or
@@ -430,17 +451,21 @@ class PreparedLaunch:
         else:
             on_device(self.device, self._go, grid, first, ptrs)
 
-    def native_call(self, mod, grid: int, rows: int):
-        """runtime/native.py's alloc_launch with this launch's fixed arguments and the grid and row count of one shape
-        bound: called with (stream, x, b), it allocates out like x and launches on (x, b, out). None where this launch
-        does not go through libcuda's plain cuLaunchKernel (cuda.bindings' entry, programmatic launches) or is not
-        the shape native.cpp launches."""
+    def native_put(self, mod, op: int, a, b, grid: int, rows: int, owner):
+        """Put this launch, with the grid and row count of one shape, into runtime/native.cpp's table for the shape
+        of the tensors a (and b: dy, or None), owned by `owner` (its key there for mod.remove; None where it is not
+        put). Only a launch through libcuda's plain cuLaunchKernel (not cuda.bindings' entry, not programmatic) of the
+        shape native.cpp launches: three pointers, a row count first, a 1-D grid, a 2-D block."""
         d = self.dims
         if (self._args is None or self._launch is not _CU_LAUNCH or len(self._ptrs) != 3 or not self._vals
                 or not isinstance(self._vals[0], ctypes.c_int64) or d[2] != 1 or d[3] != 1 or d[6] != 1):
-            return None  # native.cpp's launch: three pointers, a row count first, a 1-D grid, a 2-D block
+            return None
+        ctx = context(self.device)
+        if not ctx:
+            return None
         fn = ctypes.cast(self._launch, ctypes.c_void_p).value
-        return functools.partial(mod.alloc_launch, fn, d[0], grid, d[4], d[5], d[7], self._addr, len(self._vals), rows)
+        return mod.put(op, a, b, fn, ctx, d[0], grid, d[4], d[5], d[7], [bytes(v) for v in self._vals[1:]], rows,
+                       owner)
 
     def _go(self, grid, first, ptrs) -> None:
         s = stream_handle(self.device)

@@ -1,43 +1,160 @@
-// native.cpp -- one prepared launch into a fresh output, from C++: the allocation (at::empty_like, contiguous) and
-// cuLaunchKernel in one call, with the parameter block on this call's stack. What the eager hot path costs from
-// Python (an allocation through torch's Python binding, then a ctypes call with its lock around a shared block)
-// adds up to more than torch's whole softmax call; here it is one pybind11 call (runtime/native.py builds it).
+// native.cpp -- the eager hot path of softmax / log_softmax (forward and backward) in one C++ call: the shape's
+// lookup, the allocation of the output (at::empty_like) and cuLaunchKernel. From Python the same call costs more than
+// torch's whole softmax (an allocation through torch's binding, a ctypes call, the Python around them; issue 12).
 //
-// alloc_launch(fn, handle, grid, bx, by, smem, block, nscalars, rows, stream, x, b) -> out
-//   fn       libcuda's cuLaunchKernel (its address)
-//   handle   the kernel (CUkernel, as the ctypes path passes it); grid, (bx, by), smem as that launch's
-//   block    a PreparedLaunch's parameter block (void**): pointers at 0..2, then nscalars scalars; the first
-//            scalar (the row count) is replaced by `rows`, the others read from the block (never written after
-//            the launch is built)
-//   stream   the raw CUstream; x the first input (out is empty_like(x)), b the second pointer (dy, or 0)
+// A table maps what decides the launch -- the op, dtype, device, the inputs' offsets from a 16-byte boundary and
+// the exact sizes of contiguous rows over the last dim -- to one prepared launch (engines/cuda/run.py puts the
+// shapes it has planned, removes them when its own cache drops them). A call whose shape is not in the table, or
+// that the table cannot take as is, returns None and the caller takes the Python path, which plans, launches and puts.
+// Every table access holds the GIL (pybind11 calls do), so the table needs no lock of its own; the GIL is released
+// only around the driver's call, with everything that call reads copied to this call's stack first.
+//
+//   put(op, a, b, fn, ctx, handle, grid, bx, by, smem, scalars, rows, owner) -> key (bytes) or None
+//        op 0..3 (softmax, log_softmax, their backward); a, b: a call's tensors (b None forward); fn: libcuda's
+//        cuLaunchKernel; ctx: the device's primary context (a call launches only where it is current); handle the
+//        CUkernel, grid / block / smem the launch's; scalars the raw bytes of the scalars after the row count; rows
+//        the row count; owner: what keeps the kernel loaded (held until the entry is removed; its `name` names the
+//        kernel in a failed launch's error)
+//   forward(x, dim, log) / backward(y, dy, dim, log) -> a fresh output, launched; or None
+//   remove(key, owner)  the entry, if owner put it;  clear();  size()
+//   bind(ctx_fn, error)  libcuda's cuCtxGetCurrent and the exception type of a failed launch (once, at load)
+//   test_stream(s)       (tests only) the stream for tensors that are not CUDA tensors: the CPU tests' fake driver
 #include <torch/extension.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace py = pybind11;
 
 typedef int (*launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                         void**);
+typedef int (*ctx_t)(void**);
 
-torch::Tensor alloc_launch(int64_t fn, int64_t handle, int64_t grid, int64_t bx, int64_t by, int64_t smem,
-                           int64_t block, int64_t nscalars, int64_t rows, int64_t stream, const torch::Tensor& x,
-                           int64_t b) {
-  TORCH_CHECK(nscalars >= 1 && nscalars <= 12, "alloc_launch: 1 to 12 scalars, got ", nscalars);
-  torch::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
-  void* pa = x.data_ptr();
-  void* pb = reinterpret_cast<void*>(b);
-  void* po = out.data_ptr();
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(po) % 16 == 0, "alloc_launch: the allocator gave an output off a 16-byte "
-              "boundary; the plan was made for an aligned one");
-  long long m = rows;
-  void** shared = reinterpret_cast<void**>(block);
-  void* params[16] = {&pa, &pb, &po, &m};
-  for (int64_t i = 1; i < nscalars; i++) params[3 + i] = shared[3 + i];
-  int err;
-  {
-    pybind11::gil_scoped_release no_gil;  // the driver's call takes microseconds: other Python threads run
-    err = reinterpret_cast<launch_t>(fn)(reinterpret_cast<void*>(handle), (unsigned)grid, 1, 1, (unsigned)bx,
-                                         (unsigned)by, 1, (unsigned)smem, reinterpret_cast<void*>(stream), params,
-                                         nullptr);
-  }
-  TORCH_CHECK(err == 0, "cuLaunchKernel failed: CUresult ", err);
-  return out;
+namespace {
+
+constexpr int MAX_SCALARS = 12;  // after the row count
+constexpr int64_t MAX_DIMS = 8;
+
+struct Entry {
+  launch_t fn;
+  void* ctx;
+  void* handle;
+  unsigned grid, bx, by, smem;
+  int nscalars;  // including the row count, scalars[0]
+  uint64_t scalars[1 + MAX_SCALARS];
+  py::object owner;
+};
+
+// Never destroyed: the entries hold Python objects, which must not be released after the interpreter has gone.
+auto& table = *new std::unordered_map<std::string, Entry>();
+ctx_t ctx_get = nullptr;
+PyObject* error_type = nullptr;  // a new reference, kept
+void* stream_for_tests = nullptr;
+
+// The table's key of a call, or false where the table does not take it: contiguous strided rows over the last dim
+// (dim in range), no element missing, b (backward's dy) alike in sizes, dtype, device and layout.
+bool key_of(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim, std::string& key) {
+  const int64_t n = a.dim();
+  if (n == 0 || n > MAX_DIMS || dim < -n || dim >= n || (dim < 0 ? dim + n : dim) != n - 1) return false;
+  if (a.layout() != at::kStrided || !a.is_contiguous() || a.numel() == 0) return false;
+  if (b && (b->layout() != at::kStrided || !b->is_contiguous() || b->scalar_type() != a.scalar_type() ||
+            b->device() != a.device() || !b->sizes().equals(a.sizes())))
+    return false;
+  int64_t k[3 + MAX_DIMS];
+  k[0] = op | static_cast<int64_t>(a.scalar_type()) << 8 | static_cast<int64_t>(a.get_device() + 1) << 16;
+  k[1] = (reinterpret_cast<uintptr_t>(a.data_ptr()) & 15) | (b ? reinterpret_cast<uintptr_t>(b->data_ptr()) & 15 : 0)
+                                                                << 4;
+  k[2] = n;
+  for (int64_t i = 0; i < n; i++) k[3 + i] = a.size(i);
+  key.assign(reinterpret_cast<const char*>(k), sizeof(int64_t) * (3 + n));
+  return true;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("alloc_launch", &alloc_launch); }
+py::object launch(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim) {
+  if (op < 2 && a.requires_grad() && at::GradMode::is_enabled()) return py::none();  // autograd's path
+  std::string key;
+  if (!key_of(op, a, b, dim, key)) return py::none();
+  const auto it = table.find(key);
+  if (it == table.end()) return py::none();
+  const Entry& e = it->second;
+  void* current = nullptr;
+  if (ctx_get == nullptr || ctx_get(&current) != 0 || current != e.ctx) return py::none();  // Python binds it
+  void* stream = stream_for_tests;
+  if (a.is_cuda()) {
+    const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    stream = impl->getStreamNativeHandle(impl->getStream(a.device()));
+  } else if (stream == nullptr) {
+    return py::none();
+  }
+  at::Tensor out = at::empty_like(a, at::MemoryFormat::Contiguous);
+  if (reinterpret_cast<uintptr_t>(out.data_ptr()) & 15) return py::none();  // planned for an aligned output
+  void* pa = a.data_ptr();
+  void* pb = b ? b->data_ptr() : nullptr;
+  void* po = out.data_ptr();
+  uint64_t scalars[1 + MAX_SCALARS];
+  std::memcpy(scalars, e.scalars, sizeof(uint64_t) * e.nscalars);
+  void* params[3 + 1 + MAX_SCALARS] = {&pa, &pb, &po};
+  for (int i = 0; i < e.nscalars; i++) params[3 + i] = &scalars[i];
+  const launch_t fn = e.fn;
+  void* const handle = e.handle;
+  const unsigned grid = e.grid, bx = e.bx, by = e.by, smem = e.smem;
+  py::object keep = e.owner;  // the entry may be removed while the GIL is released: its kernel stays loaded
+  int err;
+  {
+    py::gil_scoped_release no_gil;  // the driver's call takes microseconds: other Python threads run
+    err = fn(handle, grid, 1, 1, bx, by, 1, smem, stream, params, nullptr);
+  }
+  if (err != 0) {
+    const std::string name = py::str(keep.attr("name"));
+    PyErr_SetString(error_type ? error_type : PyExc_RuntimeError,
+                    ("launch of " + name + " (native) failed: CUresult " + std::to_string(err)).c_str());
+    throw py::error_already_set();
+  }
+  return py::cast(std::move(out));
+}
+
+py::object put(int64_t op, const at::Tensor& a, const c10::optional<at::Tensor>& b, int64_t fn, int64_t ctx,
+               int64_t handle, int64_t grid, int64_t bx, int64_t by, int64_t smem, const std::vector<std::string>& more,
+               int64_t rows, py::object owner) {
+  if (op < 0 || op > 3 || static_cast<int>(more.size()) > MAX_SCALARS) return py::none();
+  std::string key;
+  if (!key_of(static_cast<int>(op), a, b ? &*b : nullptr, -1, key)) return py::none();
+  Entry e{reinterpret_cast<launch_t>(fn), reinterpret_cast<void*>(ctx), reinterpret_cast<void*>(handle),
+          static_cast<unsigned>(grid), static_cast<unsigned>(bx), static_cast<unsigned>(by),
+          static_cast<unsigned>(smem), 1 + static_cast<int>(more.size()), {}, std::move(owner)};
+  const long long m = rows;
+  std::memcpy(&e.scalars[0], &m, sizeof m);
+  for (size_t i = 0; i < more.size(); i++) {
+    if (more[i].size() > sizeof(uint64_t)) return py::none();
+    std::memcpy(&e.scalars[1 + i], more[i].data(), more[i].size());  // 4 or 8 bytes, the rest 0
+  }
+  table[key] = std::move(e);
+  return py::bytes(key);
+}
+
+void drop(const std::string& key, const py::object& owner) {
+  const auto it = table.find(key);
+  if (it != table.end() && it->second.owner.is(owner)) table.erase(it);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", [](const at::Tensor& x, int64_t dim, bool log) { return launch(log ? 1 : 0, x, nullptr, dim); });
+  m.def("backward", [](const at::Tensor& y, const at::Tensor& dy, int64_t dim, bool log) {
+    return launch(log ? 3 : 2, y, &dy, dim);
+  });
+  m.def("put", &put);
+  m.def("remove", &drop);
+  m.def("clear", [] { table.clear(); });
+  m.def("size", [] { return table.size(); });
+  m.def("bind", [](int64_t ctx_fn, py::object error) {
+    ctx_get = reinterpret_cast<ctx_t>(ctx_fn);
+    Py_XDECREF(error_type);
+    error_type = error.release().ptr();
+  });
+  m.def("test_stream", [](int64_t s) { stream_for_tests = reinterpret_cast<void*>(s); });
+}

@@ -1,13 +1,13 @@
-"""An optional C++ helper for the eager hot path (issue 12: host overhead at or below torch's): native.cpp's
-alloc_launch allocates the output and launches a prepared launch's kernel in one call. Built once with torch's
-extension builder (g++ and ninja) into the compile cache:
+"""An optional C++ helper for the eager hot path (issue 12: host overhead at or below torch's): native.cpp looks a
+call's shape up in a table of prepared launches, allocates the output and launches, in one call from the ops
+(ops/softmax.py) with no Python between. Built once with torch's extension builder (g++ and ninja) into the compile
+cache:
 
     python -m onlinesoftmax build-native        # or native.build()
-    ONLINESOFTMAX_NATIVE=1 python train.py      # processes load it from the cache
 
-Opt-in until it has run on a GPU: module() loads it only where ONLINESOFTMAX_NATIVE=1 and it has been built for
-this source, torch and Python, and never builds. Without it the eager path stays the ctypes one; both launch the
-same kernels with the same arguments (tests/test_native.py, against a fake driver entry)."""
+module() loads it wherever it has been built for this source, torch and Python (ONLINESOFTMAX_NATIVE=0: never), and
+never builds. Without it the eager path stays the Python one (ctypes); both launch the same kernels with the same
+arguments (tests/test_native.py: against a fake driver entry, and on the GPU against float64)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from .nvrtc import cache_dir
 
 SOURCE = Path(__file__).with_name("native.cpp")
 CFLAGS = ["-O2"]
-ENV = "ONLINESOFTMAX_NATIVE"  # "1": load it where built
+ENV = "ONLINESOFTMAX_NATIVE"  # "0": never load it; "1": load it, and say so where it is not built
 _lock = threading.Lock()
 _loaded: list = []  # [the module, or None], once tried
 
@@ -47,25 +47,26 @@ def directory() -> Path:
 
 
 def build(verbose: bool = False):
-    """Compile native.cpp (once; torch's cpp_extension, ninja) into the cache and load it; raises what the builder
-    raises (no compiler, no ninja)."""
+    """Compile native.cpp (once; torch's cpp_extension, ninja) into the cache and load it (where this process may
+    use it: _bound); raises what the builder raises (no compiler, no ninja)."""
     from torch.utils.cpp_extension import load
 
     d = directory()
     d.mkdir(parents=True, exist_ok=True)
     mod = load(name(), [str(SOURCE)], extra_cflags=CFLAGS, build_directory=str(d), verbose=verbose)
     with _lock:
-        _loaded[:] = [mod]
+        _loaded[:] = [_bound(mod) if os.environ.get(ENV) != "0" else None]
     return mod
 
 
 def module():
-    """The built extension, loaded (once), or None where ONLINESOFTMAX_NATIVE is not 1 or it is not built here."""
+    """The built extension, loaded and bound (once), or None where it is not built here, libcuda is not reached
+    through ctypes, or ONLINESOFTMAX_NATIVE=0."""
     if _loaded:
         return _loaded[0]
     with _lock:
         if not _loaded:
-            _loaded.append(_load_built() if os.environ.get(ENV) == "1" else None)
+            _loaded.append(_load_built() if os.environ.get(ENV) != "0" else None)
     return _loaded[0]
 
 
@@ -73,17 +74,35 @@ def _load_built():
     import torch  # noqa: F401  (the extension links against torch's libraries, loaded first)
 
     path = directory() / f"{name()}.so"
+    if not path.exists():
+        if os.environ.get(ENV) == "1":  # asked for and not there: said once, then the Python path as without it
+            warnings.warn(f"{ENV}=1 but the native helper is not built (no {path}); `python -m onlinesoftmax "
+                          "build-native` builds it", stacklevel=3)
+        return None
     try:
-        if not path.exists():
-            raise ImportError(f"not built: no {path}")
         loader = importlib.machinery.ExtensionFileLoader(name(), str(path))
         spec = importlib.util.spec_from_file_location(name(), str(path), loader=loader)
         mod = importlib.util.module_from_spec(spec)
         loader.exec_module(mod)
-    except ImportError as e:  # asked for and not there: said once, then the ctypes path as without it
-        warnings.warn(f"{ENV}=1 but the native helper does not load ({e}); `python -m onlinesoftmax build-native` "
-                      "builds it", stacklevel=3)
+    except ImportError as e:
+        warnings.warn(f"the native helper does not load ({e}); `python -m onlinesoftmax build-native` builds it "
+                      "again", stacklevel=3)
         return None
+    return _bound(mod)
+
+
+def _bound(mod):
+    """mod with libcuda's cuCtxGetCurrent and the package's error type handed to it, or None where libcuda is not
+    reached through ctypes (the launches then go through cuda.bindings, which native.cpp does not call)."""
+    import ctypes
+
+    from ..errors import OnlineSoftmaxError
+    from .launch import ctx_current_entry
+
+    get = ctx_current_entry()
+    if get is None:
+        return None
+    mod.bind(ctypes.cast(get, ctypes.c_void_p).value, OnlineSoftmaxError)
     return mod
 
 

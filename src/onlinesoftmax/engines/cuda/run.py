@@ -31,7 +31,7 @@ from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
 from ...runtime import native
-from ...runtime.launch import PreparedLaunch, current_on, stream_handle
+from ...runtime.launch import PreparedLaunch
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from .compiled import kernel, sms
 from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan, stable_rows,
@@ -308,8 +308,19 @@ def run_regime(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
 # Ms whose plans have its geometry. Other layouts are keyed by their exact shape and strides.
 
 ROWS_CACHE = 4096  # per direction: the few-row Ms (4 x SMs keys) of several row lengths, one key per length beyond
-_fwd_shapes = BoundedCache(ENTRY_CACHE)  # exact row shapes -> _Shaped
-_bwd_shapes = BoundedCache(ENTRY_CACHE)
+_NATIVE_OPS = {"softmax": 0, "log_softmax": 1, "softmax_backward": 2, "log_softmax_backward": 3}  # native.cpp's op
+
+
+def _drop_native(shaped: "_Shaped") -> None:
+    """The shapes' caches' on_drop: the table entry `shaped` put goes with it (not one another _Shaped of the same
+    shape has put since)."""
+    mod = native.module() if shaped.key is not None else None
+    if mod is not None:
+        mod.remove(shaped.key, shaped)
+
+
+_fwd_shapes = BoundedCache(ENTRY_CACHE, _drop_native)  # exact row shapes -> _Shaped
+_bwd_shapes = BoundedCache(ENTRY_CACHE, _drop_native)
 _fwd_rows = BoundedCache(ROWS_CACHE)
 _bwd_rows = BoundedCache(ROWS_CACHE)
 _geometries = BoundedCache(ENTRY_CACHE)  # row entries by plan geometry
@@ -335,20 +346,18 @@ class _ByRows:
 class _Shaped:
     """The call for one exact shape of contiguous rows: its entry's launch with the grid for its M made once (a
     single prepared launch), or the entry (a cluster launch; two launches: the split regime's workspace is per
-    call); nothing for no rows. `native`: where the native helper is built and the launch goes through libcuda's
-    cuLaunchKernel, the same launch into a fresh output from C++ (called with (stream, x, b); forward_new)."""
+    call); nothing for no rows. `key`: where the native helper is loaded and the launch goes through libcuda's
+    cuLaunchKernel, its key in native.cpp's table, which then launches the shape into fresh outputs without Python
+    (put by _shaped, removed when the shapes' cache drops this: _drop_native)."""
 
-    __slots__ = ("launch", "grid", "M", "entry", "native", "device")
+    __slots__ = ("launch", "grid", "M", "entry", "key")
 
     def __init__(self, entry, M: int):
         if isinstance(entry, _ByRows):
             entry = entry.high if M >= entry.t else entry.low
-        self.M, self.entry, self.launch, self.grid, self.native, self.device = M, entry, None, 0, None, -1
+        self.M, self.entry, self.launch, self.grid, self.key = M, entry, None, 0, None
         if entry is not None and isinstance(entry.single, PreparedLaunch):  # a cluster launch goes through the entry
-            self.launch, self.grid, self.device = entry.single, grid_for(M, entry.pers[0]), entry.single.device
-            mod = native.module()
-            if mod is not None:
-                self.native = self.launch.native_call(mod, self.grid, M)
+            self.launch, self.grid = entry.single, grid_for(M, entry.pers[0])
 
     def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
         if self.launch is not None:
@@ -356,20 +365,16 @@ class _Shaped:
         elif self.entry is not None:
             self.entry.rows(self.M, a, b, out, x)
 
-    def new(self, x: torch.Tensor, b: int) -> Optional[torch.Tensor]:
-        """The native call (a fresh out, launched on x, b), or None where there is none or this thread is not on
-        the launch's device (the caller takes the Python path, which binds it)."""
-        if self.native is None or not current_on(self.device):
-            return None
-        try:
-            return self.native(stream_handle(self.device), x, b)
-        except RuntimeError as e:
-            raise OnlineSoftmaxError(f"launch of {self.launch.lk.name} (native): {e}") from None
+    @property
+    def name(self) -> str:
+        """The kernel's name (native.cpp's error for a failed launch)."""
+        return self.launch.lk.name
 
 
 def _shaped(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, log: bool) -> _Shaped:
     """The _Shaped call of contiguous rows over the last dim: through the row-count classes' cache (forward's or
-    backward's) and their shared entries."""
+    backward's) and their shared entries; put into the native helper's table where it is loaded and out starts on a
+    16-byte boundary (the fresh outputs it allocates do)."""
     x = ins[0]
     n = x.numel()
     if not n:
@@ -379,7 +384,11 @@ def _shaped(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCach
     key = (log, N, x.dtype, d, _alignment(x.data_ptr(), ins[1].data_ptr() if len(ins) > 1 else 0, out.data_ptr()),
            M if M < _stable_rows_of(d) else 0)
     e = cache.get(key) or cache.get_or_make(key, lambda: _rows_entry(op, ins, out, dim, cache, key))
-    return _Shaped(e, M)
+    s = _Shaped(e, M)
+    mod = native.module()
+    if mod is not None and s.launch is not None and out.data_ptr() % 16 == 0:
+        s.key = s.launch.native_put(mod, _NATIVE_OPS[op], x, ins[1] if len(ins) > 1 else None, s.grid, M, s)
+    return s
 
 
 def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, key: tuple):
@@ -439,29 +448,23 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
 
 
 def forward_new(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
-    """forward() into a fresh contiguous tensor. Contiguous rows whose exact shape a call has seen (with an output on
-    a 16-byte boundary, as every fresh one is) take the allocation and the launch in one C++ call where the native
-    helper is built (runtime/native.py); without it, nothing is looked up twice."""
-    if native.module() is not None and dim == x.dim() - 1 and x.is_contiguous():
-        go = _fwd_shapes.get((log, x.shape, x.dtype, x.get_device(), x.data_ptr() & 15, 0))
-        out = go.new(x, 0) if go is not None else None
-        if out is not None:
-            return out
-    out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    forward(x, out, dim, log)
+    """forward() into a fresh contiguous tensor: one C++ call where the native helper has the shape (ops.softmax's
+    hot path calls it first itself), else the allocation here and forward()."""
+    mod = native.module()
+    out = mod.forward(x, dim, log) if mod is not None else None
+    if out is None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        forward(x, out, dim, log)
     return out
 
 
 def backward_new(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     """backward() into a fresh contiguous tensor, as forward_new."""
-    if native.module() is not None and dim == y.dim() - 1 and y.is_contiguous() and dy.is_contiguous():
-        pb = dy.data_ptr()
-        go = _bwd_shapes.get((log, y.shape, y.dtype, y.get_device(), y.data_ptr() & 15, pb & 15, 0))
-        out = go.new(y, pb) if go is not None else None
-        if out is not None:
-            return out
-    out = torch.empty_like(y, memory_format=torch.contiguous_format)
-    backward(y, dy, out, dim, log)
+    mod = native.module()
+    out = mod.backward(y, dy, dim, log) if mod is not None else None
+    if out is None:
+        out = torch.empty_like(y, memory_format=torch.contiguous_format)
+        backward(y, dy, out, dim, log)
     return out
 
 
