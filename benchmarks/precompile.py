@@ -4,6 +4,8 @@ run it here with ONLINESOFTMAX_CACHE pointing at a folder to carry, and the devi
 NVRTC version is the same; otherwise it compiles them, still in parallel).
 
     python benchmarks/precompile.py [--workers 16] [--n N ...]    (default: the sweep's shapes)
+    python benchmarks/precompile.py --n 33 63 127 129 199 255 --flat-lanes    (and the flat kernels tune_rows.py
+                                                --flat --lanes forces at those N: what its run loads)
     python benchmarks/precompile.py --tests    (instead: what tests/test_gpu_production.py's fixture compiles,
                                                 test_gpu_concurrency.py's jobs and every chan and flat kernel: ~750
                                                 kernels, ~50 MB, ~3 minutes on 2 cores)
@@ -35,6 +37,25 @@ def sweep_kernels(ns, sms: int) -> set:
                 for flat in (True, False):  # the flat regime's, and what the rules pick without it (tune_rows)
                     p = P.plan(M, N, dtype, op, vec=N % V == 0 or M == 1, window=1, sms=sms, flat=flat)
                     names.update(p.kernels)
+    return names
+
+
+def flat_lanes_kernels(ns) -> set:
+    """The flat kernels tune_rows.py --flat --lanes forces at each N of ns (its lane choices), every op and dtype of
+    the sweep: other lanes than flat_config's, so not among the sweep's plans."""
+    import tune_rows  # benchmarks/, the script's folder
+
+    names = set()
+    try:
+        for op in SWEEP_OPS:
+            for dt in SWEEP_DTYPES:
+                for N in ns:
+                    for lanes in tune_rows.lane_choices(N):
+                        tune_rows.force(lanes=lanes)
+                        names.update(P.plan(SWEEP_ELEMENTS // N, N, parse_dtype(dt), op, regime="flat",
+                                            flat=True).kernels)
+    finally:
+        tune_rows.force(None)
     return names
 
 
@@ -123,10 +144,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="*", default=SWEEP_N)
     ap.add_argument("--tests", action="store_true", help="the production GPU tests' kernels instead of the sweep's")
     ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy tests' and benchmark's kernels")
+    ap.add_argument("--flat-lanes", action="store_true", help="with the sweep's: tune_rows --flat --lanes's at --n")
     args = ap.parse_args()
     sms = K.sms(0 if torch.cuda.is_available() else None)
     names = (test_kernels(sms) if args.tests else cross_entropy_kernels(sms) if args.cross_entropy
-             else sweep_kernels(args.n, sms))
+             else sweep_kernels(args.n, sms) | (flat_lanes_kernels(args.n) if args.flat_lanes else set()))
     t = time.perf_counter()
     K.compile_all(names, batch=1, workers=args.workers)
     print(f"{len(names)} kernels ready in {time.perf_counter() - t:.1f} s ({args.workers} workers)")

@@ -2,6 +2,7 @@
 cluster rules at row lengths off the powers of two and for long rows.
 
     PYTHONPATH=src python benchmarks/tune_rows.py [--dtype bfloat16] [--n 1023 4095 ...] [--op softmax] [--clusters]
+    PYTHONPATH=src python benchmarks/tune_rows.py --flat [--lanes] [--dtype ...] [--op ...] --n 33 63 127 129 199 255
 
 For each N (M = 2^27 // N rows, contiguous, so odd N reads through the window), `onlinesoftmax.softmax` is timed
 (triton.testing.do_bench median, L2 flushed) with the plan the rules pick ("rules"), then with the regime forced to
@@ -16,7 +17,9 @@ every row, the same row kernel), as % of one read of the logits + one write of t
 
 --flat: rows that are not whole 16-byte accesses (forward or backward ops): torch, the rules' plan, the rules without
 the flat regime, then the flat regime (rows staged in shared memory) at three sizes of a CTA's chunk, all inputs
-(FLAT_SMEM_BYTES).
+(FLAT_SMEM_BYTES). --lanes: then the flat regime at the shipped chunk with the lanes per row forced to 4, 8, 16 and
+32 ("flat L8 ..."; the lanes' slots as plan.flat_slots gives them, a count left out where they exceed FLAT_SLOTS[-1]):
+the evidence for plan.flat_config.
 
 --warp: short rows (the warp regime; forward or backward ops): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
 the rules' access path (the window, for odd N in 16 bits) and on the scalar path (W = 1, forced), its slots per
@@ -34,12 +37,12 @@ import onlinesoftmax as osm
 from onlinesoftmax.engines.cuda import plan as P
 from onlinesoftmax.engines.cuda import run
 from onlinesoftmax.harness.bench import copy_gbps
-from onlinesoftmax.intmath import cdiv
+from onlinesoftmax.intmath import cdiv, log2
 from onlinesoftmax.runtime.bounded import BoundedCache
 
 ELEMENTS = 1 << 27
 RULES = (P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access, P.use_flat,
-         P.FLAT_SMEM_BYTES)
+         P.flat_config, P.FLAT_SMEM_BYTES)
 
 
 def forget() -> None:
@@ -49,17 +52,20 @@ def forget() -> None:
             v.clear()
 
 
-def force(threads_slots=None, cluster=None, warp=None, flat=None) -> None:
+def force(threads_slots=None, cluster=None, warp=None, flat=None, lanes=None) -> None:
     """The rules as they are (all None); the block regime with one (threads, slots); the cluster regime with
     one (C, threads, sslots) (C == 1: the block regime, registers then shared memory as the rules size it); or the
     warp regime with (scalar, rpt, exact): the scalar path forced or not, rows per lane group, the lanes' slots the
     rule's power of two or exactly the row's accesses over the lanes. flat: False, the flat regime never picked;
-    a byte count, always picked (where the tensors allow it), each CTA's chunk that many bytes (all inputs)."""
+    a byte count, always picked (where the tensors allow it), each CTA's chunk that many bytes (all inputs); lanes:
+    its lanes per row (4..32), their slots as plan.flat_slots gives them."""
     (P.choose_regime, P.block_threads, P.cluster_config, P.warp_config, run._row_access, P.use_flat,
-     P.FLAT_SMEM_BYTES) = RULES
+     P.flat_config, P.FLAT_SMEM_BYTES) = RULES
     if flat is not None:
         P.use_flat = lambda *a, **k: bool(flat)
         P.FLAT_SMEM_BYTES = flat or RULES[-1]
+    if lanes is not None:
+        P.flat_config = lambda op, dtype, N: (log2(lanes), P.flat_slots(N, lanes))
     if warp is not None:
         scalar, rpt, exact = warp
 
@@ -76,6 +82,11 @@ def force(threads_slots=None, cluster=None, warp=None, flat=None) -> None:
         P.choose_regime = lambda *a, **k: "block" if cluster[0] == 1 else "cluster"
         P.cluster_config = lambda *a, **k: cluster
     forget()
+
+
+def lane_choices(N: int) -> list[int]:
+    """--lanes: the lanes per row forced at N, each of P.FLAT_LANES whose slots hold the row (flat_slots)."""
+    return [lanes for lanes in P.FLAT_LANES if lanes * P.FLAT_SLOTS[-1] >= N]
 
 
 def cluster_choices(op: str, dtype, N: int) -> list:
@@ -153,6 +164,7 @@ def main() -> None:
     ap.add_argument("--clusters", action="store_true", help="CTAs per row (registers or shared memory), + ce_row")
     ap.add_argument("--warp", action="store_true", help="short rows: rows per lane group, window or scalar path")
     ap.add_argument("--flat", action="store_true", help="rows off the vector: the flat regime's chunks against the rest")
+    ap.add_argument("--lanes", action="store_true", help="--flat: then the flat regime at 4, 8, 16, 32 lanes per row")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     copy = copy_gbps("cuda")
@@ -172,11 +184,14 @@ def main() -> None:
         if args.flat:
             fn = getattr(torch, args.op.removesuffix("_backward"))
             line = f"{M}x{N} | torch: {timed_torch(args.op, fn, x, dy, copy)}"
-            for flat in (None, False, 16384, 32768, 65536):
-                force(flat=flat)
+            runs = [(flat, None) for flat in (None, False, 16384, 32768, 65536)]
+            runs += [(RULES[-1], lanes) for lanes in lane_choices(N)] if args.lanes else []  # the shipped chunk
+            for flat, lanes in runs:
+                force(flat=flat, lanes=lanes)
                 p = run.plan_for(args.op, *((x,) if dy is None else (x, dy)))
                 label = "rules: " if flat is None else ""
-                line += f" | {label}{p.regime} {p.kernels[0]} R{p.rows}: {timed(args.op, x, ref, copy, dy)}"
+                tag = f" L{lanes}" if lanes else ""
+                line += f" | {label}{p.regime}{tag} {p.kernels[0]} R{p.rows}: {timed(args.op, x, ref, copy, dy)}"
             force(None)
             print(line, flush=True)
             continue

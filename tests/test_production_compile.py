@@ -289,17 +289,56 @@ def test_row_access_from_pointers():
     assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 68)) == (True, 1)
 
 
+def test_flat_lanes_rule():
+    """flat_config: lanes per row a power of two in 4..32 (the kernels' LG 2..5), the smallest FLAT_SLOTS entry of
+    elements a lane that covers the row, N beyond FLAT_MAX_N refused; the forward's lanes never fewer for a longer
+    row, and the lanes timed best on the H200 where the rule was made (h200-tune-flat-lanes-*.txt)."""
+    for op in P.ENGINE_OPS:
+        for dtype in opdefs.GPU_DTYPES:
+            last = 0
+            for N in range(1, P.FLAT_MAX_N + 1):
+                lg, slots = P.flat_config(op, dtype, N)
+                lanes = 1 << lg
+                assert lanes in (4, 8, 16, 32) and slots in P.FLAT_SLOTS
+                assert lanes * slots >= N, (N, lanes, slots)
+                assert slots == P.FLAT_SLOTS[0] or lanes * P.FLAT_SLOTS[P.FLAT_SLOTS.index(slots) - 1] < N
+                assert P.OPS[op].backward or lanes >= last, (op, N)
+                last = lanes
+    timed = {("softmax", torch.bfloat16, 33): 4, ("log_softmax", torch.float32, 33): 4,
+             ("softmax", torch.bfloat16, 127): 16, ("log_softmax", torch.bfloat16, 127): 16,
+             ("softmax", torch.bfloat16, 255): 32, ("softmax_backward", torch.bfloat16, 63): 32,
+             ("softmax_backward", torch.bfloat16, 127): 32, ("log_softmax_backward", torch.bfloat16, 63): 16,
+             ("log_softmax_backward", torch.bfloat16, 127): 16, ("log_softmax_backward", torch.float32, 63): 32}
+    for (op, dtype, N), lanes in timed.items():
+        assert 1 << P.flat_config(op, dtype, N)[0] == lanes, (op, dtype, N)
+    with pytest.raises(P.Unsupported, match="too long"):
+        P.flat_config("softmax", torch.bfloat16, P.FLAT_MAX_N + 1)
+
+
+def test_flat_plans_only_pick_enumerated_kernels(inst):
+    """Every flat kernel plan returns, forced or picked by the rules, for every N it holds, op and dtype, is among
+    the instantiations (the compile test's list), and every flat instantiation is one of them."""
+    picked = set()
+    for op in P.ENGINE_OPS:
+        for dtype in opdefs.GPU_DTYPES:
+            for N in range(1, P.FLAT_MAX_N + 1):
+                picked.update(P.plan(3, N, dtype, op, sms=SMS, regime="flat", flat=True).kernels)
+                p = P.plan(1 << 22, N, dtype, op, vec=N % P.vec_width(dtype) == 0, window=1, sms=SMS, flat=True)
+                if p.regime == "flat":
+                    assert set(p.kernels) <= picked
+    assert picked == {k for k in inst if "_flat<" in k}
+    assert {k.rsplit(",", 1)[1] for k in picked} == {"2>", "3>", "4>", "5>"}  # every lane count
+
+
 def test_flat_rules():
     """The flat regime: each CTA's chunk of R rows starts on a 16-byte boundary (R x N x size a multiple of 16) and
-    holds FLAT_SMEM_BYTES of all inputs at most, unless one step of rows is more; the lanes' slots cover the row;
-    forced, it needs the tensors' word that they are contiguous and aligned (flat=True)."""
+    holds FLAT_SMEM_BYTES of all inputs at most, unless one step of rows is more; the kernel takes flat_config's
+    lanes and slots; forced, it needs the tensors' word that they are contiguous and aligned (flat=True)."""
     for dtype in opdefs.GPU_DTYPES:
         size, V = torch.empty((), dtype=dtype).element_size(), P.vec_width(dtype)
         for N in list(range(1, 300)) + list(range(300, P.FLAT_MAX_N + 1, 37)) + [P.FLAT_MAX_N]:
-            slots = P.flat_slots(N)
-            assert slots in P.FLAT_SLOTS and 32 * slots >= N
-            assert slots == P.FLAT_SLOTS[0] or 32 * P.FLAT_SLOTS[P.FLAT_SLOTS.index(slots) - 1] < N
             for op in P.ENGINE_OPS:
+                lg, slots = P.flat_config(op, dtype, N)
                 R, step, ins = P.flat_rows(op, dtype, N), V // math.gcd(N, V), len(opdefs.OPS[op].inputs)
                 assert R >= step and R % step == 0 and R * N * size % 16 == 0, (dtype, N, R)
                 assert R * N * size * ins <= P.FLAT_SMEM_BYTES or R == step, (dtype, N, R)
@@ -309,7 +348,7 @@ def test_flat_rules():
                 assert (p.regime, p.rows, l.grid, l.block, l.sig) == ("flat", R, -(-1000 // R), (P.FLAT_THREADS,),
                                                                       "flat")
                 assert l.kernel == f"{'bwd' if op.endswith('backward') else 'fwd'}_flat<{opdefs.OPS[op].code}," \
-                                   f"{P.DT_CODE[dtype]},{slots}>"
+                                   f"{P.DT_CODE[dtype]},{slots},{lg}>"
                 assert l.smem == R * N * size * ins
                 assert p.at(5 * 10**6).launches[0].grid == -(-5 * 10**6 // R)
     with pytest.raises(P.Unsupported, match="contiguous"):
@@ -322,12 +361,13 @@ def test_flat_rules():
                         flat=True).regime == "flat"}
     for op, dtype, N in [("softmax", bf16, 255), ("log_softmax", f16, 1023), ("softmax", bf16, 33),
                          ("softmax", f32, 63), ("log_softmax", f32, 199), ("softmax_backward", bf16, 127),
-                         ("log_softmax_backward", f16, 129), ("softmax_backward", f32, 63)]:
+                         ("log_softmax_backward", f16, 129), ("softmax_backward", f32, 63), ("softmax", bf16, 127),
+                         ("log_softmax", bf16, 129)]:
         assert (op, dtype, N) in picked
         assert P.plan(many, N, dtype, op, vec=False, window=1, sms=SMS).regime != "flat"  # no word: not flat
         R = P.flat_rows(op, dtype, N)
         assert P.plan(R * SMS - 1, N, dtype, op, vec=False, window=1, sms=SMS, flat=True).regime != "flat"
-    for op, dtype, N in [("softmax", bf16, 127), ("log_softmax", bf16, 129), ("softmax", f32, 129),
+    for op, dtype, N in [("softmax", f32, 129),
                          ("softmax", f32, 1023), ("softmax_backward", bf16, 33), ("log_softmax_backward", bf16, 199),
                          ("softmax_backward", f32, 127), ("softmax", bf16, 1000), ("softmax", f32, 100)]:
         assert (op, dtype, N) not in picked

@@ -22,7 +22,7 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
     strided  the same (and backward) when the columns do not fit on chip: two passes, the second from L2
     flat     rows of N elements that are not whole 16-byte accesses, every tensor one contiguous aligned block (most
              tensors: `flat`): a CTA stages R rows (a whole number of accesses) in shared memory with 16-byte
-             copies, a warp per row computes there, 16-byte stores; N <= FLAT_MAX_N
+             copies, 4..32 lanes per row compute there, 16-byte stores; N <= FLAT_MAX_N
     chan     forward and backward over a short non-last dim (N <= 256: channels): G threads per 4-byte access of the
              inner dim hold its column in registers, a band of up to 32 rows each; 1 read + 1 write, and for G > 1
              one merge of the bands' pairs through shared memory
@@ -75,7 +75,9 @@ MAX_RPT = 4  # warp kernels: rows per lane group
 FLAT_THREADS = 256
 FLAT_SMEM_BYTES = 32768  # flat: the shared memory one CTA stages its rows in, all inputs (at least a whole access each)
 FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36)  # flat: elements per lane and row (instantiations)
-FLAT_MAX_N = 32 * FLAT_SLOTS[-1]
+FLAT_LANES = (4, 8, 16, 32)  # flat: lanes per row the kernels take (their LG = 2..5)
+FLAT_LANE_ELEMS = 8  # flat: about this many elements a lane pick the forward's lanes per row (flat_config)
+FLAT_MAX_N = FLAT_LANES[-1] * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
@@ -192,12 +194,33 @@ def scalar_short_rows(op: str, N: int, V: int, vec: bool, window: int) -> bool:
             and 32 < N <= WARP_SCALAR_MAX_N)
 
 
-def flat_slots(N: int) -> int:
-    """flat: the elements each lane takes of a row (the smallest FLAT_SLOTS entry >= N / 32)."""
+def flat_slots(N: int, lanes: int) -> int:
+    """flat: the elements each of a row's `lanes` lanes takes (the smallest FLAT_SLOTS entry >= N / lanes)."""
     for s in FLAT_SLOTS:
-        if 32 * s >= N:
+        if lanes * s >= N:
             return s
-    raise Unsupported(f"N = {N} > {FLAT_MAX_N}: too long for the flat kernels' warp per row")
+    raise Unsupported(f"N = {N} > {lanes * FLAT_SLOTS[-1]}: too long for the flat kernels' {lanes} lanes per row")
+
+
+def flat_config(op: str, dtype, N: int) -> tuple[int, int]:
+    """flat: (lg, slots), 2^lg lanes per row and slots elements a lane (flat_slots).
+
+    Forward: the power of two nearest N / FLAT_LANE_ELEMS (in ratio), 4 to 32 lanes: 4 below N = 46, 8 below 91, 16
+    below 182, 32 beyond. On 32 lanes a short row spends most of its instructions in the 2 x 5 shuffle steps of the
+    max and sum butterflies; fewer lanes take fewer steps and more elements each. Timed on the H200 (tune_rows --flat
+    --lanes, 32 KB chunks, h200-tune-flat-lanes-*.txt; % of copy at 4 / 8 / 16 / 32 lanes): bf16 softmax 33 71 / 70 /
+    55 / 34, 63 62 / 67 / 77 / 56, 127 61 / 71 / 87 / 76, 129 60 / 67 / 69 / 72, 199 - / 83 / 76 / 82, 255 - / 71 /
+    87 / 88; bf16 log_softmax within a few points alike (199: 82 at 8 lanes, 77 at 32); fp32 at 96-97 from 8 lanes
+    up to N = 255 but for 33 (4 lanes 96, 8 lanes 84-92).
+
+    Backward: 32 lanes (its two passes over shared memory read each element twice: more lanes, more loads in flight;
+    bf16 softmax backward at 63 / 127 / 129: 90 / 98 / 87 on 32 lanes, 83 / 86 / 67 on 16), but 16 for the 16-bit
+    log-softmax backward up to N = 128 (63: 70 against 65, 127: 77 against 71)."""
+    if OPS[op].backward:
+        lanes = 16 if op == "log_softmax_backward" and _SIZES[dtype] == 2 and N <= 128 else FLAT_LANES[-1]
+    else:
+        lanes = min(FLAT_LANES[-1], max(FLAT_LANES[0], 1 << max(0, round(math.log2(N / FLAT_LANE_ELEMS)))))
+    return log2(lanes), flat_slots(N, lanes)
 
 
 def flat_rows(op: str, dtype, N: int) -> int:
@@ -216,13 +239,15 @@ def flat_rows(op: str, dtype, N: int) -> int:
 # (the backward ops apart) and element size; benchmarks/tune_rows.py --flat on the H200, h200-tune-flat-2f4b60c.txt, at
 # N = 33, 63, 127, 129, 199, 255, 1023 and 1025 (% of copy, flat -> the rules' plan before it):
 #   16-bit forward: 33-63 27-57 -> 22-46, 199-255 76-90 -> 58-84 (fp16 199: 76-82 -> 80-84), 1023-1025 78-89 -> 68-76;
-#                   not 127-129 (61-73 against 63-73: the scalar warp kernel)
+#                   127-129 on 32 lanes a row 61-73 against the scalar warp kernel's 63-73, with flat_config's lanes
+#                   (h200-tune-flat-lanes-*.txt, bf16): 127 87 / 82 (softmax / log) against 71 / 65, 129 69 / 64
+#                   against 70 / 64; 64-126 and 130-191 not timed
 #   fp32 forward: 33-127 50-97 -> 43-95, 199-255 96-98 -> 83-86; not 129 (87-94 -> 94-96) or 1023-1025 (95 -> 97)
 #   16-bit softmax backward 63-255 85-99 -> 64-92 (not 33: 56-57 -> 61-65; not 1023-1025: 94-97 -> 96-97)
 #   16-bit log_softmax backward 63-129 62-75 -> 51-55 (not 199: 71 -> 77-80)
 #   fp32 backward 63 98-101 -> 77-89 (the warp kernel's 100-102% from 127 on)
 FLAT_RANGES = {
-    ("fwd", 2): ((33, 63), (192, FLAT_MAX_N)),
+    ("fwd", 2): ((33, FLAT_MAX_N),),
     ("fwd", 4): ((33, 127), (192, 256)),
     ("softmax_backward", 2): ((48, 256),),
     ("log_softmax_backward", 2): ((48, 160),),
@@ -607,7 +632,8 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         raise OnlineSoftmaxError(f"unknown layout {layout!r}")
     if regime == "flat":
         R = flat_rows(op, dtype, N)
-        name = f"{pre}_flat<{o},{dt},{flat_slots(N)}>"
+        lg, slots = flat_config(op, dtype, N)
+        name = f"{pre}_flat<{o},{dt},{slots},{lg}>"
         smem = R * N * _SIZES[dtype] * len(OPS[op].inputs)
         return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
                     rows=R)
@@ -722,9 +748,11 @@ def _probe_instantiations() -> dict[str, set]:
                         add(M, N, dtype, op, vec=vec, window=window, regime=regime)
                 if window:
                     continue
-                if vec:  # flat: forced (any N it holds), and the rules' choice on contiguous aligned rows
+                if vec:  # flat: the rules' choice on contiguous aligned rows; forced, every N it holds (a thousand
+                    #        cheap plans: its lanes and slots step wherever flat_config puts them)
                     for N in (n for n in _probe_ns(1) if n <= FLAT_MAX_N):
                         add(1 << 20, N, dtype, op, flat=True)
+                    for N in range(1, FLAT_MAX_N + 1):
                         add(3, N, dtype, op, regime="flat", flat=True)
                 if vec and dtype != torch.float32 and not OPS[op].backward:  # the fused cast: 16-bit in, fp32 out
                     for N, M in itertools.product(_probe_ns(W, True), rows):

@@ -81,7 +81,7 @@ _RUNG = {
     "strided": ("strided (non-last dim)", "(outer, N, inner) with threads along inner: states down N, tree "
                 "merge, second pass over the strip (L2); here on (M, N) as inner = 1"),
     "flat": ("rows staged in shared memory", "contiguous aligned rows of any N: a CTA copies R rows (whole 16-byte "
-             "accesses) to shared memory, a warp per row computes there, 16-byte stores; 1 read + 1 write"),
+             "accesses) to shared memory, 4-32 lanes a row compute there, 16-byte stores; 1 read + 1 write"),
     "chan": ("columns in registers (short non-last dim)", "(outer, N <= 256, inner): per 4-byte access of inner, "
              "1 to 8 threads hold its column in registers, bands of up to 32 rows merged through shared memory; here "
              "on (M, N) as inner = 1 (threads per row)"),

@@ -22,9 +22,9 @@
 // fwd_row<OP,DT,W,THREADS,SLOTS,SSLOTS,C,P> one row per CTA (C == 1) or per cluster of C CTAs (partial (m, d) through
 //                                        DSMEM); THREADS <= 512 threads hold SLOTS accesses each in registers and
 //                                        SSLOTS more in dynamic shared memory (cp.async)
-// fwd_flat<OP,DT,SLOTS>                 contiguous aligned rows of any N (not whole accesses): a CTA stages R rows in
-//                                        shared memory with 16-byte copies, a warp per row (SLOTS elements a lane)
-//                                        computes there, 16-byte stores
+// fwd_flat<OP,DT,SLOTS,LG>               contiguous aligned rows of any N (not whole accesses): a CTA stages R rows in
+//                                        shared memory with 16-byte copies, 2^LG lanes per row (4..32; SLOTS elements
+//                                        a lane) compute there, 16-byte stores
 // fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
 // fwd_split_apply<OP,DT,W>               phase 2: merge the row's P partials, re-read the chunk (L2), write
 // fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       (forward only) non-last dim of a contiguous (outer, N, inner) tensor, the
@@ -70,7 +70,7 @@
 // constexpr variables would each become a global variable of every module.)
 enum {
     WARP_THREADS = 256,     // threads per CTA of the warp kernels (several rows per warp)
-    FLAT_THREADS = 256,     // threads per CTA of the flat kernels (a warp per row)
+    FLAT_THREADS = 256,     // threads per CTA of the flat kernels (4..32 lanes per row)
     ROW_MAX_THREADS = 512,  // the largest CTA of the row and columns kernels
     SPLIT_THREADS = 256,
     SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
@@ -385,18 +385,21 @@ bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 // ---- flat: contiguous rows staged in shared memory ------------------------------------------------------------------
 // Every tensor is one block of M x N elements, rows N apart, each starting on a 16-byte boundary; N is any length
 // (the plan takes rows that are not a whole number of 16-byte accesses). A CTA takes R rows, R x N elements a whole
-// number of accesses (the plan's R), copies them to shared memory with 16-byte cp.async, a warp per row computes
-// there (lane l takes elements l, l + 32, ...: SLOTS >= N / 32 of them) and writes the outputs over its inputs, and
-// the CTA stores the chunk with 16-byte stores. Only the tensor's last few elements (past its last whole access) go
-// element by element: rows of any length start and end inside accesses without masks, windows or scalar loads.
-// Forward: the row's values in registers (max, then the sum of exp(x - max), as the warp kernels); backward: two
-// passes over shared memory (the sums, then dx).
-template <int OP, int DT, int SLOTS>
+// number of accesses (the plan's R), copies them to shared memory with 16-byte cp.async, L = 2^LG lanes per row
+// compute there (lane l takes elements l, l + L, ...: SLOTS >= N / L of them; a warp 32 / L rows at once) and write
+// the outputs over the inputs, and the CTA stores the chunk with 16-byte stores. Only the tensor's last few elements
+// (past its last whole access) go element by element: rows of any length start and end inside accesses without
+// masks, windows or scalar loads. Short rows take fewer lanes (plan.py's flat_config): on 32 lanes with 2-4 elements
+// each, the 2 x 5 shuffle steps of the butterflies were most of a row's instructions (bf16 forward at N = 63: 55% of
+// copy on the H200, fp32 91-97%). Forward: the row's values in registers (max, then the sum of exp(x - max), as the
+// warp kernels); backward: two passes over shared memory (the sums, then dx).
+template <int OP, int DT, int SLOTS, int LG>
 __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void* __restrict__ b,
                                           void* __restrict__ out, long long M, int N, int R) {
+    static_assert(LG >= 2 && LG <= 5, "flat: 4..32 lanes per row");
     typedef op_traits<OP, DT, 16 / sizeof(typename os_elem<DT>::type)> op;
     typedef typename op::elem elem;
-    constexpr int W = 16 / sizeof(elem);
+    constexpr int W = 16 / sizeof(elem), L = 1 << LG;
     extern __shared__ uint4 smem_flat[];  // the chunk of a (x; or y), then of b (dy) at R x N elements
     elem* const sa = reinterpret_cast<elem*>(smem_flat);
     elem* const sb = sa + (long long)R * N;
@@ -418,18 +421,23 @@ __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void
     os_cp_async_wait_all();
     __syncthreads();
 
-    const int lane = threadIdx.x & 31;
-    for (int r = threadIdx.x >> 5; r < rows; r += FLAT_THREADS / 32) {
+    // Passes of FLAT_THREADS / L rows: row r = p + slot, the thread's row slot. The loop runs while the warp's first
+    // row exists (p + first < rows, first its first slot: the same test in every lane), so every lane of the warp
+    // takes every full-mask shuffle of the butterflies; a slot past the last row (the last pass, L < 32) reduces a
+    // row of length 0 (the neutral -inf / 0) and reads and writes nothing.
+    const int lane = threadIdx.x & (L - 1), slot = threadIdx.x >> LG, first = slot & ~(31 >> LG);
+    for (int p = 0; p + first < rows; p += FLAT_THREADS >> LG) {
+        const int r = p + slot, len = r < rows ? N : 0;
         elem* ra = sa + r * N;
         if constexpr (op::FWD) {
             float v[SLOTS];
 #pragma unroll
             for (int k = 0; k < SLOTS; k++) {
-                const int j = lane + 32 * k;
-                v[k] = j < N ? os_to_f<DT>(ra[j]) : OS_NEG_INF;
+                const int j = lane + L * k;
+                v[k] = j < len ? os_to_f<DT>(ra[j]) : OS_NEG_INF;
             }
             float m = os_max_of<SLOTS>(v), d, unused = 0.0f;
-            os_xor_reduce<OS_RED_MAX, 32>(m, unused);
+            os_xor_reduce<OS_RED_MAX, L>(m, unused);
             const float s = os_safe_shift(m);
             if constexpr (OP == 0) {
 #pragma unroll
@@ -444,27 +452,27 @@ __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void
                 }
                 d = os_sum_of<SLOTS>(e);
             }
-            os_xor_reduce<OS_RED_SUM, 32>(d, unused);
+            os_xor_reduce<OS_RED_SUM, L>(d, unused);
             const typename op::out_params o(m, d);
 #pragma unroll
             for (int k = 0; k < SLOTS; k++) {
-                const int j = lane + 32 * k;
-                if (j < N) ra[j] = os_from_f<DT>(OP == 0 ? v[k] * o.inv : v[k] - o.ld);
+                const int j = lane + L * k;
+                if (j < len) ra[j] = os_from_f<DT>(OP == 0 ? v[k] * o.inv : v[k] - o.ld);
             }
         } else {
             const elem* rb = sb + r * N;
             float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
 #pragma unroll 8  // 16 loads in flight: unrolled whole, the fp32 softmax's held 2 x 16 and more and spilled
             for (int k = 0; k < SLOTS; k++) {
-                const int j = lane + 32 * k;
-                if (j < N) bwd_acc<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), k & 1 ? a1 : a0, b0);
+                const int j = lane + L * k;
+                if (j < len) bwd_acc<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), k & 1 ? a1 : a0, b0);
             }
             float s = a0 + a1;
-            os_xor_reduce<op::RED, 32>(s, b0);
+            os_xor_reduce<op::RED, L>(s, b0);
 #pragma unroll 8
             for (int k = 0; k < SLOTS; k++) {
-                const int j = lane + 32 * k;
-                if (j < N) ra[j] = os_from_f<DT>(bwd_out<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), s, b0));
+                const int j = lane + L * k;
+                if (j < len) ra[j] = os_from_f<DT>(bwd_out<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), s, b0));
             }
         }
     }
@@ -474,16 +482,16 @@ __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void
     if (threadIdx.x < tail) go[nv * W + threadIdx.x] = sa[nv * W + threadIdx.x];
 }
 
-template <int OP, int DT, int SLOTS>
+template <int OP, int DT, int SLOTS, int LG>
 __global__ void __launch_bounds__(FLAT_THREADS, 4)
 fwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N, int R) {
-    flat_body<fwd_op<OP>::value, DT, SLOTS>(a, b, out, M, N, R);
+    flat_body<fwd_op<OP>::value, DT, SLOTS, LG>(a, b, out, M, N, R);
 }
 
-template <int OP, int DT, int SLOTS>
+template <int OP, int DT, int SLOTS, int LG>
 __global__ void __launch_bounds__(FLAT_THREADS, 4)
 bwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N, int R) {
-    flat_body<bwd_op<OP>::value, DT, SLOTS>(a, b, out, M, N, R);
+    flat_body<bwd_op<OP>::value, DT, SLOTS, LG>(a, b, out, M, N, R);
 }
 
 // ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
