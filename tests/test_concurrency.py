@@ -165,7 +165,7 @@ def test_bounded_cache_evicts_the_oldest_and_makes_each_key_once():
 
 def test_bounded_cache_tells_on_drop_of_every_value_that_leaves():
     """Evicted, replaced by another value, cleared: each once (what mirrors the cache, the native table, drops its
-    entry); a value put again under its own key stays."""
+    entry); a value put again under its own key stays; put's then() runs once the value is in."""
     dropped = []
     c = BoundedCache(2, dropped.append)
     c.put("a", "A")
@@ -175,8 +175,11 @@ def test_bounded_cache_tells_on_drop_of_every_value_that_leaves():
     c.get_or_make("d", lambda: "D")  # evicts B
     c.put("d", "D2")  # replaces D
     assert dropped == ["A", "B", "D"]
+    seen = []
+    c.put("e", "E", lambda: seen.append((c.get("e"), list(dropped))))  # then(): once in, after what it dropped
+    assert seen == [("E", ["A", "B", "D", "C"])]
     c.clear()
-    assert sorted(dropped[3:]) == ["C", "D2"] and len(c) == 0
+    assert sorted(dropped[4:]) == ["D2", "E"] and len(c) == 0
 
 
 def _probe_geometries():

@@ -24,6 +24,8 @@ if not (is_ninja_available() and shutil.which("c++")):
 from fakes import FakeLoadedKernel  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
+import onlinesoftmax as osm  # noqa: E402
+from onlinesoftmax.errors import DimError, OnlineSoftmaxError  # noqa: E402
 from onlinesoftmax.runtime import launch, native  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 
@@ -130,7 +132,9 @@ def recorded(monkeypatch, built):
     assert mod is not None
     mod.clear()
     mod.test_stream(STREAM)  # the CPU tensors here launch (on the fake) as CUDA tensors would
+    mod.bind(ctypes.cast(_fake_ctx_current, ctypes.c_void_p).value, OnlineSoftmaxError)  # also where libcuda is
     yield log
+    native._bound(mod)  # back to what the module was bound to (libcuda's, or the fake where there is none)
     mod.test_stream(0)
     mod.clear()
 
@@ -142,23 +146,27 @@ def _launches(log):
 @pytest.mark.parametrize("dtype,M,N", [(torch.float32, 3, 1001), (torch.bfloat16, 700, 1024), (torch.float16, 1, 63),
                                        (torch.bfloat16, 40001, 63), (torch.float32, 2, 4097)])
 def test_native_launches_what_the_python_path_launches(recorded, dtype, M, N):
-    """Three calls of each op: the first through Python (which puts the shape into the native table), the others
-    through C++ where the plan is one prepared launch (the split regime's two stay in Python); the forward both
-    through the engine and through the public op. Every call must launch the same kernels, grids, blocks, shared
-    memory, stream and scalars, with its own tensors' pointers."""
+    """Three calls of each op: the first through Python (which puts the shape into the native table), the second
+    straight into C++ (which must take it where the plan is one prepared launch; the split regime's two stay in
+    Python), the third through the public op (forward) or the engine (backward). Every call must launch the same
+    kernels, grids, blocks, shared memory, stream and scalars, with its own tensors' pointers."""
     from onlinesoftmax.ops import softmax as ops
 
     log = recorded
+    mod = native.module()
     for log_op in (False, True):
         x = torch.zeros(M * N + 1, dtype=dtype)[1:].view(M, N)  # rows one element off a 16-byte boundary
         dy = torch.zeros(M * N, dtype=dtype).view(M, N)
         public = ops.log_softmax if log_op else ops.softmax
-        for calls, args in (((E.forward_new, E.forward_new, lambda a, d, l: public(a, d)), (x,)),
-                            ((E.backward_new,) * 3, (x, dy))):
+        for calls, args in (((E.forward_new, mod.forward, lambda a, d, l: public(a, d)), (x,)),
+                            ((E.backward_new, mod.backward, E.backward_new), (x, dy))):
             first = None
             for call in calls:
                 log.clear()
                 out = call(*args, 1, log_op)
+                if out is None:  # only C++ says None: the shape was not put
+                    assert call is calls[1] and len(first) > 1, len(first)
+                    continue
                 assert out.shape == x.shape and out.dtype == dtype and out.is_contiguous()
                 first = first or _launches(log)
                 assert _launches(log) == first and all(l[8] == STREAM and l[-1][0] == M for l in first)
@@ -174,7 +182,8 @@ def test_native_launches_what_the_python_path_launches(recorded, dtype, M, N):
 
 def test_the_table_holds_what_the_shape_caches_hold(recorded, monkeypatch):
     """An entry leaves native.cpp's table when the engine's cache drops its shape (evicted, cleared), and only the
-    entry that shape put: one put since by another _Shaped of the same shape (a racing thread's) stays."""
+    entry that shape put; two _Shaped of one shape put by racing threads, in either order, leave the table with the
+    entry of the one the cache holds."""
     mod = native.module()
     x = torch.zeros(3, 1001)
     E.forward_new(x, 1, False)
@@ -189,19 +198,50 @@ def test_the_table_holds_what_the_shape_caches_hold(recorded, monkeypatch):
         E.forward_new(x, 1, False)
     assert mod.size() == 2 and mod.forward(xs[0], 1, False) is None and mod.forward(xs[2], 1, False) is not None
     key = (False, xs[2].shape, torch.float32, -1, 0, 0)
-    old = E._fwd_shapes.get(key)
-    new = E._shaped("softmax", (xs[2],), torch.empty_like(xs[2]), 1, E._fwd_rows, False)
-    assert new.key == old.key and mod.size() == 2
-    E._fwd_shapes.put(key, new)  # old dropped: the entry new put stays
-    assert mod.size() == 2 and mod.forward(xs[2], 1, False) is not None
+    out = torch.empty_like(xs[2])
+    for _ in range(2):
+        s1, s2 = (E._shaped("softmax", (xs[2],), out, 1, E._fwd_rows, False) for _ in range(2))
+        E._put_shaped(E._fwd_shapes, key, s1, "softmax", (xs[2],), out)
+        E._put_shaped(E._fwd_shapes, key, s2, "softmax", (xs[2],), out)
+        assert E._fwd_shapes.get(key) is s2 and s1.key == s2.key and mod.size() == 2
+        assert mod.forward(xs[2], 1, False) is not None
+        mod.remove(s2.key, s1)  # not its entry: stays
+        assert mod.forward(xs[2], 1, False) is not None
     E._fwd_shapes.clear()
     assert mod.size() == 0 and mod.forward(xs[2], 1, False) is None
 
 
+def test_an_entry_removed_while_the_output_is_allocated_still_launches_its_own_kernel(recorded):
+    """empty_like may run Python (here a dispatch mode) that clears the table and fills it with other shapes: the call
+    launches what it looked up (its kernel, grid, block), not what lies where its entry was."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    mod = native.module()
+    x = torch.zeros(700, 1024, dtype=torch.bfloat16)
+    others = [torch.zeros(3 + i, 4096) for i in range(32)]
+    E.forward_new(x, 1, False)
+    recorded.clear()
+    assert mod.forward(x, 1, False) is not None
+    want = _launches(recorded)
+
+    class Refill(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.empty_like.default:
+                E._fwd_shapes.clear()
+                for o in others:
+                    E.forward_new(o, 1, True)
+            return out
+    recorded.clear()
+    with Refill():
+        assert mod.forward(x, 1, False) is not None
+    assert _launches(recorded)[-1] == want[0]
+
+
 def test_what_the_table_does_not_take_goes_through_python(recorded, monkeypatch):
-    """Calls the table must not answer: another dim, a view that is not contiguous, dy of another dtype or shape,
-    a forward that autograd records, another context current on the thread (none: Python binds it), an output off a
-    16-byte boundary's shape. Each returns None from C++ (the caller's Python path then launches)."""
+    """Calls the table must not answer: another dim (also one beyond 64 bits: the public op's own error), a view that
+    is not contiguous, dy of another dtype or shape, a forward that autograd records, another context current on the
+    thread (none: Python binds it). Each returns None from C++ (the caller's Python path then launches or raises)."""
     mod = native.module()
     x = torch.zeros(4, 1001)
     dy = torch.zeros(4, 1001)
@@ -210,6 +250,9 @@ def test_what_the_table_does_not_take_goes_through_python(recorded, monkeypatch)
     assert mod.forward(x, 1, False) is not None and mod.forward(x, -1, False) is not None
     assert mod.backward(x, dy, -1, False) is not None
     assert mod.forward(x, 0, False) is None and mod.forward(x, 2, False) is None and mod.forward(x, -3, False) is None
+    assert mod.forward(x, 2**63, False) is None and mod.forward(x, -2**70, False) is None
+    with pytest.raises(DimError):
+        osm.softmax(x, 2**63)
     assert mod.forward(x, 1, True) is None  # log_softmax: not put
     assert mod.forward(torch.zeros(8, 1001)[::2], 1, False) is None
     assert mod.forward(x.to(torch.bfloat16), 1, False) is None
@@ -317,7 +360,10 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
                 scale = torch.maximum(dy.double().abs().amax(), torch.from_numpy(want).abs().nan_to_num().amax())
                 rep = compare(dx, want, dtype, np.full(want.shape, float(scale)))
                 assert rep.ok, (M, N, off, log, "backward", call, rep.message)
-    assert natives >= 6  # the single-launch shapes went through C++
+            back = E._bwd_shapes.get((log, y.shape, dtype, y.get_device(), y.data_ptr() & 15, dy.data_ptr() & 15, 0))
+            assert (native.module().backward(y, dy, -1, log) is not None) == (back.key is not None), (M, N, log)
+            natives += back.key is not None
+    assert natives >= 12  # the single-launch shapes went through C++, forward and backward
     x = torch.randn(64, 1001, generator=g, device="cuda").to(dtype)
     ops.softmax(x)  # put
     assert native.module().forward(x, -1, False) is not None

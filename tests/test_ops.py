@@ -2,6 +2,7 @@
 gradients against float64, torch's signature and semantics (dtype=, 0-d, empty, strides, dim errors),
 the modules, compile."""
 
+import os
 import warnings
 
 import numpy as np
@@ -295,6 +296,21 @@ def test_the_gpu_probe_is_a_constant_to_torch_compile(monkeypatch):
     monkeypatch.setattr(engines, "_cuda_runs", [])
     f = torch.compile(lambda t: t + 1 if engines.cuda_runs() else t - 1, fullgraph=True, backend="eager")
     assert f(torch.zeros(2)).tolist() == [1.0, 1.0]
+
+
+def test_a_process_whose_first_softmax_is_compiled():
+    """The first call of softmax in a process inside torch.compile(fullgraph=True): Dynamo must not trace into the
+    native helper's loader (its lock is a context manager Dynamo refuses), whether the helper is asked for or not."""
+    import subprocess
+    import sys
+
+    code = ("import torch, onlinesoftmax as osm; "
+            "f = torch.compile(lambda x: osm.softmax(x, -1) * 2, fullgraph=True, backend='eager'); "
+            "x = torch.randn(4, 8); torch.testing.assert_close(f(x), torch.softmax(x, -1) * 2); print('ok')")
+    for switch in ("0", "1"):
+        env = dict(os.environ, ONLINESOFTMAX_NATIVE=switch)
+        out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env, capture_output=True, text=True)
+        assert out.stdout.strip() == "ok", (switch, out.stderr[-2000:])
 
 
 def test_torch_compile_fullgraph_sees_the_custom_op(seed):

@@ -315,10 +315,10 @@ _KERNEL_DTYPES = frozenset(KERNEL_DTYPES)
 def _apply(input, dim, log, dtype, backend):
     # the native hot path (runtime/native.cpp, where built): a shape the CUDA engine has launched before, contiguous
     # rows over the last dim, no grad, looked up, allocated and launched in one C++ call; None for anything else
-    mod = native.module()
-    if (mod is not None and type(input) is torch.Tensor and dtype is None and type(dim) is int
-            and (backend == "auto" or backend == "cuda") and not torch.compiler.is_compiling()):
-        out = mod.forward(input, dim, log)
+    if (type(input) is torch.Tensor and dtype is None and type(dim) is int and (backend == "auto" or backend == "cuda")
+            and not torch.compiler.is_compiling()):  # first: Dynamo must not trace into native.module()
+        mod = native.module()
+        out = mod.forward(input, dim, log) if mod is not None else None
         if out is not None:
             return out
     # the eager hot path: a plain CUDA tensor the kernels take, an int dim in range, no cast, no grad, not traced.

@@ -37,14 +37,17 @@ class BoundedCache:
                 self._d[key] = v
         return v
 
-    def put(self, key: Hashable, value) -> None:
-        """Insert (or replace) one value, evicting the oldest entry when full."""
+    def put(self, key: Hashable, value, then: Optional[Callable[[], None]] = None) -> None:
+        """Insert (or replace) one value, evicting the oldest entry when full; then(), where given, under the same
+        lock once it is in (what mirrors the cache adds its entry: in the order of the cache's own changes)."""
         with self._lock:
             old = self._d.pop(key, None)
             if old is not value:
                 self._dropped(old)
             self._make_room()
             self._d[key] = value
+            if then is not None:
+                then()
 
     def _make_room(self) -> None:
         while len(self._d) >= self.limit:

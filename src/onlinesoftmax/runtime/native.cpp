@@ -7,7 +7,8 @@
 // shapes it has planned, removes them when its own cache drops them). A call whose shape is not in the table, or
 // that the table cannot take as is, returns None and the caller takes the Python path, which plans, launches and puts.
 // Every table access holds the GIL (pybind11 calls do), so the table needs no lock of its own; the GIL is released
-// only around the driver's call, with everything that call reads copied to this call's stack first.
+// only around the driver's call, with everything that call reads copied to this call's stack first (the entry too:
+// the allocation may run Python that removes it).
 //
 //   put(op, a, b, fn, ctx, handle, grid, bx, by, smem, scalars, rows, owner) -> key (bytes) or None
 //        op 0..3 (softmax, log_softmax, their backward); a, b: a call's tensors (b None forward); fn: libcuda's
@@ -64,7 +65,8 @@ bool key_of(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim, std::
             b->device() != a.device() || !b->sizes().equals(a.sizes())))
     return false;
   int64_t k[3 + MAX_DIMS];
-  k[0] = op | static_cast<int64_t>(a.scalar_type()) << 8 | static_cast<int64_t>(a.get_device() + 1) << 16;
+  k[0] = op | static_cast<int64_t>(a.scalar_type()) << 8 | static_cast<int64_t>(a.get_device() + 1) << 16 |
+         static_cast<int64_t>(a.device().type()) << 32;
   k[1] = (reinterpret_cast<uintptr_t>(a.data_ptr()) & 15) | (b ? reinterpret_cast<uintptr_t>(b->data_ptr()) & 15 : 0)
                                                                 << 4;
   k[2] = n;
@@ -73,13 +75,21 @@ bool key_of(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim, std::
   return true;
 }
 
-py::object launch(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim) {
+py::object launch(int op, const at::Tensor& a, const at::Tensor* b, py::handle dim_arg) {
   if (op < 2 && a.requires_grad() && at::GradMode::is_enabled()) return py::none();  // autograd's path
+  int overflow = 0;
+  const long long dim = PyLong_AsLongLongAndOverflow(dim_arg.ptr(), &overflow);
+  if (overflow || (dim == -1 && PyErr_Occurred())) {  // not an int, or beyond 64 bits: Python says what is wrong
+    PyErr_Clear();
+    return py::none();
+  }
   std::string key;
   if (!key_of(op, a, b, dim, key)) return py::none();
   const auto it = table.find(key);
   if (it == table.end()) return py::none();
-  const Entry& e = it->second;
+  // A copy (the owner's reference with it): empty_like below may run Python (a dispatch mode, another thread),
+  // which may remove or replace this entry.
+  Entry e = it->second;
   void* current = nullptr;
   if (ctx_get == nullptr || ctx_get(&current) != 0 || current != e.ctx) return py::none();  // Python binds it
   void* stream = stream_for_tests;
@@ -94,21 +104,15 @@ py::object launch(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim)
   void* pa = a.data_ptr();
   void* pb = b ? b->data_ptr() : nullptr;
   void* po = out.data_ptr();
-  uint64_t scalars[1 + MAX_SCALARS];
-  std::memcpy(scalars, e.scalars, sizeof(uint64_t) * e.nscalars);
   void* params[3 + 1 + MAX_SCALARS] = {&pa, &pb, &po};
-  for (int i = 0; i < e.nscalars; i++) params[3 + i] = &scalars[i];
-  const launch_t fn = e.fn;
-  void* const handle = e.handle;
-  const unsigned grid = e.grid, bx = e.bx, by = e.by, smem = e.smem;
-  py::object keep = e.owner;  // the entry may be removed while the GIL is released: its kernel stays loaded
+  for (int i = 0; i < e.nscalars; i++) params[3 + i] = &e.scalars[i];
   int err;
   {
     py::gil_scoped_release no_gil;  // the driver's call takes microseconds: other Python threads run
-    err = fn(handle, grid, 1, 1, bx, by, 1, smem, stream, params, nullptr);
+    err = e.fn(e.handle, e.grid, 1, 1, e.bx, e.by, 1, e.smem, stream, params, nullptr);
   }
   if (err != 0) {
-    const std::string name = py::str(keep.attr("name"));
+    const std::string name = py::str(e.owner.attr("name"));
     PyErr_SetString(error_type ? error_type : PyExc_RuntimeError,
                     ("launch of " + name + " (native) failed: CUresult " + std::to_string(err)).c_str());
     throw py::error_already_set();
@@ -131,25 +135,39 @@ py::object put(int64_t op, const at::Tensor& a, const c10::optional<at::Tensor>&
     if (more[i].size() > sizeof(uint64_t)) return py::none();
     std::memcpy(&e.scalars[1 + i], more[i].data(), more[i].size());  // 4 or 8 bytes, the rest 0
   }
-  table[key] = std::move(e);
-  return py::bytes(key);
+  py::bytes out(key);
+  py::object old;  // released after the map's operation (its release may run Python)
+  const auto it = table.find(key);
+  if (it != table.end()) {
+    old = std::move(it->second.owner);
+    it->second = std::move(e);
+  } else {
+    table.emplace(std::move(key), std::move(e));
+  }
+  return out;
 }
 
 void drop(const std::string& key, const py::object& owner) {
   const auto it = table.find(key);
-  if (it != table.end() && it->second.owner.is(owner)) table.erase(it);
+  if (it != table.end() && it->second.owner.is(owner)) {
+    py::object old = std::move(it->second.owner);
+    table.erase(it);
+  }
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", [](const at::Tensor& x, int64_t dim, bool log) { return launch(log ? 1 : 0, x, nullptr, dim); });
-  m.def("backward", [](const at::Tensor& y, const at::Tensor& dy, int64_t dim, bool log) {
+  m.def("forward", [](const at::Tensor& x, py::handle dim, bool log) { return launch(log ? 1 : 0, x, nullptr, dim); });
+  m.def("backward", [](const at::Tensor& y, const at::Tensor& dy, py::handle dim, bool log) {
     return launch(log ? 3 : 2, y, &dy, dim);
   });
   m.def("put", &put);
   m.def("remove", &drop);
-  m.def("clear", [] { table.clear(); });
+  m.def("clear", [] {
+    std::unordered_map<std::string, Entry> old;  // emptied first, the owners released after
+    old.swap(table);
+  });
   m.def("size", [] { return table.size(); });
   m.def("bind", [](int64_t ctx_fn, py::object error) {
     ctx_get = reinterpret_cast<ctx_t>(ctx_fn);

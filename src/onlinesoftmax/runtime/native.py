@@ -26,7 +26,7 @@ from .nvrtc import cache_dir
 
 SOURCE = Path(__file__).with_name("native.cpp")
 CFLAGS = ["-O2"]
-ENV = "ONLINESOFTMAX_NATIVE"  # "0": never load it; "1": load it, and say so where it is not built
+ENV = "ONLINESOFTMAX_NATIVE"  # "0" (or off, false, no): never load it; "1": load it, and say so where it cannot
 _lock = threading.Lock()
 _loaded: list = []  # [the module, or None], once tried
 
@@ -55,8 +55,12 @@ def build(verbose: bool = False):
     d.mkdir(parents=True, exist_ok=True)
     mod = load(name(), [str(SOURCE)], extra_cflags=CFLAGS, build_directory=str(d), verbose=verbose)
     with _lock:
-        _loaded[:] = [_bound(mod) if os.environ.get(ENV) != "0" else None]
+        _loaded[:] = [_bound(mod) if not _off() else None]
     return mod
+
+
+def _off() -> bool:
+    return os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no")
 
 
 def module():
@@ -66,7 +70,7 @@ def module():
         return _loaded[0]
     with _lock:
         if not _loaded:
-            _loaded.append(_load_built() if os.environ.get(ENV) != "0" else None)
+            _loaded.append(_load_built() if not _off() else None)
     return _loaded[0]
 
 
@@ -101,6 +105,9 @@ def _bound(mod):
 
     get = ctx_current_entry()
     if get is None:
+        if os.environ.get(ENV) == "1":
+            warnings.warn(f"{ENV}=1 but libcuda is not reached through ctypes here: the native helper is not used",
+                          stacklevel=4)
         return None
     mod.bind(ctypes.cast(get, ctypes.c_void_p).value, OnlineSoftmaxError)
     return mod

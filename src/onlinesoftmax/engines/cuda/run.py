@@ -348,7 +348,7 @@ class _Shaped:
     single prepared launch), or the entry (a cluster launch; two launches: the split regime's workspace is per
     call); nothing for no rows. `key`: where the native helper is loaded and the launch goes through libcuda's
     cuLaunchKernel, its key in native.cpp's table, which then launches the shape into fresh outputs without Python
-    (put by _shaped, removed when the shapes' cache drops this: _drop_native)."""
+    (put by _put_shaped, removed when the shapes' cache drops this: _drop_native)."""
 
     __slots__ = ("launch", "grid", "M", "entry", "key")
 
@@ -373,8 +373,7 @@ class _Shaped:
 
 def _shaped(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, log: bool) -> _Shaped:
     """The _Shaped call of contiguous rows over the last dim: through the row-count classes' cache (forward's or
-    backward's) and their shared entries; put into the native helper's table where it is loaded and out starts on a
-    16-byte boundary (the fresh outputs it allocates do)."""
+    backward's) and their shared entries."""
     x = ins[0]
     n = x.numel()
     if not n:
@@ -384,11 +383,21 @@ def _shaped(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCach
     key = (log, N, x.dtype, d, _alignment(x.data_ptr(), ins[1].data_ptr() if len(ins) > 1 else 0, out.data_ptr()),
            M if M < _stable_rows_of(d) else 0)
     e = cache.get(key) or cache.get_or_make(key, lambda: _rows_entry(op, ins, out, dim, cache, key))
-    s = _Shaped(e, M)
+    return _Shaped(e, M)
+
+
+def _put_shaped(shapes: BoundedCache, key: tuple, s: _Shaped, op: str, ins: tuple, out: torch.Tensor) -> None:
+    """s into the shapes' cache, and into the native helper's table where it is loaded and out starts on a 16-byte
+    boundary (the fresh outputs it allocates do), under the cache's lock: the table then follows the cache's own
+    order of changes (a racing thread's put of the same shape drops the other's entry before it adds its own)."""
     mod = native.module()
-    if mod is not None and s.launch is not None and out.data_ptr() % 16 == 0:
-        s.key = s.launch.native_put(mod, _NATIVE_OPS[op], x, ins[1] if len(ins) > 1 else None, s.grid, M, s)
-    return s
+    if mod is None or s.launch is None or out.data_ptr() % 16:
+        shapes.put(key, s)
+        return
+
+    def put_native() -> None:
+        s.key = s.launch.native_put(mod, _NATIVE_OPS[op], ins[0], ins[1] if len(ins) > 1 else None, s.grid, s.M, s)
+    shapes.put(key, s, put_native)
 
 
 def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: BoundedCache, key: tuple):
@@ -435,8 +444,9 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
         key = (log, x.shape, x.dtype, x.get_device(), pa & 15, po & 15)
         go = _fwd_shapes.get(key)
         if go is None:
-            go = _shaped("log_softmax" if log else "softmax", (x,), out, dim, _fwd_rows, log)
-            _fwd_shapes.put(key, go)
+            op = "log_softmax" if log else "softmax"
+            go = _shaped(op, (x,), out, dim, _fwd_rows, log)
+            _put_shaped(_fwd_shapes, key, go, op, (x,), out)
         go(pa, 0, po, x)
         return
     key = (log, x.shape, x.stride(), dim, x.dtype, x.get_device(), ((pa | po) & 15) | (((pa - po) & 15) << 4))
@@ -476,8 +486,9 @@ def backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor, dim: int, log
         key = (log, y.shape, y.dtype, y.get_device(), pa & 15, pb & 15, po & 15)
         go = _bwd_shapes.get(key)
         if go is None:
-            go = _shaped("log_softmax_backward" if log else "softmax_backward", (y, dy), out, dim, _bwd_rows, log)
-            _bwd_shapes.put(key, go)
+            op = "log_softmax_backward" if log else "softmax_backward"
+            go = _shaped(op, (y, dy), out, dim, _bwd_rows, log)
+            _put_shaped(_bwd_shapes, key, go, op, (y, dy), out)
         go(pa, pb, po, y)
         return
     key = (log, y.shape, y.stride(), dy.stride(), dim, y.dtype, y.get_device(), _alignment(pa, pb, po))
