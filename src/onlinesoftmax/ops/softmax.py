@@ -313,24 +313,24 @@ _KERNEL_DTYPES = frozenset(KERNEL_DTYPES)
 
 
 def _apply(input, dim, log, dtype, backend):
-    # the native hot path (runtime/native.cpp, where built): a shape the CUDA engine has launched before, contiguous
-    # rows over the last dim, no grad, looked up, allocated and launched in one C++ call; None for anything else
+    # The eager hot paths, for a plain tensor, an int dim, no cast, not traced (is_compiling before native.module():
+    # Dynamo must not trace into the loader). They decide what resolve and forward below decide for such a call (the
+    # same backend, the same launcher), with only what that needs looked at: the host's time per small call is most
+    # of the call (issue 12).
     if (type(input) is torch.Tensor and dtype is None and type(dim) is int and (backend == "auto" or backend == "cuda")
-            and not torch.compiler.is_compiling()):  # first: Dynamo must not trace into native.module()
+            and not torch.compiler.is_compiling()):
+        # runtime/native.cpp, where built: a shape the CUDA engine has launched before, contiguous rows over the last
+        # dim, no grad, looked up, allocated and launched in one C++ call; None for anything else
         mod = native.module()
         out = mod.forward(input, dim, log) if mod is not None else None
         if out is not None:
             return out
-    # the eager hot path: a plain CUDA tensor the kernels take, an int dim in range, no cast, no grad, not traced.
-    # It decides what resolve and forward below decide for such a call (the same backend, the same launcher), with
-    # only what that needs looked at: the host's time per small call is most of the call (issue 12).
-    if (not torch.compiler.is_compiling() and type(input) is torch.Tensor and dtype is None and type(dim) is int
-            and input.is_cuda and input.dtype in _KERNEL_DTYPES
-            and (backend == "cuda" or backend == "auto" and engines.cuda_runs())
-            and not (input.requires_grad and torch.is_grad_enabled())):
-        n = input.dim()
-        if -n <= dim < n and input.numel():
-            return _cuda_forward(input, dim + n if dim < 0 else dim, log)
+        # a CUDA tensor the kernels take, dim in range, no grad: the engine, the table not asked again
+        if (input.is_cuda and input.dtype in _KERNEL_DTYPES and (backend == "cuda" or engines.cuda_runs())
+                and not (input.requires_grad and torch.is_grad_enabled())):
+            n = input.dim()
+            if -n <= dim < n and input.numel():
+                return engines.cuda().forward_new(input, dim + n if dim < 0 else dim, log, table=False)
     x, dim, backend = resolve(input, dim, backend, dtype)
     if torch.compiler.is_compiling():
         return softmax_forward_op(x, dim, log, backend)

@@ -309,13 +309,19 @@ def _libcuda():
 _CONTEXTS: dict = {}  # device index -> its primary context (CUcontext as an int)
 
 
-def ctx_current_entry():
-    """libcuda's cuCtxGetCurrent through ctypes (its own function object), or None."""
+def _libcuda_entry(name: str):
+    """libcuda's function `name` through ctypes as a function object of its own (the by-attribute one is shared:
+    its restype and argtypes would be every caller's), or None."""
     lib = _libcuda()
     try:
-        return lib["cuCtxGetCurrent"] if lib is not None else None
+        return lib[name] if lib is not None else None
     except AttributeError:
         return None
+
+
+def ctx_current_entry():
+    """libcuda's cuCtxGetCurrent through ctypes, or None."""
+    return _libcuda_entry("cuCtxGetCurrent")
 
 
 def context(device: int) -> Optional[int]:
@@ -340,14 +346,9 @@ def _driver_launch():
     cuda.bindings' (which converts every argument to its wrapper types) where libcuda cannot be opened by name."""
     global _CU_LAUNCH
     if _CU_LAUNCH is None:
-        lib = _libcuda()
-        f = None
-        if lib is not None:
-            try:
-                f = lib["cuLaunchKernel"]  # its own function object: the by-attribute one is shared
-                f.restype = ctypes.c_int
-            except AttributeError:
-                f = None
+        f = _libcuda_entry("cuLaunchKernel")
+        if f is not None:
+            f.restype = ctypes.c_int
         _CU_LAUNCH = f or False
     if _CU_LAUNCH:
         return _CU_LAUNCH, True

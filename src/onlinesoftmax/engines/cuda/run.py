@@ -457,10 +457,10 @@ def forward(x: torch.Tensor, out: torch.Tensor, dim: int, log: bool) -> None:
     _call(e, (x,), out, pa, 0, po)
 
 
-def forward_new(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
-    """forward() into a fresh contiguous tensor: one C++ call where the native helper has the shape (ops.softmax's
-    hot path calls it first itself), else the allocation here and forward()."""
-    mod = native.module()
+def forward_new(x: torch.Tensor, dim: int, log: bool, table: bool = True) -> torch.Tensor:
+    """forward() into a fresh contiguous tensor: one C++ call where the native helper has the shape, else the
+    allocation here and forward(). table=False: the caller has asked the helper already (ops.softmax's hot path)."""
+    mod = native.module() if table else None
     out = mod.forward(x, dim, log) if mod is not None else None
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
