@@ -122,10 +122,20 @@ template <int OP> __device__ __forceinline__ void bwd_acc(float y, float dy, flo
     }
 }
 
+// The exponential outside the select: an asm statement under a condition stays a branch (NVVM does not speculate
+// it), and in the flat kernel's loop each element then sat in a branch of its own, its loads waiting for the one before.
 template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, float a, float b) {
-    if constexpr (OP == 2) return y * (dy - a);
-    else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
+    if constexpr (OP == 2) {
+        return y * (dy - a);
+    } else {
+        const float e = os_ex2(y * OS_LOG2E);
+        return b > 0.0f ? dy - e * a : 0.0f;
+    }
 }
+
+// An element beside the row that adds nothing to the backward's pair (a, b): y * dy = 0 (softmax); dy = 0 and y = -inf,
+// not alive (log_softmax).
+template <int OP> __device__ __forceinline__ float bwd_pad_y() { return OP == 2 ? 0.0f : OS_NEG_INF; }
 
 // Cross-entropy (OP_CE, the ce_row entry): the row's (m, d) as softmax's, its target logit and (label smoothing) its
 // sum; the outputs are the gradient of the reduced loss and, per row, the loss and lse (ops/cross_entropy.py has
@@ -463,16 +473,19 @@ __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void
             const elem* rb = sb + r * N;
             float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
 #pragma unroll 8  // 16 loads in flight: unrolled whole, the fp32 softmax's held 2 x 16 and more and spilled
-            for (int k = 0; k < SLOTS; k++) {
+            for (int k = 0; k < SLOTS; k++) {  // the elements past the row padded, not skipped: predicated loads, no branch
                 const int j = lane + L * k;
-                if (j < len) bwd_acc<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), k & 1 ? a1 : a0, b0);
+                const float y = j < len ? os_to_f<DT>(ra[j]) : bwd_pad_y<OP>(), dy = j < len ? os_to_f<DT>(rb[j]) : 0.0f;
+                bwd_acc<OP>(y, dy, k & 1 ? a1 : a0, b0);
             }
             float s = a0 + a1;
             os_xor_reduce<op::RED, L>(s, b0);
 #pragma unroll 8
             for (int k = 0; k < SLOTS; k++) {
                 const int j = lane + L * k;
-                if (j < len) ra[j] = os_from_f<DT>(bwd_out<OP>(os_to_f<DT>(ra[j]), os_to_f<DT>(rb[j]), s, b0));
+                const float y = j < len ? os_to_f<DT>(ra[j]) : bwd_pad_y<OP>(), dy = j < len ? os_to_f<DT>(rb[j]) : 0.0f;
+                const float dx = bwd_out<OP>(y, dy, s, b0);
+                if (j < len) ra[j] = os_from_f<DT>(dx);
             }
         }
     }
