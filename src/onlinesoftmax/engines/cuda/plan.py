@@ -76,7 +76,8 @@ FLAT_THREADS = 256
 FLAT_SMEM_BYTES = 32768  # flat: the shared memory one CTA stages its rows in, all inputs (at least a whole access each)
 FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36)  # flat: elements per lane and row (instantiations)
 FLAT_LANES = (4, 8, 16, 32)  # flat: lanes per row the kernels take (their LG = 2..5)
-FLAT_LANE_ELEMS = 8  # flat: about this many elements a lane pick the forward's lanes per row (flat_config)
+# flat: about this many elements a lane pick the lanes per row (flat_config), by op
+FLAT_LANE_ELEMS = {"softmax": 8, "log_softmax": 8, "softmax_backward": 2, "log_softmax_backward": 4}
 FLAT_MAX_N = FLAT_LANES[-1] * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
@@ -205,7 +206,7 @@ def flat_slots(N: int, lanes: int) -> int:
 def flat_config(op: str, dtype, N: int) -> tuple[int, int]:
     """flat: (lg, slots), 2^lg lanes per row and slots elements a lane (flat_slots).
 
-    Forward: the power of two nearest N / FLAT_LANE_ELEMS (in ratio), 4 to 32 lanes: 4 below N = 46, 8 below 91, 16
+    Forward: the power of two nearest N / 8 (in ratio; FLAT_LANE_ELEMS), 4 to 32 lanes: 4 below N = 46, 8 below 91, 16
     below 182, 32 beyond. On 32 lanes a short row spends most of its instructions in the 2 x 5 shuffle steps of the
     max and sum butterflies; fewer lanes take fewer steps and more elements each. Timed on the H200 (tune_rows --flat
     --lanes, 32 KB chunks, h200-tune-flat-lanes-*.txt; % of copy at 4 / 8 / 16 / 32 lanes): bf16 softmax 33 71 / 70 /
@@ -213,13 +214,14 @@ def flat_config(op: str, dtype, N: int) -> tuple[int, int]:
     87 / 88; bf16 log_softmax within a few points alike (199: 82 at 8 lanes, 77 at 32); fp32 at 96-97 from 8 lanes
     up to N = 255 but for 33 (4 lanes 96, 8 lanes 84-92).
 
-    Backward: 32 lanes (its two passes over shared memory read each element twice: more lanes, more loads in flight;
-    bf16 softmax backward at 63 / 127 / 129: 90 / 98 / 87 on 32 lanes, 83 / 86 / 67 on 16), but 16 for the 16-bit
-    log-softmax backward up to N = 128 (63: 70 against 65, 127: 77 against 71)."""
-    if OPS[op].backward:
-        lanes = 16 if op == "log_softmax_backward" and _SIZES[dtype] == 2 and N <= 128 else FLAT_LANES[-1]
-    else:
-        lanes = min(FLAT_LANES[-1], max(FLAT_LANES[0], 1 << max(0, round(math.log2(N / FLAT_LANE_ELEMS)))))
+    Backward: the power of two nearest N / 2 (softmax) or N / 4 (log-softmax: an exponential an element more), 4 to
+    32 lanes; two inputs, each element read twice. Timed after f210efe (the backward's loop without a branch per
+    element; h200-tune-flat-bwd-f210efe.txt, 32 KB chunks, % of copy at 4 / 8 / 16 / 32 lanes), bf16 softmax /
+    log-softmax backward: 33 58 / 76 / 74 / 56, 57 / 72 / 59 / 45; 63 43 / 51 / 83 / 88, 42 / 50 / 78 / 76; 127 43 /
+    51 / 86 / 97, 42 / 51 / 83 / 87; 129, 199 and 255 best on 32; fp16 alike; fp32 101 at 63 on 16 and 32 lanes.
+    The run at 4c1df95 (the loop with its branches) ranked softmax's lanes alike (63: 83 / 90 on 16 / 32). One timing
+    of a kernel can differ from the next by up to 6 points."""
+    lanes = min(FLAT_LANES[-1], max(FLAT_LANES[0], 1 << max(0, round(math.log2(N / FLAT_LANE_ELEMS[op])))))
     return log2(lanes), flat_slots(N, lanes)
 
 
@@ -243,14 +245,17 @@ def flat_rows(op: str, dtype, N: int) -> int:
 #                   (h200-tune-flat-lanes-*.txt, bf16): 127 87 / 82 (softmax / log) against 71 / 65, 129 69 / 64
 #                   against 70 / 64; 64-126 and 130-191 not timed
 #   fp32 forward: 33-127 50-97 -> 43-95, 199-255 96-98 -> 83-86; not 129 (87-94 -> 94-96) or 1023-1025 (95 -> 97)
-#   16-bit softmax backward 63-255 85-99 -> 64-92 (not 33: 56-57 -> 61-65; not 1023-1025: 94-97 -> 96-97)
-#   16-bit log_softmax backward 63-129 62-75 -> 51-55 (not 199: 71 -> 77-80)
-#   fp32 backward 63 98-101 -> 77-89 (the warp kernel's 100-102% from 127 on)
+#   16-bit softmax backward 63-255 85-99 -> 64-92 (not 1023-1025: 94-97 -> 96-97); after f210efe (no branch per element
+#                   in the backward's loop) and flat_config's backward lanes (h200-tune-flat-bwd-f210efe.txt): 33 76 -> 65
+#   16-bit log_softmax backward 63-129 62-75 -> 51-55 before f210efe; after it, bf16 / fp16: 33 72 / 65 -> 54 / 58,
+#                   63 78 / 77 -> 51 / 53, 127 87 / 87 -> 51 / 50, 129 76 / 74 -> 51 / 55, 199 81 / 77 -> 73 / 71,
+#                   255 91 / 87 -> 76 / 76 (torch 49-79)
+#   fp32 backward 63 98-101 -> 77-89 (the warp kernel's 100-102% from 127 on; at 33 flat 72-88 against 79-90)
 FLAT_RANGES = {
     ("fwd", 2): ((33, FLAT_MAX_N),),
     ("fwd", 4): ((33, 127), (192, 256)),
-    ("softmax_backward", 2): ((48, 256),),
-    ("log_softmax_backward", 2): ((48, 160),),
+    ("softmax_backward", 2): ((33, 256),),
+    ("log_softmax_backward", 2): ((33, 256),),
     ("softmax_backward", 4): ((48, 64),),
     ("log_softmax_backward", 4): ((48, 64),),
 }
