@@ -76,6 +76,40 @@ def test_bench_writes_results_and_plot(tmp_path, capsys):
     assert code == 0 and "GB/s (range " in out  # the copy ceiling's range, in the table's heading
 
 
+@pytest.mark.parametrize("stop", ["interrupt", "sigterm"])
+def test_an_interrupted_timing_run_saves_what_it_measured(tmp_path, capsys, monkeypatch, stop):
+    """Ctrl-C, or SIGTERM (a `timeout` around a long sweep), during the third measurement: the two rows measured
+    before are written, with the copy ceiling and % copy, and the status is 130; an interrupt before any row writes
+    nothing."""
+    import signal
+    from onlinesoftmax.harness import runs
+
+    calls, real = [], runs.measure
+
+    def measure(*a, **k):
+        calls.append(a[0].name)
+        if len(calls) == 3:
+            if stop == "sigterm":
+                signal.raise_signal(signal.SIGTERM)
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(runs, "measure", measure)
+    before = signal.getsignal(signal.SIGTERM)
+    csv_path = tmp_path / "r.csv"
+    code, out = run(capsys, "bench", "--cpu", "--shape", "4x64", "--out", str(csv_path))
+    assert code == 130 and "interrupted: 2 of " in out and "(2 rows)" in out, out
+    rows = list(csv.DictReader(csv_path.open()))
+    assert [r["variant"] for r in rows] == calls[:2]
+    assert all(float(r["pct_copy"]) > 0 and r["ok"] == "True" for r in rows)
+    assert signal.getsignal(signal.SIGTERM) == before  # the command's handler is not left behind
+    calls.clear()
+    calls.append("already two")
+    calls.append("measured")
+    code, out = run(capsys, "bench", "--cpu", "--shape", "4x64", "--out", str(tmp_path / "none.csv"))
+    assert code == 130 and not (tmp_path / "none.csv").exists()
+
+
 def test_a_second_run_keeps_the_first(tmp_path, capsys):
     """Results are never silently overwritten: the earlier file moves to a dated name, and the output says so."""
     path = bench_csv(tmp_path / "r.csv")

@@ -11,7 +11,9 @@ import argparse
 import fnmatch
 import re
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -123,7 +125,10 @@ def cmd_check(args) -> int:
 # ------------------------------------------------------------------------------- bench, ladder
 def _run_groups(groups, device: str) -> list[dict]:
     with _Steps("timing") as step:
-        return run_groups(groups, device, step=step, say=lambda text: console.print(text, highlight=False))
+        rows = run_groups(groups, device, step=step, say=lambda text: console.print(text, highlight=False))
+    if rows.interrupted and not rows:
+        raise KeyboardInterrupt
+    return rows
 
 
 def print_groups(rows: list[dict]) -> None:
@@ -184,12 +189,19 @@ def _require_cuda(command: str) -> None:
                           "(`onlinesoftmax bench` runs the CPU ladder instead)")
 
 
+def _status(rows) -> int:
+    """A timing command's exit status: 130 when interrupted (its rows so far saved), 1 when an output was wrong."""
+    if getattr(rows, "interrupted", False):
+        return 130
+    return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
 def cmd_ladder(args) -> int:
     _require_cuda("ladder")
     rows = _run_groups(GPU_LADDER, "cuda")
     print_groups(rows)
     _save(rows, args.out, "ladder")
-    return 0 if all(r.get("ok", True) for r in rows) else 1
+    return _status(rows)
 
 
 def cmd_attention_ladder(args) -> int:
@@ -264,7 +276,7 @@ def cmd_bench(args) -> int:
     rows = _run_groups(groups, "cpu")
     print_groups(rows)
     _save(rows, args.out, "bench")
-    return 0 if all(r.get("ok", True) for r in rows) else 1
+    return _status(rows)
 
 
 def cmd_sweep(args) -> int:
@@ -275,7 +287,7 @@ def cmd_sweep(args) -> int:
     rows = _run_groups(groups, "cuda")
     print_sweep(rows)
     _plot(_save(rows, args.out, "sweep"))
-    return 0 if all(r.get("ok", True) for r in rows) else 1
+    return _status(rows)
 
 
 def print_sweep(rows: list[dict]) -> None:
@@ -553,8 +565,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (a `timeout`, a job's end) as Ctrl-C: a timing run saves what it measured
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():
+        return _main(args)
+    before = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(args)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _main(args) -> int:
     if NO_RICH:
         print(f"error: {NO_RICH}", file=sys.stderr)
         return 2
