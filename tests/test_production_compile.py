@@ -616,3 +616,36 @@ def test_no_gpu_is_unavailable():
     assert "GPU" in registry.get("cuda.softmax_warp").available()
     with pytest.raises(Unavailable):
         E.forward(x, torch.empty_like(x), 1, False)
+
+
+def test_ce_row_reads_its_scale_after_the_grid_wait():
+    """ce_row starts while ce_targets still runs (a programmatic launch) and must read the reduction's scale, which
+    ce_targets writes, only after griddepcontrol.wait (ACQBULK in SASS). A plain read through its const __restrict__
+    pointer compiled to an LDG.E.CONSTANT that ptxas placed before the wait in every ce_row instantiation: under load
+    on the H200 a call's gradient then took the scale of the call before (h200-pytest-gpu-60daf5a-6be09dc.txt).
+    Before the wait only the rows' 16-byte accesses (and their cp.async) and the 64-bit target load; the scale a
+    coherent load after it."""
+    import pathlib
+    import re
+    import subprocess
+
+    import triton
+
+    cu = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not cu.exists():
+        pytest.skip("triton's bundled cuobjdump is not here")
+    plans = [P.cross_entropy_plan(67, 50257, torch.bfloat16, vec=False, window=1, sms=SMS),  # window, smem slots
+             P.cross_entropy_plan(33, 50257, torch.float32, vec=False, window=1, sms=SMS),  # window, a cluster of 8
+             P.cross_entropy_plan(67, 32000, torch.bfloat16, sms=SMS)]  # aligned
+    for name in sorted({l.kernel for p in plans for l in p.launches}):
+        path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"ce_row_{os.getpid()}.cubin"
+        path.write_bytes(K.module(name, ARCH).cubin)
+        try:
+            sass = subprocess.run([str(cu), "-sass", str(path)], capture_output=True, text=True, check=True).stdout
+        finally:
+            path.unlink()
+        ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+        wait = ops.index("ACQBULK")
+        early = [op for op in ops[:wait] if op.startswith("LDG") and not op.startswith(("LDGDEPBAR", "LDGSTS"))]
+        assert all(op in ("LDG.E.128", "LDG.E.64.CONSTANT") for op in early), (name, early)
+        assert "LDG.E.STRONG.GPU" in ops[wait:], name

@@ -368,6 +368,16 @@ __device__ __forceinline__ void os_cp_async16(void* dst, const void* src) {
 // launch attribute it returns at once.
 __device__ __forceinline__ void os_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void os_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// A value the kernel before wrote, read after os_grid_wait(): a coherent load that stays after the wait. A plain read
+// through a const __restrict__ pointer compiles to ld.global.nc, data read-only for the kernel's whole life, which
+// ptxas moved above the wait: ce_row read the reduction's scale before ce_targets wrote it (SASS: LDG.E.CONSTANT
+// before ACQBULK in every ce_row instantiation; under load on the H200 the gradients of a call took the scale of the
+// call before, whose buffer the allocator had handed on).
+__device__ __forceinline__ float os_ld_after_wait(const float* p) {
+    float v;
+    asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
 __device__ __forceinline__ void os_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void os_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 

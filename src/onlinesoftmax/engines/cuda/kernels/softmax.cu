@@ -573,7 +573,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     float scale = 0.0f;          // the reduction's factor: read now, used after the row's reduction
     if constexpr (OP == OP_CE) {
         os_grid_wait();
-        scale = *ce.scale;
+        scale = os_ld_after_wait(ce.scale);
         tgt = ce.target[row];
         counted = tgt != ce.ignore;
         hit = counted && tgt >= 0 && tgt < N;
