@@ -3,7 +3,7 @@
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
 # Stages: verify (GPU tests, check, ladder) | tests (every GPU test, parallel processes) | concurrency
 #         | release [sweep args] | attention | attention-hbm [B H S D]
-#         | sweep [sweep args] | cross-entropy | tune-flat [N ...] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
+#         | sweep [sweep args] | cross-entropy | ce-load | tune-flat [N ...] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
 #         | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
@@ -104,6 +104,16 @@ case "$stage" in
       | tee "$OUT/pytest-gpu-cross-entropy.log" | tail -3
     python3 benchmarks/cross_entropy.py --host 8192x32000:bfloat16 2>&1 | tee "$OUT/cross-entropy-host.txt" | tail -14
     python3 benchmarks/cross_entropy.py --quick --out "$OUT/cross-entropy" 2>&1 | grep -v Backend | tail -16
+    ;;
+  ce-load)  # the cross-entropy GPU tests where ce_row's read of its scale raced ce_targets (8a1e292), in ${PROCS:-4}
+    # processes at once: alone they passed with the race in the kernel, under this load they failed 1-2 a process
+    for i in $(seq 1 "${PROCS:-4}"); do
+      ( timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_cross_entropy.py \
+          -k "${CE_K:-50257 or loss_only or threads}" >"$OUT/ce-load-$i.log" 2>&1 ) &
+    done
+    wait
+    for i in $(seq 1 "${PROCS:-4}"); do tail -1 "$OUT/ce-load-$i.log"; grep -h '^FAILED' "$OUT/ce-load-$i.log"; done \
+      | tee "$OUT/ce-load-summary.txt"
     ;;
   tune-flat)  # issue 12: the flat regime against torch and the other plans (tune_rows --flat), every op and dtype
     for dt in bfloat16 float32 float16; do for op in softmax log_softmax softmax_backward log_softmax_backward; do
