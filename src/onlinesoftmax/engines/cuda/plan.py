@@ -245,11 +245,12 @@ def flat_rows(op: str, dtype, N: int) -> int:
 #                   (h200-tune-flat-lanes-*.txt, bf16): 127 87 / 82 (softmax / log) against 71 / 65, 129 69 / 64
 #                   against 70 / 64; 64-126 and 130-191 not timed
 #   fp32 forward: 33-127 50-97 -> 43-95, 199-255 96-98 -> 83-86; not 129 (87-94 -> 94-96) or 1023-1025 (95 -> 97)
-#   16-bit softmax backward 63-255 85-99 -> 64-92 (not 1023-1025: 94-97 -> 96-97); after f210efe (no branch per element
-#                   in the backward's loop) and flat_config's backward lanes (h200-tune-flat-bwd-f210efe.txt): 33 76 -> 65
-#   16-bit log_softmax backward 63-129 62-75 -> 51-55 before f210efe; after it, bf16 / fp16: 33 72 / 65 -> 54 / 58,
-#                   63 78 / 77 -> 51 / 53, 127 87 / 87 -> 51 / 50, 129 76 / 74 -> 51 / 55, 199 81 / 77 -> 73 / 71,
-#                   255 91 / 87 -> 76 / 76 (torch 49-79)
+#   16-bit softmax backward 63-255 85-99 -> 64-92 (not 1023-1025: 94-97 -> 96-97); after f210efe (no branch per
+#                   element in the backward's loop), flat at flat_config's backward lanes -> the plan without flat
+#                   (h200-tune-flat-bwd-f210efe.txt): 33 74 -> 65 (76 on 8 lanes)
+#   16-bit log_softmax backward 63-129 62-75 -> 51-55 before f210efe; after it, bf16 / fp16, the same columns: 33 72 /
+#                   65 -> 54 / 58, 63 78 / 77 -> 51 / 53, 127 87 / 87 -> 51 / 50, 129 76 / 74 -> 51 / 55, 199 81 / 77
+#                   -> 73 / 71, 255 91 / 87 -> 76 / 76 (torch 47-79)
 #   fp32 backward 63 98-101 -> 77-89 (the warp kernel's 100-102% from 127 on; at 33 flat 72-88 against 79-90)
 FLAT_RANGES = {
     ("fwd", 2): ((33, FLAT_MAX_N),),
