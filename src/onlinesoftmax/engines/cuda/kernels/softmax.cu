@@ -122,15 +122,9 @@ template <int OP> __device__ __forceinline__ void bwd_acc(float y, float dy, flo
     }
 }
 
-// The exponential outside the select: an asm statement under a condition stays a branch (NVVM does not speculate
-// it), and in the flat kernel's loop each element then sat in a branch of its own, its loads waiting for the one before.
 template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, float a, float b) {
-    if constexpr (OP == 2) {
-        return y * (dy - a);
-    } else {
-        const float e = os_ex2(y * OS_LOG2E);
-        return b > 0.0f ? dy - e * a : 0.0f;
-    }
+    if constexpr (OP == 2) return y * (dy - a);
+    else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
 }
 
 // An element beside the row that adds nothing to the backward's pair (a, b): y * dy = 0 (softmax); dy = 0 and y = -inf,
