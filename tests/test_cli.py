@@ -78,9 +78,9 @@ def test_bench_writes_results_and_plot(tmp_path, capsys):
 
 @pytest.mark.parametrize("stop", ["interrupt", "sigterm"])
 def test_an_interrupted_timing_run_saves_what_it_measured(tmp_path, capsys, monkeypatch, stop):
-    """Ctrl-C, or SIGTERM (a `timeout` around a long sweep), during the third measurement: the two rows measured
-    before are written, with the copy ceiling and % copy, and the status is 130; an interrupt before any row writes
-    nothing."""
+    """Ctrl-C, or SIGTERM (a `timeout` around a long sweep), during the third measurement, and again during the
+    closing copy round: the two rows measured before are written, with the copy ceiling and % copy, and the status is
+    130; an interrupt before any row writes nothing."""
     import signal
     from onlinesoftmax.harness import runs
 
@@ -94,7 +94,16 @@ def test_an_interrupted_timing_run_saves_what_it_measured(tmp_path, capsys, monk
             raise KeyboardInterrupt
         return real(*a, **k)
 
+    real_copy, copies = runs.copy_samples, []
+
+    def copy_samples(*a):  # a second interrupt during the closing copy round: the rows stay
+        copies.append(a)
+        if len(copies) == 2 and calls:
+            raise KeyboardInterrupt
+        return real_copy(*a)
+
     monkeypatch.setattr(runs, "measure", measure)
+    monkeypatch.setattr(runs, "copy_samples", copy_samples)
     before = signal.getsignal(signal.SIGTERM)
     csv_path = tmp_path / "r.csv"
     code, out = run(capsys, "bench", "--cpu", "--shape", "4x64", "--out", str(csv_path))
@@ -104,6 +113,7 @@ def test_an_interrupted_timing_run_saves_what_it_measured(tmp_path, capsys, monk
     assert all(float(r["pct_copy"]) > 0 and r["ok"] == "True" for r in rows)
     assert signal.getsignal(signal.SIGTERM) == before  # the command's handler is not left behind
     calls.clear()
+    copies.clear()
     calls.append("already two")
     calls.append("measured")
     code, out = run(capsys, "bench", "--cpu", "--shape", "4x64", "--out", str(tmp_path / "none.csv"))

@@ -61,11 +61,11 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         # G = 2, 4, 8 threads a row (their edges, an empty last band at N = 129)
         # contiguous aligned rows staged in shared memory: N = 1, a row per CTA's lane group and more, the tensor
         # ending inside an access, every slot count's edge, a partial last CTA, N a multiple of the vector; each lane
-        # count (flat_config: forward 4 lanes at N = 1, 5 and 33, 8 at 63, 16 at 127 and 129, 32 from 257; softmax
-        # backward 4 at 1 and 5, 16 at 33, 32 from 63; log-softmax backward 4 at 1 and 5, 8 at 33, 16 at 63, 32 from
-        # 127) with a last pass whose rows end inside a warp (37 rows,
+        # count (flat_config: forward 4 lanes at N = 1, 5, 17 and 33, 8 at 63, 16 at 127 and 129, 32 from 257;
+        # softmax backward 4 at 1 and 5, 8 at 17, 16 at 33, 32 from 63; log-softmax backward 4 at 1, 5 and 17, 8 at
+        # 33, 16 at 63, 32 from 127) with a last pass whose rows end inside a warp (37 rows,
         # and 301 = a partial last CTA of 45 or 13 rows)
-        "flat": [(3, 1), (37, 5), (37, 33), (37, 63), (301, 127), (131, 129), (70, 257), (19, 1023), (11, 1025),
+        "flat": [(3, 1), (37, 5), (37, 17), (37, 33), (37, 63), (301, 127), (131, 129), (70, 257), (19, 1023), (11, 1025),
                  (5, P.FLAT_MAX_N), (9, 8 * W)],
         "chan": [(3, 1), (37, 19), (300, 32), (2, 8), (2, 9), (5, 33), (3, 40), (7, 41), (2, 80), (3, 81), (2, 129),
                  (37, 150), (2, 161), (2, 256)],

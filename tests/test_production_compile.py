@@ -618,13 +618,9 @@ def test_no_gpu_is_unavailable():
         E.forward(x, torch.empty_like(x), 1, False)
 
 
-def test_ce_row_reads_its_scale_after_the_grid_wait():
-    """ce_row starts while ce_targets still runs (a programmatic launch) and must read the reduction's scale, which
-    ce_targets writes, only after griddepcontrol.wait (ACQBULK in SASS). A plain read through its const __restrict__
-    pointer compiled to an LDG.E.CONSTANT that ptxas placed before the wait in every ce_row instantiation: under load
-    on the H200 a call's gradient then took the scale of the call before (h200-pytest-gpu-60daf5a-6be09dc.txt).
-    Before the wait only the rows' 16-byte accesses (and their cp.async) and the 64-bit target load; the scale a
-    coherent load after it."""
+def _sass(name: str) -> list[str]:
+    """The opcodes (predicates dropped) of kernel `name`'s own function in its compiled module (cuobjdump -sass, the
+    copy Triton ships; the module holds the source's plain kernels too)."""
     import pathlib
     import re
     import subprocess
@@ -634,18 +630,45 @@ def test_ce_row_reads_its_scale_after_the_grid_wait():
     cu = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if not cu.exists():
         pytest.skip("triton's bundled cuobjdump is not here")
+    mod = K.module(name, ARCH)
+    path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"sass_{os.getpid()}.cubin"
+    path.write_bytes(mod.cubin)
+    try:
+        out = subprocess.run([str(cu), "-sass", str(path)], capture_output=True, text=True, check=True).stdout
+    finally:
+        path.unlink()
+    mangled = mod.resources(name)["mangled"]
+    ops, mine = [], False
+    for line in out.splitlines():
+        if "Function : " in line:
+            mine = line.split("Function : ")[1].strip() == mangled
+        elif mine:
+            m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+            if m:
+                ops.append(m.group(1))
+    assert ops, f"no SASS for {name} ({mangled})"
+    return ops
+
+
+def test_cross_entropy_reads_what_the_kernel_before_wrote_after_the_grid_wait():
+    """ce_row and ce_loss are programmatic launches: each may start while the kernel before it (ce_targets, ce_row)
+    still runs, and reads what that one writes (the reduction's scale; the rows' losses) only after
+    griddepcontrol.wait (ACQBULK). A plain read through a const __restrict__ pointer compiles to ld.global.nc, data
+    read-only for the kernel's whole life, which ptxas may move above the wait: it did so with ce_row's scale in
+    every instantiation, and under load on the H200 a call's gradient took the scale of the call before
+    (h200-pytest-gpu-60daf5a-6be09dc.txt). ce_row: before the wait only the rows' 16-byte accesses (and their
+    cp.async) and the 64-bit target, the scale a coherent load after it; ce_loss: no non-coherent load at all."""
     plans = [P.cross_entropy_plan(67, 50257, torch.bfloat16, vec=False, window=1, sms=SMS),  # window, smem slots
              P.cross_entropy_plan(33, 50257, torch.float32, vec=False, window=1, sms=SMS),  # window, a cluster of 8
              P.cross_entropy_plan(67, 32000, torch.bfloat16, sms=SMS)]  # aligned
     for name in sorted({l.kernel for p in plans for l in p.launches}):
-        path = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"ce_row_{os.getpid()}.cubin"
-        path.write_bytes(K.module(name, ARCH).cubin)
-        try:
-            sass = subprocess.run([str(cu), "-sass", str(path)], capture_output=True, text=True, check=True).stdout
-        finally:
-            path.unlink()
-        ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+        ops = _sass(name)
         wait = ops.index("ACQBULK")
         early = [op for op in ops[:wait] if op.startswith("LDG") and not op.startswith(("LDGDEPBAR", "LDGSTS"))]
-        assert all(op in ("LDG.E.128", "LDG.E.64.CONSTANT") for op in early), (name, early)
+        assert all(".128" in op or op == "LDG.E.64.CONSTANT" for op in early), (name, early)
         assert "LDG.E.STRONG.GPU" in ops[wait:], name
+    for dt in P.DT_CODE.values():
+        ops = _sass(f"ce_loss<{dt}>")
+        loads = [i for i, op in enumerate(ops) if op.startswith("LDG")]
+        assert loads and min(loads) > ops.index("ACQBULK"), dt
+        assert not [ops[i] for i in loads if "CONSTANT" in ops[i]], (dt, [ops[i] for i in loads])

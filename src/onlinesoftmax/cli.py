@@ -576,8 +576,8 @@ def main(argv=None) -> int:
     before = signal.signal(signal.SIGTERM, _terminated)
     try:
         return _main(args)
-    finally:
-        signal.signal(signal.SIGTERM, before)
+    finally:  # None: a handler not installed from Python, which cannot be put back; the default then
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
 
 
 def _main(args) -> int:

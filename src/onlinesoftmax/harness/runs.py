@@ -132,7 +132,10 @@ def run_groups(groups: list[Group], device_for_copy: str, step=_quiet, say=_quie
         rows.interrupted = True
         say(f"interrupted: {len(rows)} of {len(plan)} measurements done, kept")
     step("", len(plan), len(plan))
-    samples += copy_samples(device_for_copy, 1)
+    try:
+        samples += copy_samples(device_for_copy, 1)
+    except KeyboardInterrupt:  # a second interrupt: the rows keep the copy rounds made before the run
+        rows.interrupted = True
     copy = statistics.median(samples)
     say(f"{results.copy_text(copy, min(samples), max(samples))}: the median of {len(samples)} "
         "rounds of a large copy (read + write); % copy divides by it")

@@ -839,11 +839,12 @@ template <int DT>
 __global__ void __launch_bounds__(1024) ce_loss(const float* __restrict__ rows, const float* __restrict__ buf,
                                                 void* __restrict__ out, long long M, int mean) {
     __shared__ float red_a[32], red_b[32];
-    os_grid_wait();
+    os_grid_wait();  // rows: ce_row's, written while this kernel may already run: coherent loads after the wait
     float a = 0.0f, b = 0.0f;
-    for (long long i = threadIdx.x; i < M; i += blockDim.x) a += rows[i];
+    for (long long i = threadIdx.x; i < M; i += blockDim.x) a += os_ld_after_wait(rows + i);
     os_block_reduce<OS_RED_SUM>(a, b, red_a, red_b);
-    if (threadIdx.x == 0) *static_cast<typename os_elem<DT>::type*>(out) = os_from_f<DT>(mean ? a * buf[0] : a);
+    if (threadIdx.x == 0)
+        *static_cast<typename os_elem<DT>::type*>(out) = os_from_f<DT>(mean ? a * os_ld_after_wait(buf) : a);
 }
 
 // The backward: g (M rows of N, row stride sg) *= grad_output (go: one factor when sgo == 0, else one per row, in
