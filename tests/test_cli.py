@@ -120,6 +120,45 @@ def test_an_interrupted_timing_run_saves_what_it_measured(tmp_path, capsys, monk
     assert code == 130 and not (tmp_path / "none.csv").exists()
 
 
+def test_interrupted_attention_runs_keep_their_rows(monkeypatch):
+    """The attention ladder's and the attention sweep's measurements (harness level: their commands need a GPU):
+    an interrupt in the second configuration keeps the first's row, marked interrupted; the ladder's relative
+    columns are still computed over what was measured."""
+    import torch
+
+    from onlinesoftmax.harness import attention as ladder
+    from onlinesoftmax.harness import attention_sweep as sweep
+    from onlinesoftmax.harness import results as res
+
+    monkeypatch.setattr(res, "environment", lambda device: {"device": "fake"})
+    calls = []
+
+    def stop_at_second(*a):
+        calls.append(a)
+        if len(calls) > len(sweep.IMPLS):  # the second configuration
+            raise KeyboardInterrupt
+        return (torch.zeros(2),) * 4, 10.0, 20.0
+
+    monkeypatch.setattr(sweep, "configurations", lambda lengths, dims: [(1024, 64, False, False), (1024, 64, True, False)])
+    monkeypatch.setattr(sweep, "_measure", stop_at_second)
+    rows = sweep.sweep()
+    assert rows.interrupted and len(rows) == 1 and rows[0]["ours_fwd"] == 10.0 and not rows[0]["causal"]
+
+    calls.clear()
+    monkeypatch.setattr(ladder, "candidates", lambda: [("cuda.attn_a0", "A0", None, None)])
+    monkeypatch.setattr(ladder, "inputs", lambda *a: (torch.zeros(1),) * 3)
+
+    def measured(call, q, k, v, causal, ours):
+        calls.append(causal)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"time_ms": 2.0, "ok": True, "max_abs_err": 0.0}
+
+    monkeypatch.setattr(ladder, "measure", measured)
+    rows = ladder.attention_rows(shapes=[(1, 1, 128, 64)], causals=(False, True))
+    assert rows.interrupted and len(rows) == 1 and rows[0]["time_ms"] == 2.0 and rows[0]["speedup_a0"] == 1.0
+
+
 def test_a_second_run_keeps_the_first(tmp_path, capsys):
     """Results are never silently overwritten: the earlier file moves to a dated name, and the output says so."""
     path = bench_csv(tmp_path / "r.csv")

@@ -123,12 +123,19 @@ def cmd_check(args) -> int:
 
 
 # ------------------------------------------------------------------------------- bench, ladder
+def _kept(rows):
+    """A timing run's rows (results.Rows), said to be partial when interrupted; an interrupt before any row: raised
+    on (nothing to save)."""
+    if rows.interrupted:
+        if not rows:
+            raise KeyboardInterrupt
+        console.print(f"interrupted: the {len(rows)} rows measured before it are kept")
+    return rows
+
+
 def _run_groups(groups, device: str) -> list[dict]:
     with _Steps("timing") as step:
-        rows = run_groups(groups, device, step=step, say=lambda text: console.print(text, highlight=False))
-    if rows.interrupted and not rows:
-        raise KeyboardInterrupt
-    return rows
+        return _kept(run_groups(groups, device, step=step, say=lambda text: console.print(text, highlight=False)))
 
 
 def print_groups(rows: list[dict]) -> None:
@@ -213,7 +220,7 @@ def cmd_attention_ladder(args) -> int:
         raise OnlineSoftmaxError(f"--s: the table's sequence lengths are {sorted({s[2] for s in attn_table.SHAPES})}")
     causals = {"both": (False, True), "no": (False,), "yes": (True,)}[args.causal]
     with _Steps("timing") as step:
-        rows = attn_table.attention_rows(shapes, causals, parse_dtype(args.dtype), step=step)
+        rows = _kept(attn_table.attention_rows(shapes, causals, parse_dtype(args.dtype), step=step))
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["group"], []).append(r)
@@ -245,7 +252,7 @@ def cmd_attention_ladder(args) -> int:
     md.write_text(attn_table.markdown(rows))
     console.print(f"results written to {path} and {md} ({len(rows)} rows)"
                   + (f"; the file there before is now {kept}" if kept else ""))
-    return 0 if all(r.get("ok", True) for r in rows) else 1
+    return _status(rows)
 
 
 def cmd_attention_sweep(args) -> int:
@@ -253,7 +260,7 @@ def cmd_attention_sweep(args) -> int:
     from .harness import attention_sweep as sweep
 
     with _Steps("timing") as step:
-        rows = sweep.sweep(tuple(args.s or sweep.LENGTHS), tuple(args.d or sweep.DIMS), step=step)
+        rows = _kept(sweep.sweep(tuple(args.s or sweep.LENGTHS), tuple(args.d or sweep.DIMS), step=step))
     table = sweep.markdown(rows)
     console.print(table)
     out = args.out or Path("results") / f"attention-sweep-{_slug(rows[0]['device'])[:40]}.csv"
@@ -263,7 +270,7 @@ def cmd_attention_sweep(args) -> int:
     console.print(f"results written to {path}, its .md and .png ({len(rows)} rows)"
                   + (f"; the file there before is now {kept}" if kept else ""))
     _plot(path)
-    return 0
+    return _status(rows)
 
 
 def cmd_bench(args) -> int:

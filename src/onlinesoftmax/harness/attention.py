@@ -110,11 +110,22 @@ def measure(call, q, k, v, causal: bool, ours: bool) -> dict:
             "rel_err": report.rel_err, "ok": report.ok, **({} if report.ok else {"note": report.message[:200]})}
 
 
-def attention_rows(shapes=SHAPES, causals=(False, True), dtype=torch.bfloat16, step=None) -> list[dict]:
-    """The table's rows: per shape and causal flag, every candidate (a candidate that fails gets a note)."""
+def attention_rows(shapes=SHAPES, causals=(False, True), dtype=torch.bfloat16, step=None) -> results.Rows:
+    """The table's rows: per shape and causal flag, every candidate (a candidate that fails gets a note); an
+    interrupt keeps the rows measured before it."""
     env = results.environment("cuda")
     todo = [(s, c, cand) for s in shapes for c in causals for cand in candidates()]
-    rows: list[dict] = []
+    rows = results.Rows()
+    try:
+        _measure_rows(todo, dtype, env, step, rows)
+    except KeyboardInterrupt:  # the rows so far are kept (results.Rows)
+        rows.interrupted = True
+    _relative(rows)
+    return rows
+
+
+def _measure_rows(todo: list, dtype, env: dict, step, rows: list) -> None:
+    """attention_rows' measurements, appended to rows one by one."""
     for i, ((B, H, S, D), causal, (name, label, call, rung)) in enumerate(todo):
         group = f"attention B={B} H={H} S={S} D={D} {str(dtype).replace('torch.', '')}" + (" causal" if causal else "")
         if step:
@@ -140,8 +151,6 @@ def attention_rows(shapes=SHAPES, causals=(False, True), dtype=torch.bfloat16, s
         del q, k, v
         torch.cuda.empty_cache()
         rows.append(row)
-    _relative(rows)
-    return rows
 
 
 def _relative(rows: list[dict]) -> None:

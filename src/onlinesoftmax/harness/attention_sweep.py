@@ -70,16 +70,24 @@ def _measure(impl: str, S: int, D: int, causal: bool, gqa: bool):
     return outputs, flops / fwd_ms / 1e9, 2.5 * flops / bwd_ms / 1e9
 
 
-def sweep(lengths=LENGTHS, dims=DIMS, step: Optional[Callable[[str, int, int], None]] = None) -> list[dict]:
+def sweep(lengths=LENGTHS, dims=DIMS, step: Optional[Callable[[str, int, int], None]] = None):
     """One row per configuration: TFLOP/s of each implementation forward and backward, ours against flash.
-    step(label, done, total) reports progress (the CLI's progress bar)."""
-    import torch
-
-    from .results import environment
+    step(label, done, total) reports progress (the CLI's progress bar); an interrupt keeps the rows done before it."""
+    from .results import Rows, environment
 
     env = environment("cuda")
-    rows = []
-    todo = configurations(lengths, dims)
+    rows = Rows()
+    try:
+        _measure_rows(configurations(lengths, dims), env, step, rows)
+    except KeyboardInterrupt:  # the rows so far are kept
+        rows.interrupted = True
+    return rows
+
+
+def _measure_rows(todo: list, env: dict, step, rows: list) -> None:
+    """sweep's measurements, a row per configuration appended as it is done."""
+    import torch
+
     for n, (S, D, causal, gqa) in enumerate(todo):
         if step:
             step(f"S={S} D={D} causal={causal} gqa={gqa}", n, len(todo))
@@ -94,7 +102,6 @@ def sweep(lengths=LENGTHS, dims=DIMS, step: Optional[Callable[[str, int, int], N
             for name, a, b in zip(GRADS, outputs["ours"], outputs["flash"]):
                 row[f"max_abs_diff_{name}_vs_flash"] = float(f"{(a.float() - b.float()).abs().max():.3g}")
         rows.append(row)
-    return rows
 
 
 def autotuned() -> str:

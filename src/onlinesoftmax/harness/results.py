@@ -71,6 +71,13 @@ def cpu_model() -> str:
     return platform.processor() or "model unknown"
 
 
+class Rows(list):
+    """A timing run's result rows; interrupted: the run stopped early (KeyboardInterrupt: Ctrl-C, or SIGTERM where
+    the command line turns it into one) and holds the measurements made before."""
+
+    interrupted = False
+
+
 def environment(device: str) -> dict:
     """The columns that say where and with what a row was measured."""
     return {

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from ..errors import OnlineSoftmaxError
 from ..registry import Variant
 from . import results
+from .results import Rows
 from .bench import copy_samples, measure
 from .check import check_variant
 from .inputs import kinds_for
@@ -102,13 +103,6 @@ def _resources(v: Variant, M: int, N: int, dtype) -> dict:
         return v.resources(M, N, dtype) or {}
     except OnlineSoftmaxError:
         return {}
-
-
-class Rows(list):
-    """run_groups' result rows; interrupted: the run stopped early (KeyboardInterrupt: Ctrl-C, or SIGTERM where the
-    command line turns it into one) and holds the measurements made before."""
-
-    interrupted = False
 
 
 def run_groups(groups: list[Group], device_for_copy: str, step=_quiet, say=_quiet) -> Rows:
