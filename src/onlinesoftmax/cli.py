@@ -198,7 +198,7 @@ def _require_cuda(command: str) -> None:
 
 def _status(rows) -> int:
     """A timing command's exit status: 130 when interrupted (its rows so far saved), 1 when an output was wrong."""
-    if getattr(rows, "interrupted", False):
+    if rows.interrupted:
         return 130
     return 0 if all(r.get("ok", True) for r in rows) else 1
 

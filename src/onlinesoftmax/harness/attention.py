@@ -115,17 +115,13 @@ def attention_rows(shapes=SHAPES, causals=(False, True), dtype=torch.bfloat16, s
     interrupt keeps the rows measured before it."""
     env = results.environment("cuda")
     todo = [(s, c, cand) for s in shapes for c in causals for cand in candidates()]
-    rows = results.Rows()
-    try:
-        _measure_rows(todo, dtype, env, step, rows)
-    except KeyboardInterrupt:  # the rows so far are kept (results.Rows)
-        rows.interrupted = True
+    rows = results.Rows.collect(_measured_rows(todo, dtype, env, step))
     _relative(rows)
     return rows
 
 
-def _measure_rows(todo: list, dtype, env: dict, step, rows: list) -> None:
-    """attention_rows' measurements, appended to rows one by one."""
+def _measured_rows(todo: list, dtype, env: dict, step):
+    """attention_rows' rows, one per (shape, causal flag, candidate) of todo."""
     for i, ((B, H, S, D), causal, (name, label, call, rung)) in enumerate(todo):
         group = f"attention B={B} H={H} S={S} D={D} {str(dtype).replace('torch.', '')}" + (" causal" if causal else "")
         if step:
@@ -150,7 +146,7 @@ def _measure_rows(todo: list, dtype, env: dict, step, rows: list) -> None:
                 row["ok"] = False  # ours must run every shape of the table
         del q, k, v
         torch.cuda.empty_cache()
-        rows.append(row)
+        yield row
 
 
 def _relative(rows: list[dict]) -> None:

@@ -75,17 +75,11 @@ def sweep(lengths=LENGTHS, dims=DIMS, step: Optional[Callable[[str, int, int], N
     step(label, done, total) reports progress (the CLI's progress bar); an interrupt keeps the rows done before it."""
     from .results import Rows, environment
 
-    env = environment("cuda")
-    rows = Rows()
-    try:
-        _measure_rows(configurations(lengths, dims), env, step, rows)
-    except KeyboardInterrupt:  # the rows so far are kept
-        rows.interrupted = True
-    return rows
+    return Rows.collect(_measured_rows(configurations(lengths, dims), environment("cuda"), step))
 
 
-def _measure_rows(todo: list, env: dict, step, rows: list) -> None:
-    """sweep's measurements, a row per configuration appended as it is done."""
+def _measured_rows(todo: list, env: dict, step):
+    """sweep's rows, one per configuration."""
     import torch
 
     for n, (S, D, causal, gqa) in enumerate(todo):
@@ -101,7 +95,7 @@ def _measure_rows(todo: list, env: dict, step, rows: list) -> None:
         if "ours" in outputs and "flash" in outputs:
             for name, a, b in zip(GRADS, outputs["ours"], outputs["flash"]):
                 row[f"max_abs_diff_{name}_vs_flash"] = float(f"{(a.float() - b.float()).abs().max():.3g}")
-        rows.append(row)
+        yield row
 
 
 def autotuned() -> str:

@@ -77,6 +77,18 @@ class Rows(list):
 
     interrupted = False
 
+    @classmethod
+    def collect(cls, made) -> "Rows":
+        """The rows an iterable makes (a timing loop's generator), one by one; an interrupt stops it, and the rows
+        made before come back, marked interrupted."""
+        rows = cls()
+        try:
+            for row in made:
+                rows.append(row)
+        except KeyboardInterrupt:
+            rows.interrupted = True
+        return rows
+
 
 def environment(device: str) -> dict:
     """The columns that say where and with what a row was measured."""

@@ -115,15 +115,8 @@ def run_groups(groups: list[Group], device_for_copy: str, step=_quiet, say=_quie
     say(f"{env['device']}: measuring the copy ceiling ({COPY_ROUNDS} rounds now, 1 after the run)")
     samples = copy_samples(device_for_copy, COPY_ROUNDS)
     plan = [(g, v) for g in groups for v in g.members()]
-    rows = Rows()
-    try:
-        for i, (g, v) in enumerate(plan):
-            if i == 0 or g is not plan[i - 1][0]:  # a line per table: progress in logs, where a bar is not drawn
-                say(f"timing {g.title} ({i} of {len(plan)} measurements done)")
-            step(f"{v.name} {g.M}x{g.N}", i, len(plan))
-            rows.append(_measured_row(g, v, env))
-    except KeyboardInterrupt:
-        rows.interrupted = True
+    rows = Rows.collect(_measured_rows(plan, env, step, say))
+    if rows.interrupted:
         say(f"interrupted: {len(rows)} of {len(plan)} measurements done, kept")
     step("", len(plan), len(plan))
     try:
@@ -141,25 +134,30 @@ def run_groups(groups: list[Group], device_for_copy: str, step=_quiet, say=_quie
     return rows
 
 
-def _measured_row(g: Group, v: Variant, env: dict) -> dict:
-    """One variant at one group's shape: its timing, or why it has none (refused, or an error: the run goes on)."""
-    reason = v.refuses(g.M, g.N, g.dtype)
-    row = dict(op=g.op, variant=v.name, backend=v.backend, rung=v.rung, M=g.M, N=g.N,
-               dtype=dtype_name(g.dtype), group=g.title, **env)
-    try:
-        m = None if reason else measure(v, g.M, g.N, g.dtype)
-    except OnlineSoftmaxError as exc:
-        reason, m = f"error: {exc}", None
-        row["ok"] = False
-    if m is None:
-        row["note"] = reason
-    else:
-        row.update(time_ms=m.time_ms, ideal_bytes=m.ideal_bytes, algo_bytes=m.algo_bytes,
-                   gbps_ideal=m.gbps_ideal(), gbps_algo=m.gbps_algo(), rel_err=m.rel_err,
-                   max_abs_err=m.max_abs_err, ok=m.ok, **_resources(v, g.M, g.N, g.dtype))
-        if m.queued_ms is not None:
-            row["queued_ms"] = m.queued_ms
-    return row
+def _measured_rows(plan: list, env: dict, step, say):
+    """run_groups' rows, one per (group, variant) of the plan: its timing, or why it has none (refused, or an error:
+    the run goes on)."""
+    for i, (g, v) in enumerate(plan):
+        if i == 0 or g is not plan[i - 1][0]:  # a line per table: progress in logs, where a bar is not drawn
+            say(f"timing {g.title} ({i} of {len(plan)} measurements done)")
+        step(f"{v.name} {g.M}x{g.N}", i, len(plan))
+        reason = v.refuses(g.M, g.N, g.dtype)
+        row = dict(op=g.op, variant=v.name, backend=v.backend, rung=v.rung, M=g.M, N=g.N,
+                   dtype=dtype_name(g.dtype), group=g.title, **env)
+        try:
+            m = None if reason else measure(v, g.M, g.N, g.dtype)
+        except OnlineSoftmaxError as exc:
+            reason, m = f"error: {exc}", None
+            row["ok"] = False
+        if m is None:
+            row["note"] = reason
+        else:
+            row.update(time_ms=m.time_ms, ideal_bytes=m.ideal_bytes, algo_bytes=m.algo_bytes,
+                       gbps_ideal=m.gbps_ideal(), gbps_algo=m.gbps_algo(), rel_err=m.rel_err,
+                       max_abs_err=m.max_abs_err, ok=m.ok, **_resources(v, g.M, g.N, g.dtype))
+            if m.queued_ms is not None:
+                row["queued_ms"] = m.queued_ms
+        yield row
 
 
 def speedups(rows: list[dict]) -> None:
