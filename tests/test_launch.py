@@ -64,7 +64,7 @@ class _FakeLibcuda:
         self.cuLaunchKernelEx = lambda cfg, *args: seen.append(("ex", cfg._obj, args)) or 0
 
     def __getitem__(self, name):
-        return _FakeEntry(self.seen)
+        return self.cuLaunchKernelEx if name == "cuLaunchKernelEx" else _FakeEntry(self.seen)
 
 
 class _FakeEntry:

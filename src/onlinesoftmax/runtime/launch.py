@@ -372,7 +372,7 @@ _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREA
 def _programmatic_launch():
     """A cuLaunchKernel-shaped entry taking C values, as _driver_launch's, that launches with programmatic stream
     serialization (PDL) through libcuda's cuLaunchKernelEx (ctypes), or None where that cannot be opened."""
-    ex = getattr(_libcuda(), "cuLaunchKernelEx", None)
+    ex = _libcuda_entry("cuLaunchKernelEx")
     if ex is None:
         return None
     ex.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
