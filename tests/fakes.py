@@ -1,7 +1,10 @@
-"""Stand-ins for the driver-facing objects, so the launch layer can be tested without a GPU; and the threads the
-race tests run."""
+"""Stand-ins for the driver-facing objects, so the launch layer can be tested without a GPU; the threads the race
+tests run; the disassembler the SASS tests read cubins with."""
 
+import pathlib
 import threading
+
+import pytest
 
 
 def run_threads(fn, args_list) -> None:
@@ -29,3 +32,13 @@ class FakeLoadedKernel:
 
     def allow_smem(self, smem):
         self.smem.append(smem)
+
+
+def cuobjdump() -> pathlib.Path:
+    """The cuobjdump Triton ships (the SASS tests' disassembler; CI installs Triton), or the test skipped."""
+    import triton
+
+    cu = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not cu.exists():
+        pytest.skip("triton's bundled cuobjdump is not here")
+    return cu
