@@ -1,9 +1,11 @@
 """The CUDA backend for compute-sanitizer (benchmarks/sanitize.sh): every regime of the production CUDA engine (engines/cuda/), forward
 and backward, vector (16-byte) and scalar paths, odd shapes, and the layouts ops.py hands the launchers (a non-last
-dim, a transposed input, an unaligned pointer, expanded rows), and the cross-entropy row kernel. A few launches each, every output checked against
+dim, a transposed input, an unaligned pointer, expanded rows), sliced views into fresh outputs (the window path's
+realigned stores), and the cross-entropy row kernel. A few launches each, every output checked against
 float64, so a clean sanitizer run also computed right; exit status 1 on a wrong result or a regime that ran nothing.
 
-    PYTHONPATH=src python benchmarks/sanitize_driver.py [--precompile] [--dtype float32 ...] [--cross-entropy]
+    PYTHONPATH=src python benchmarks/sanitize_driver.py [--precompile] [--dtype float32 ...]
+                                                        [--cross-entropy | --window]
 
 --precompile first compiles every instantiation the plans can pick, in parallel, into the NVRTC disk cache (what
 the warm-up run of sanitize.sh does), so the runs under a sanitizer load cubins and never compile.
@@ -116,6 +118,46 @@ def run_layouts(dtype, failures: list) -> int:
     return n
 
 
+def run_window(dtype, failures: list) -> int:
+    """Sliced rows x[:, 1:] (every offset from a 16-byte boundary) into fresh outputs, forward, and y and dy so
+    sliced into a fresh dx: the window path with out rows of their own (P = 2: realigned stores, the access a warp's
+    last lane takes from the next warp through shared memory or from the next CTA of a cluster), in the warp regime,
+    one CTA, with shared-memory slots and on a cluster; the first row all -inf. Each tensor has a row after its
+    last: the window reads the 16-byte accesses that cover a row, up to 15 bytes past its end, never used, which
+    initcheck reports where they lie past the last initialized byte of an allocation (22 such reports, all in the
+    loads of the last row's last access, at 024b3f3 + the realigned stores)."""
+    g = torch.Generator(device="cuda").manual_seed(2)
+    W = P.vec_width(dtype)
+    n = 0
+    for M, N in ((37, 200), (40, 1000), (6, P.ROW_MAX_THREADS * P.reg_slots("softmax", dtype, W) * W + W),
+                 (3, 100003)):
+        def sliced(masked=True):
+            t = torch.randn(M + 1, N + 1, device="cuda", generator=g).to(dtype)[:M, 1:]
+            return _masked(t, 1) if masked else t
+
+        for log in (False, True):
+            op = "log_softmax" if log else "softmax"
+            x = sliced()
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            want = (reference.log_softmax if log else reference.softmax)(x)
+            y, dy = sliced(), sliced(masked=False)
+            y.copy_(torch.from_numpy(want))
+            dx = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            plans = (E.plan_for(op, x, dim=1, out=out), E.plan_for(op + "_backward", y, dy, dim=1, out=dx))
+            E.forward(x, out, 1, log)
+            E.backward(y, dy, dx, 1, log)
+            ins = (y, dy)
+            dx_want = reference.reference(op + "_backward", ins)
+            for what, got, r in (("forward", plans[0], compare(out, want, dtype)),
+                                 ("backward", plans[1], compare(dx, dx_want, dtype,
+                                                                error_scale(op + "_backward", ins, dx_want)))):
+                n += 1
+                if not r.ok:
+                    failures.append(f"window {M}x{N} {what} log={log} {dtype} ({got.regime}, P={got.window}): "
+                                    f"{r.message}")
+    return n
+
+
 def run_cross_entropy(dtype, failures: list) -> int:
     """The cross-entropy op on backend "cuda" (its prepared step: ce_targets, ce_row, ce_loss, the backward's
     ce_scale, the per-row outputs in one buffer) on one CTA and on clusters, odd V through the window, a target in
@@ -155,16 +197,19 @@ def main() -> int:
     ap.add_argument("--dtype", action="append", choices=SWEEP_DTYPES, help="default: all three")
     ap.add_argument("--precompile", action="store_true", help="compile every instantiation first, in parallel")
     ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy cases only (no precompile)")
+    ap.add_argument("--window", action="store_true", help="the sliced views' cases only (no precompile)")
     args = ap.parse_args()
-    if args.precompile and not args.cross_entropy:
+    if args.precompile and not (args.cross_entropy or args.window):
         t0 = time.perf_counter()
         names = P.instantiations()
         K.compile_all(names, nvrtc.current_arch(), batch=1, workers=os.cpu_count() or 1)
         print(f"precompiled {len(names)} instantiations in {time.perf_counter() - t0:.0f} s", flush=True)
     failures: list[str] = []
     for dtype in map(parse_dtype, args.dtype or SWEEP_DTYPES):
-        n = run_cross_entropy(dtype, failures)
+        n = 0 if args.window else run_cross_entropy(dtype, failures)
         if not args.cross_entropy:
+            n += run_window(dtype, failures)
+        if not (args.cross_entropy or args.window):
             n += run_regimes(dtype, failures) + run_layouts(dtype, failures)
         torch.cuda.synchronize()
         print(f"{dtype}: {n} cases", flush=True)

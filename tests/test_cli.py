@@ -354,7 +354,7 @@ def test_extras_layouts_loop_on_cpu(monkeypatch):
     a note, not a crash; a known-wrong implementation (softmax over the other dim) fails the same check."""
     from onlinesoftmax.harness import extras
 
-    layouts = (("dim 0", (33, 7), 0, False), ("channels", (2, 5, 3, 4), 1, False), ("sliced", (6, 9), 1, True))
+    layouts = (("dim 0", (33, 7), 0, None), ("channels", (2, 5, 3, 4), 1, None), ("sliced", (6, 9), 1, (11, 2)))
     rows = extras.layout_rows(1000.0, layouts=layouts, dtypes=(torch.float32,), device="cpu")
     torch_rows = [r for r in rows if r["backend"] == "baseline"]
     assert len(torch_rows) == 3 * 4 and all(r["ok"] for r in torch_rows), torch_rows

@@ -137,7 +137,7 @@ def test_linear_cross_entropy_gpu():
 @pytest.mark.parametrize("layout", ("contiguous", "offset", "inplace"))
 def test_cuda_row_kernel(M, V, dtype, layout):
     """ce_row directly, outputs poisoned with NaN: one CTA, clusters (few rows: wider ones), rows starting off a
-    16-byte boundary (a view x[:, 1:]: the window path, stores element by element), the gradient over the logits;
+    16-byte boundary (a view x[:, 1:]: the window path, realigned stores), the gradient over the logits;
     label smoothing and z-loss, a row per five ignored, one target out of range (reads nothing outside the row)."""
     gen = torch.Generator().manual_seed(M * V)
     x, t = _inputs("random", M, V, dtype, gen)
@@ -165,6 +165,39 @@ def test_cuda_row_kernel(M, V, dtype, layout):
     assert np.isnan(float(loss[0]))
     np.testing.assert_allclose(loss.double().cpu().numpy()[rows], want_rows[rows], rtol=tol, atol=tol)
     np.testing.assert_allclose(lse.double().cpu().numpy(), want_lse, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_cuda_row_kernel_targets_at_cta_edges(dtype):
+    """A cluster's CTA that stores the target's out access rewrites it with the target term. On the window path with
+    out rows of their own (x[:, 1:] into a contiguous gradient: 16-byte stores realigned from two input accesses),
+    that CTA is not always the one whose input access holds the target: targets on and around every CTA boundary of
+    a cluster's row, a row at each offset, the gradient against float64 (a wrong owner's rewrite races the store)."""
+    from onlinesoftmax.engines.cuda import plan as P
+
+    V = 128256
+    W = P.vec_width(dtype)
+    p = P.cross_entropy_plan(64, V, dtype, vec=False, window=2)
+    c = p.launches[0].cluster
+    assert p.window == 2 and c > 1, p
+    chunk = ((V + 2 * W - 2) // W + c - 1) // c * W  # a CTA's accesses, in elements (row_body's CH)
+    targets = [k * chunk + d for k in range(1, c) for d in range(-2 * W, 2 * W)]
+    targets *= -(-64 // len(targets))  # at least the 64 rows planned for
+    M = len(targets)
+    p = P.cross_entropy_plan(M, V, dtype, vec=False, window=2)
+    assert p.launches[0].cluster == c, (p, c)
+    gen = torch.Generator().manual_seed(V + M)
+    x = torch.randn(M, V + 1, generator=gen, dtype=torch.float64).mul(3).to(dtype).cuda()[:, 1:]
+    t = torch.tensor(targets, device="cuda")
+    want_loss, want_grad = reference.cross_entropy(x, t, reduction="sum")
+    grad = torch.full((M, V), float("nan"), dtype=dtype, device="cuda")
+    loss, lse = (torch.full((M,), float("nan"), device="cuda") for _ in range(2))
+    for _ in range(5):  # a race shows in some runs
+        grad.fill_(float("nan"))
+        assert cuda_run.cross_entropy(x, t, grad, loss, lse, torch.ones(4, device="cuda"), -100, 0.0, 0.0)
+        torch.cuda.synchronize()
+        g = grad.double().cpu().numpy()
+        np.testing.assert_allclose(g, want_grad, atol=TOL[dtype] * 5e-2, rtol=TOL[dtype])
 
 
 @pytest.mark.parametrize("M,V,dtype", ((3001, 1000, torch.float32), (4099, 32000, torch.bfloat16),

@@ -397,9 +397,10 @@ def _out_at(x, offset):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 def test_window_path_any_n_any_offset(dtype, log):
     """Odd N and unaligned rows take the 16-byte window kernels (P = 1: out rows start as the inputs'; P = 2: out
-    rows elsewhere, stores element by element), forward and backward, every regime, except the forward's short rows
-    (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A dy that starts
-    differently from y takes the scalar path, checked too."""
+    rows elsewhere, before and after them: realigned 16-byte stores), forward and backward, every regime (one CTA,
+    shared-memory slots, clusters: the accesses a warp's last lane takes from the next warp or CTA), but the
+    forward's short rows (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A
+    dy that starts differently from y takes the scalar path, checked too."""
     g = torch.Generator(device="cuda").manual_seed(7)
     op = "log_softmax" if log else "softmax"
     bop = op + "_backward"

@@ -322,7 +322,7 @@ def print_sweep(rows: list[dict]) -> None:
 
 
 def cmd_extras(args) -> int:
-    """The layouts (non-last dims, a sliced view; every op and dtype) and the host overhead per eager call
+    """The layouts (non-last dims, sliced views; every op and dtype) and the host overhead per eager call
     (harness/extras.py)."""
     from .harness.extras import LAYOUTS, host_rows, layout_rows
 
@@ -338,7 +338,7 @@ def cmd_extras(args) -> int:
     with _Steps("timing") as step:
         rows = layout_rows(copy, layouts=layouts, step=step) + ([] if args.no_host else host_rows())
         rows = [dict(r, **env) for r in rows]
-    table = Table(title="layouts (non-last dims, a sliced view) and host overhead per eager call")
+    table = Table(title="layouts (non-last dims, sliced views) and host overhead per eager call")
     for col in ("group", "variant", "how", "kernel", "% copy / wall", "host overhead", "ok"):
         table.add_column(col, justify="left" if col in ("group", "variant", "how") else "right")
     for r in rows:
@@ -534,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_sweep)
 
     sp = sub.add_parser("extras", help="every op and dtype over non-last dims (dim 0 of 8192x8192, channel "
-                                       "softmax) and a sliced view; host overhead per eager 1x1024 call (GPU)")
+                                       "softmax) and sliced views; host overhead per eager 1x1024 call (GPU)")
     sp.add_argument("--layout", action="append", metavar="TEXT",
                     help="only the layouts whose label contains TEXT (repeatable; e.g. 'C = 19'); default: all")
     host = sp.add_mutually_exclusive_group()

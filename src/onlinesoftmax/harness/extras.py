@@ -1,8 +1,9 @@
 """What the sweep's rows of N do not cover, on the GPU:
 
 - layouts (issue 12): softmax, log_softmax and their backward over a non-last dim (the columns and strided
-  kernels) and on a sliced, unaligned view (x[:, 1:]: the window path with element stores), in fp32, bf16 and
-  fp16, ours (CUDA), the Triton backend (which moves the dim last with a copy each way) and torch; % of copy
+  kernels) and on sliced views of the last dim (x[:, 1:], rows at every offset from a 16-byte boundary; a padded
+  vocabulary's x[:, :V]: aligned rows of odd length; both into fresh outputs whose rows start elsewhere: the
+  window path's realigned stores), in fp32, bf16 and fp16, ours (CUDA), the Triton backend (which moves the dim last with a copy each way) and torch; % of copy
   bandwidth on the ideal bytes (one read + one write forward, two reads + one write backward); each output checked
   against float64 on a sample of its rows along the dim;
 - host overhead per eager call on a 1 x 1024 input: mean wall time per call (many calls back to back, one
@@ -24,7 +25,8 @@ from ..reference import reference
 from .bench import gbps, median_ms, queued_ms
 from .check import compare, error_scale
 
-# (label, shape, dim, sliced): the tensor is randn(shape) (with one more column, then [:, 1:], when sliced)
+# (label, shape, dim, view): the tensor is randn(shape), or with view = (width, first) the columns
+# [first, first + shape[1]) of a randn(shape[0], width)
 LAYOUTS = (
     ("dim 0 of 8192 x 8192", (8192, 8192), 0, False),
     ("dim 0 of an odd-width matrix", (4097, 1001), 0, False),
@@ -32,7 +34,9 @@ LAYOUTS = (
     ("channels, C = 21", (16, 21, 256, 512), 1, False),
     ("channels, C = 150", (8, 150, 256, 256), 1, False),
     ("channels, C = 1000", (8, 1000, 64, 64), 1, False),
-    ("sliced x[:, 1:] of 32768 x 4097", (32768, 4096), 1, True),
+    ("sliced x[:, 1:] of 32768 x 4097", (32768, 4096), 1, (4097, 1)),
+    ("sliced x[:, 1:] of 131072 x 1001", (131072, 1000), 1, (1001, 1)),
+    ("padded vocabulary x[:, :50257] of 2560 x 50304", (2560, 50257), 1, (50304, 0)),
 )
 LAYOUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 LAYOUT_OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
@@ -59,11 +63,12 @@ def _rows_along(t: torch.Tensor, dim: int) -> torch.Tensor:
     return t.movedim(dim, -1).reshape(-1, t.shape[dim])[:CHECK_ROWS].cpu()
 
 
-def _layout_inputs(op: str, shape, dim: int, sliced: bool, dtype, gen) -> tuple:
+def _layout_inputs(op: str, shape, dim: int, view, dtype, gen) -> tuple:
     def randn():
-        if not sliced:
+        if not view:
             return torch.randn(shape, generator=gen, device=gen.device).to(dtype)
-        return torch.randn(shape[0], shape[1] + 1, generator=gen, device=gen.device).to(dtype)[:, 1:]
+        width, first = view
+        return torch.randn(shape[0], width, generator=gen, device=gen.device).to(dtype)[:, first:first + shape[1]]
 
     x = randn()
     if op in ("softmax", "log_softmax"):
@@ -78,11 +83,11 @@ def layout_rows(copy: float, seed: int = 0, layouts=LAYOUTS, dtypes=LAYOUT_DTYPE
     progress. (device="cpu" runs the same loop on small layouts in the tests: torch's rows, ours refused.)"""
     rows = []
     todo = [(lay, d, o) for lay in layouts for d in dtypes for o in op_names]
-    for n, ((label, shape, dim, sliced), dtype, op) in enumerate(todo):
+    for n, ((label, shape, dim, view), dtype, op) in enumerate(todo):
         if step:
             step(f"{op} {label} {dtype}", n, len(todo))
         gen = torch.Generator(device=device).manual_seed(seed)
-        ins = _layout_inputs(op, shape, dim, sliced, dtype, gen)
+        ins = _layout_inputs(op, shape, dim, view, dtype, gen)
         strips = tuple(_rows_along(t, dim) for t in ins)
         ref = reference(op, strips)
         numel = ins[0].numel()

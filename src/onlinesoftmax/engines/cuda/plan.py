@@ -584,8 +584,9 @@ def cross_entropy_helpers() -> tuple:
 def window_path(N: int, V: int, vec: bool, window: int) -> tuple[int, int, int]:
     """(W, P, capacity) of a rows plan: 16-byte accesses (W = V, P = 0) when the data is aligned and N a multiple of
     V; else, when the inputs' rows start alike modulo 16 bytes, 16-byte loads through an aligned window around each
-    row (P = 1; P = 2 when the out rows start elsewhere: stores element by element). A row then starts up to V - 1
-    elements into its first access, so the rules size for N + V - 1. Scalar accesses otherwise."""
+    row (P = 1; P = 2 when the out rows start elsewhere: each 16-byte store realigned from two input accesses). A row
+    then starts up to V - 1 elements into its first access, so the rules size for N + V - 1. Scalar accesses
+    otherwise."""
     if vec and N % V == 0:
         return V, 0, N
     if window:

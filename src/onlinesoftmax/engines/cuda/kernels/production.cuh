@@ -132,11 +132,9 @@ template <int DT, int W> struct os_io {
         *reinterpret_cast<raw*>(p + i * W) = pack(f);
     }
     // Elements j in [lo, hi) of access i only: the whole vector when lo <= 0 and hi >= W (folded away on the aligned
-    // path, whose bounds are the constants 0 and W), else element by element (the first and last access of a window;
-    // every access when !VEC: p is then not aligned as the loads were).
-    template <bool VEC>
+    // path, whose bounds are the constants 0 and W), else element by element (the first and last access of a window).
     static __device__ __forceinline__ void store_part(elem* p, long long i, const float* f, int lo, int hi) {
-        if (VEC && lo <= 0 && hi >= W) {
+        if (lo <= 0 && hi >= W) {
             store(p, i, f);
         } else {
 #pragma unroll
@@ -157,11 +155,10 @@ template <int DT, int W> struct os_io {
 // (the fused cast: softmax(x16, dtype=torch.float32)), two 16-byte stores; element by element as os_io's store_part.
 template <int DTO, int W> struct os_out {
     typedef typename os_elem<DTO>::type elem;
-    template <bool VEC>
     static __device__ __forceinline__ void store_part(elem* p, long long i, const float* f, int lo, int hi) {
         if constexpr (W * sizeof(elem) <= 16) {
-            os_io<DTO, W>::template store_part<VEC>(p, i, f, lo, hi);
-        } else if (VEC && lo <= 0 && hi >= W) {
+            os_io<DTO, W>::store_part(p, i, f, lo, hi);
+        } else if (lo <= 0 && hi >= W) {
             static_assert(DTO == 0 && W == 8, "two 16-byte stores: fp32 out of a 16-bit access");
             os_io<0, 4>::store(p, 2 * i, f);
             os_io<0, 4>::store(p, 2 * i + 1, f + 4);
@@ -180,6 +177,32 @@ template <int DTO, int W> struct os_out {
 // bytes beside the row (the neighbouring row's, or the rest of the allocation's 16-byte granule), never used.
 template <int DT, int W> __device__ __forceinline__ int os_shift(const void* p) {
     return (int)((unsigned long long)p / sizeof(typename os_elem<DT>::type)) & (W - 1);
+}
+
+// The out rows' own window (P = 2: they start at other offsets than the inputs', as x[:, 1:] into a fresh tensor).
+// With the input row sh and the out row sho elements into their first accesses, D = sh - sho, out access u holds the
+// elements of input accesses u and u + 1 (D >= 0; u - 1 and u when D < 0) from element s = D mod W on: the two
+// vectors as one of 2W elements, shifted down by s (two select stages for whole words, a funnel shift for a 16-bit
+// half). Whole 16-byte stores then, instead of one store per element (a warp's 16 two-byte stores to the same
+// 512 bytes: 28-31% of copy, 16-bit x[:, 1:] at 024b3f3).
+template <int DT> __device__ __forceinline__ uint4 os_realign(const uint4& a, const uint4& b, int s) {
+    constexpr int ES = sizeof(typename os_elem<DT>::type);
+    const int ws = s * ES / 4;  // whole words
+    unsigned c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 6; i++) c[i] = ws & 2 ? c[i + 2] : c[i];
+#pragma unroll
+    for (int i = 0; i < 5; i++) c[i] = ws & 1 ? c[i + 1] : c[i];
+    if constexpr (ES == 4) return make_uint4(c[0], c[1], c[2], c[3]);
+    const int bits = (s & 1) * 16;  // an odd number of 16-bit elements: half a word more
+    return make_uint4(__funnelshift_r(c[0], c[1], bits), __funnelshift_r(c[1], c[2], bits),
+                      __funnelshift_r(c[2], c[3], bits), __funnelshift_r(c[3], c[4], bits));
+}
+
+// A lane's vector from lane src of its group of `width` lanes (a power of 2 <= 32; src modulo width).
+__device__ __forceinline__ uint4 os_shfl(const uint4& v, int src, int width = 32) {
+    return make_uint4(__shfl_sync(OS_FULL_MASK, v.x, src, width), __shfl_sync(OS_FULL_MASK, v.y, src, width),
+                      __shfl_sync(OS_FULL_MASK, v.z, src, width), __shfl_sync(OS_FULL_MASK, v.w, src, width));
 }
 
 // ---- exponentials and the reductions ---------------------------------------------------------
@@ -226,6 +249,20 @@ template <int RED> __device__ __forceinline__ void os_combine(float& a, float& b
         a += a2;
         if constexpr (RED == OS_RED_SUM_ANY) b = fmaxf(b, b2);
     }
+}
+
+// One access of W values folded into a thread's (m, d): its own max and sum of exponentials (W), then one merge
+// (one more). The window path's out rows of their own (P = 2) take the row in one such pass: its outputs are
+// recomputed from the raw accesses, which it keeps for the stores, so the row is not also held unpacked.
+template <int W> __device__ __forceinline__ void os_fold_md(float& m, float& d, const float* x) {
+    float am = x[0];
+#pragma unroll
+    for (int u = 1; u < W; u++) am = fmaxf(am, x[u]);
+    const float st = os_safe_shift(am);
+    float e = 0.0f;
+#pragma unroll
+    for (int u = 0; u < W; u++) e += os_exp_diff(x[u], st);
+    os_combine<OS_RED_MD>(m, d, am, e);
 }
 
 // One butterfly step: the state of the lane at distance `off` merged into this lane's.

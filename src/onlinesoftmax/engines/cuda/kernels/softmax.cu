@@ -9,8 +9,9 @@
 //       start at different offsets from 16-byte boundaries, and in the split and strided regimes when unaligned)
 //   P   (warp and row kernels, W > 1) 0: rows aligned, N a multiple of W; 1: the window path, any N and any common
 //       offset: each row is read through the aligned accesses that cover it (production.cuh, os_shift), the
-//       elements beside it masked, its first and last access stored element by element; 2: the same loads, every
-//       store element by element (the out rows start at other offsets than the inputs')
+//       elements beside it masked, its first and last access stored element by element; 2: the same loads, the out
+//       rows (which start at other offsets than the inputs') through windows of their own: each out access is two
+//       input accesses realigned (os_realign; the next one lane + 1's), the forward's y recomputed from x
 //
 // Each regime is one __device__ body (warp_body, row_body, split_stats_body, split_apply_body, strided_body) with the
 // op as a compile-time policy (op_traits: the inputs, the reduction, the outputs; 'if constexpr' where the fold
@@ -245,6 +246,20 @@ template <int OP, int DT, int W, int DTO = DT> struct op_traits {
 #pragma unroll
         for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], a, b);
     }
+    // The out rows' own window (P = 2): the outputs of an access from its inputs (os_realign'd): forward y of_x(x)
+    // for each x, backward dx from the row's pair (a, b)
+    template <class OF_X>
+    static __device__ __forceinline__ void out_of(const raw& ra, const raw& rb, float a, float b, OF_X of_x,
+                                                  float* out) {
+        if constexpr (FWD) {
+            float x[W];
+            io::unpack(ra, x);
+#pragma unroll
+            for (int j = 0; j < W; j++) out[j] = of_x(x[j]);
+        } else {
+            bwd_dx(ra, rb, a, b, out);
+        }
+    }
 };
 
 // ---- warp: small N, several rows per warp ---------------------------------------------------------------------------
@@ -291,9 +306,25 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
         }
     }
     // the rows' pairs: forward (max, sum of exp(x - max)), v the row's x unpacked; backward the sums and the flags
-    float v[RPT][op::FWD ? E : 1];
+    float v[RPT][op::FWD && P != 2 ? E : 1];
     float pa[RPT], pb[RPT];
-    if constexpr (op::FWD) {
+    if constexpr (op::FWD && P == 2) {  // one pass, access by access (os_fold_md): the stores realign ra
+#pragma unroll
+        for (int q = 0; q < RPT; q++) {
+            pa[q] = OS_NEG_INF;
+            pb[q] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                if (ok[q] && k * TPR < lim[q]) {
+                    BOUNDS(q, k);
+                    float x[W];
+                    op::unpack_x(ra[q * SLOTS + k], x, lo, hi);
+                    os_fold_md<W>(pa[q], pb[q], x);
+                }
+            }
+        }
+        os_rows_reduce<OS_RED_MD, RPT, SLOTS>(pa, pb, TPR);
+    } else if constexpr (op::FWD) {
 #pragma unroll
         for (int q = 0; q < RPT; q++) {
 #pragma unroll
@@ -347,40 +378,78 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
     for (int q = 0; q < RPT; q++) {
         const long long row = row0 + (long long)q * GROUPS;
         const typename op::out_params o(pa[q], pb[q]);
-        typename op::out_elem* dst = static_cast<typename op::out_elem*>(out) + row * so + lane * W - sh[q];
-#pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            BOUNDS(q, k);
-            if constexpr (op::FWD) {
+        typename op::out_elem* const orow = static_cast<typename op::out_elem*>(out) + row * so;
+        if constexpr (P == 2) {
+            // the out row's own window (os_realign; row_body's): out access lane + ru + k * TPR from input accesses
+            // lane + k * TPR and the next one, lane + 1's (lane 0's next slot for the row's last lane); the
+            // forward's y recomputed from x
+            const int sho = os_shift<DT, W>(orow), ru = sh[q] < sho, rs = sh[q] - sho + ru * W;
+            typename op::out_elem* const ro = orow + (lane + ru) * W - sho;
+            auto store = [&](const raw& xa, const raw& xb, const raw& ma, const raw& mb, int i) {
                 float y[W];
+                op::out_of(os_realign<DT>(xa, ma, rs), os_realign<DT>(xb, mb, rs), pa[q], pb[q],
+                           [&](float x) {
+                               if constexpr (op::FWD) return o.of_x(x);
+                               else return x;
+                           },
+                           y);
+                const int lo = sho - (lane + ru + i) * W;
+                op::out::store_part(ro, i, y, lo, lo + N);
+            };
 #pragma unroll
-                for (int j = 0; j < W; j++) {
-                    const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
-                    y[j] = OP == 0 ? x * o.inv : x - o.ld;
+            for (int k = 0; k < SLOTS; k++) {
+                const int a = q * SLOTS + k, an = k + 1 < SLOTS ? a + 1 : a;  // the last lane's: lane 0's next slot
+                raw ma = os_shfl(ra[a], lane + 1, TPR), mb = op::FWD ? ma : os_shfl(rb[a], lane + 1, TPR);
+                if (k + 1 < SLOTS) {  // (shuffled, then selected: a select of two slots indexed ra in local memory)
+                    const raw la = os_shfl(ra[an], 0, TPR), lb = op::FWD ? la : os_shfl(rb[an], 0, TPR);
+                    if (lane == TPR - 1) {
+                        ma = la;
+                        mb = lb;
+                    }
                 }
-                if (ok[q] && k * TPR < lim[q]) op::out::template store_part<P != 2>(dst, k * TPR, y, lo, hi);
-            } else if (ok[q] && k * TPR < lim[q]) {  // inline: op::bwd_dx would change the scalar log_softmax SASS
-                float y[W], dy[W], dx[W];
-                op::io::unpack(ra[q * SLOTS + k], y);
-                op::io::unpack(rb[q * SLOTS + k], dy);
+                if (ok[q] && k * TPR < lim[q]) store(ra[a], rb[a], ma, mb, k * TPR);
+            }
+            if (ok[q] && ru && lane == 0) {  // out access 0, before input access 0
+                store(ra[q * SLOTS], rb[q * SLOTS], ra[q * SLOTS], rb[q * SLOTS], -1);
+            }
+        } else {
+            typename op::out_elem* dst = orow + lane * W - sh[q];
 #pragma unroll
-                for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa[q], pb[q]);
-                op::out::template store_part<P != 2>(dst, k * TPR, dx, lo, hi);
+            for (int k = 0; k < SLOTS; k++) {
+                BOUNDS(q, k);
+                if constexpr (op::FWD) {
+                    float y[W];
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        const float x = v[q][k * W + j];  // e (softmax) or x - s (log_softmax; -inf in an empty row)
+                        y[j] = OP == 0 ? x * o.inv : x - o.ld;
+                    }
+                    if (ok[q] && k * TPR < lim[q]) op::out::store_part(dst, k * TPR, y, lo, hi);
+                } else if (ok[q] && k * TPR < lim[q]) {  // inline: bwd_dx would change the scalar log_softmax SASS
+                    float y[W], dy[W], dx[W];
+                    op::io::unpack(ra[q * SLOTS + k], y);
+                    op::io::unpack(rb[q * SLOTS + k], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++) dx[j] = bwd_out<OP>(y[j], dy[j], pa[q], pb[q]);
+                    op::out::store_part(dst, k * TPR, dx, lo, hi);
+                }
             }
         }
     }
 #undef BOUNDS
 }
 
+// 4 CTAs an SM (64 registers); the out rows' own window (P = 2) holds its rows' raw accesses until the stores
+// and takes 3 (85): no spills
 template <int OP, int DT, int W, int SLOTS, int RPT, int P, int DTO = DT>
-__global__ void __launch_bounds__(WARP_THREADS, 4)
+__global__ void __launch_bounds__(WARP_THREADS, P == 2 ? 3 : 4)
 fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
     warp_body<fwd_op<OP>::value, DT, W, SLOTS, RPT, P, DTO>(a, b, out, M, N, sa, sb, so, lg);
 }
 
 template <int OP, int DT, int W, int SLOTS, int RPT, int P, int DTO = DT>
-__global__ void __launch_bounds__(WARP_THREADS, 4)
+__global__ void __launch_bounds__(WARP_THREADS, P == 2 ? 3 : 4)
 bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
          long long sa, long long sb, long long so, int lg) {
     warp_body<bwd_op<OP>::value, DT, W, SLOTS, RPT, P, DTO>(a, b, out, M, N, sa, sb, so, lg);
@@ -513,6 +582,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
     static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
+    static_assert(P != 2 || (W > 1 && DTO == DT), "the out rows' own window: 16-byte accesses, the inputs' type");
     constexpr int E = SLOTS * W;
     constexpr int CAP = THREADS * (SLOTS + SSLOTS);  // accesses one CTA holds
     constexpr int IN = op::FWD ? 1 : 2;              // inputs per access: x; or y and dy
@@ -538,11 +608,28 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #define BOUNDS(i)                                        \
     const int lo = P ? sh - (first + (i)) * W : 0; \
     const int hi = P ? lo + N : W
+    // P = 2, the out row's own window (os_realign): it starts sho elements into its first access; out access
+    // first + ru + i takes input accesses first + i and first + i + 1 from element rs on
+    const int sho = P == 2 ? os_shift<DT, W>(static_cast<const elem*>(out) + row * so) : 0;
+    const int ru = sh < sho, rs = sh - sho + ru * W;
+    // A warp's last lane's next access is not lane + 1's but the next warp's lane 0's: lane 0 leaves its accesses
+    // in xch ([input][slot][warp]) before the reduction's barrier. A cluster's CTA ends its share anywhere: the
+    // next CTA's first access is copied to xch's end (XN) with the loads.
+    const bool last_lane = (t & 31) == 31;
+    constexpr int NW = THREADS / 32, XN = IN * SLOTS * NW;
+    __shared__ raw xch[P == 2 ? XN + IN : 1];
 
     raw ra[SLOTS], rb[SLOTS];
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
         if (k * THREADS < lim) op::load(ra[k], rb[k], in_a, in_b, k * THREADS);
+    }
+    if constexpr (P == 2 && C > 1) {
+        if (t == 0 && CH < end - first) {
+            os_cp_async16(&xch[XN], in_a + (long long)CH * W);
+            if constexpr (!op::FWD) os_cp_async16(&xch[XN + 1], in_b + (long long)CH * W);
+        }
+        os_cp_async_commit();
     }
     if constexpr (SSLOTS > 0) {
 #pragma unroll
@@ -560,7 +647,8 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     // row's owner: its thread 0 reads the target logit now, before any CTA of the row writes a gradient (after the
     // row's reduction, which this CTA joins later), and at the end writes the row's loss and lse and the target's
     // gradient term. The scale comes from ce_targets, the kernel before this one (ce_row may be launched while it
-    // still runs: its loads of the row, made before ce_targets, are already in flight): waited for here.
+    // still runs: its loads of the row, made before ce_targets, are already in flight): waited for here. (P = 2:
+    // the owner is the CTA whose thread stores the target's out access, after the realignment.)
     long long tgt = 0;
     bool counted = false, hit = false, owner = false;
     float xt = 0.0f, sx = 0.0f;  // the target logit, the thread's sum of x (label smoothing)
@@ -571,15 +659,44 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         tgt = ce.target[row];
         counted = tgt != ce.ignore;
         hit = counted && tgt >= 0 && tgt < N;
-        owner = t == 0 && (hit ? (int)((tgt + sh) / W) / CH : 0) == rank;
+        owner = t == 0 && (hit ? (P == 2 ? (int)((tgt + sho) / W) - ru : (int)((tgt + sh) / W)) / CH : 0) == rank;
         if (owner && hit) xt = os_to_f<DT>(static_cast<const elem*>(a)[row * sa + tgt]);
     }
     // the thread's pair (pa, pb): forward (mt, d), mt the max of its share, v its x (softmax: then e); backward
     // the sums of even and odd elements (a0, a1: two dependency chains) and the flag b0. (a0, a1, b0 declared
     // first: declared in the backward branch, they swap registers in the softmax backward kernels.)
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-    float v[op::FWD ? E : 1], mt, pa, pb;
-    if constexpr (op::FWD) {
+    float v[op::FWD && P != 2 ? E : 1], mt, pa, pb;
+    if constexpr (op::FWD && P == 2) {
+        // one pass, access by access (os_fold_md): the stores realign ra, and recompute y from it
+        float d = 0.0f;
+        mt = OS_NEG_INF;
+        auto fold = [&](const raw& r, int i) {
+            BOUNDS(i);
+            float x[W];
+            op::unpack_x(r, x, lo, hi);
+            os_fold_md<W>(mt, d, x);
+            if constexpr (OP == OP_CE) {
+                if (ce.eps != 0.0f) {  // the row's sum (label smoothing), its elements only
+#pragma unroll
+                    for (int u = 0; u < W; u++) sx += u >= lo && u < hi ? x[u] : 0.0f;
+                }
+            }
+        };
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            if (k * THREADS < lim) fold(ra[k], k * THREADS);
+        }
+        if constexpr (SSLOTS > 0) {
+            os_cp_async_wait_all();
+#pragma unroll 1
+            for (int j = 0; j < SSLOTS; j++) {
+                if ((SLOTS + j) * THREADS < lim) fold(smem_slots[IN * j * THREADS + t], (SLOTS + j) * THREADS);
+            }
+        }
+        pa = mt;
+        pb = d;
+    } else if constexpr (op::FWD) {
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             if (k * THREADS < lim) {
@@ -670,6 +787,16 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         pa = a0 + a1;
         pb = b0;
     }
+    if constexpr (P == 2) {
+        if ((t & 31) == 0) {
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                xch[k * NW + (t >> 5)] = ra[k];
+                if constexpr (!op::FWD) xch[(SLOTS + k) * NW + (t >> 5)] = rb[k];
+            }
+        }
+        if constexpr (C > 1 && SSLOTS == 0) os_cp_async_wait_all();  // (with slots: waited for before their reads)
+    }
     os_block_reduce<op::RED, (THREADS & (THREADS - 1)) == 0>(pa, pb, red_a, red_b);
     if constexpr (C > 1) os_cluster_reduce<op::RED, C>(pa, pb, part);
 
@@ -704,43 +831,105 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             gt = g(os_exp_diff(xt, lse)) - scale * (1.0f - ce.eps);
         }
     }
-#pragma unroll
-    for (int k = 0; k < SLOTS; k++) {
-        BOUNDS(k * THREADS);
-        if constexpr (op::FWD) {
+    if constexpr (P == 2) {
+        // the out row's own window: out access first + ru + i (at ro + i * W) from input accesses i and i + 1,
+        // realigned; the forward's y recomputed from x. Every lane shuffles (lane + 1's access); the last lane takes
+        // its next one from shared memory (xch, or the slots'); so does the one whose next access is the next CTA's.
+        auto of_x = [&](float x) {
+            if constexpr (OP == OP_CE) return gx(os_exp_diff(x, o.s));
+            else if constexpr (op::FWD) return o.of_x(x);
+            else return x;
+        };
+        typename op::out_elem* const ro = dst + (long long)(sh + ru * W - sho);
+        auto store = [&](const raw& xa, const raw& xb, const raw& ma, const raw& mb, int i) {
             float y[W];
+            op::out_of(os_realign<DT>(xa, ma, rs), os_realign<DT>(xb, mb, rs), pa, pb, of_x, y);
+            const int lo = sho - (first + ru + i) * W;
+            op::out::store_part(ro, i, y, lo, lo + N);
+        };
 #pragma unroll
-            for (int j = 0; j < W; j++) {
-                if constexpr (OP == OP_CE) y[j] = ge(v[k * W + j]);
-                else y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
-            }
-            if (k * THREADS < lim) op::out::template store_part<P != 2>(dst, k * THREADS, y, lo, hi);
-        } else if (k * THREADS < lim) {
-            float dx[W];
-            op::bwd_dx(ra[k], rb[k], pa, pb, dx);
-            op::out::template store_part<P != 2>(dst, k * THREADS, dx, lo, hi);
-        }
-    }
-    if constexpr (SSLOTS > 0) {
-#pragma unroll 1
-        for (int j = 0; j < SSLOTS; j++) {
-            const int i = (SLOTS + j) * THREADS;
-            if (i < lim) {
-                float y[W];
-                if constexpr (op::FWD) {
-                    float x[W];
-                    op::io::unpack(smem_slots[IN * j * THREADS + t], x);
-#pragma unroll
-                    for (int u = 0; u < W; u++) {
-                        if constexpr (OP == OP_CE) y[u] = DT == 0 ? ge(x[u]) : gx(os_exp_diff(x[u], o.s));
-                        else if constexpr (op::EXP && DT == 0) y[u] = x[u] * f;  // x holds e here
-                        else y[u] = o.of_x(x[u]);
-                    }
-                } else {
-                    op::bwd_dx(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], pa, pb, y);
+        for (int k = 0; k < SLOTS; k++) {
+            const int i = k * THREADS;
+            raw ma = os_shfl(ra[k], t + 1), mb = op::FWD ? ma : os_shfl(rb[k], t + 1);
+            if (i + 1 >= lim) {  // the next CTA's (C > 1), or past the row
+                if (C > 1 && i + 1 < end - first) {
+                    ma = xch[XN];
+                    if constexpr (!op::FWD) mb = xch[XN + 1];
                 }
-                BOUNDS(i);
-                op::out::template store_part<P != 2>(dst, i, y, lo, hi);
+            } else if (last_lane) {
+                const int w = (t >> 5) + 1, kn = w < NW ? k : k + 1;  // the next warp's lane 0, or warp 0's next slot
+                if (kn < SLOTS) {
+                    ma = xch[kn * NW + (w < NW ? w : 0)];
+                    if constexpr (!op::FWD) mb = xch[(SLOTS + kn) * NW + (w < NW ? w : 0)];
+                } else if (SSLOTS > 0) {  // thread 0's first shared-memory slot
+                    ma = smem_slots[0];
+                    if constexpr (!op::FWD) mb = smem_slots[THREADS];
+                }
+            }
+            if (i < lim) store(ra[k], rb[k], ma, mb, i);
+        }
+        if (ru && first == 0) store(ra[0], rb[0], ra[0], rb[0], -1);  // out access 0, before input access 0
+        if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+            for (int j = 0; j < SSLOTS; j++) {
+                const int i = (SLOTS + j) * THREADS;
+                if (i >= lim + (t & 31)) break;  // warp-uniform: no lane of the warp holds access i, nor a later one
+                const int at = IN * j * THREADS + t;
+                const raw xa = smem_slots[at], xb = op::FWD ? xa : smem_slots[at + THREADS];
+                raw ma = os_shfl(xa, t + 1), mb = op::FWD ? ma : os_shfl(xb, t + 1);
+                if (i + 1 >= lim) {  // the next CTA's (C > 1), or past the row
+                    if (C > 1 && i + 1 < end - first) {
+                        ma = xch[XN];
+                        if constexpr (!op::FWD) mb = xch[XN + 1];
+                    }
+                } else if (last_lane) {  // this CTA's (every thread's copies landed before the reduction)
+                    const int nx = t + 1 < THREADS ? at + 1 : IN * (j + 1) * THREADS;
+                    ma = smem_slots[nx];
+                    if constexpr (!op::FWD) mb = smem_slots[nx + THREADS];
+                }
+                if (i < lim) store(xa, xb, ma, mb, i);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            BOUNDS(k * THREADS);
+            if constexpr (op::FWD) {
+                float y[W];
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    if constexpr (OP == OP_CE) y[j] = ge(v[k * W + j]);
+                    else y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+                }
+                if (k * THREADS < lim) op::out::store_part(dst, k * THREADS, y, lo, hi);
+            } else if (k * THREADS < lim) {
+                float dx[W];
+                op::bwd_dx(ra[k], rb[k], pa, pb, dx);
+                op::out::store_part(dst, k * THREADS, dx, lo, hi);
+            }
+        }
+        if constexpr (SSLOTS > 0) {
+#pragma unroll 1
+            for (int j = 0; j < SSLOTS; j++) {
+                const int i = (SLOTS + j) * THREADS;
+                if (i < lim) {
+                    float y[W];
+                    if constexpr (op::FWD) {
+                        float x[W];
+                        op::io::unpack(smem_slots[IN * j * THREADS + t], x);
+#pragma unroll
+                        for (int u = 0; u < W; u++) {
+                            if constexpr (OP == OP_CE) y[u] = DT == 0 ? ge(x[u]) : gx(os_exp_diff(x[u], o.s));
+                            else if constexpr (op::EXP && DT == 0) y[u] = x[u] * f;  // x holds e here
+                            else y[u] = o.of_x(x[u]);
+                        }
+                    } else {
+                        op::bwd_dx(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], pa, pb,
+                                   y);
+                    }
+                    BOUNDS(i);
+                    op::out::store_part(dst, i, y, lo, hi);
+                }
             }
         }
     }
@@ -755,7 +944,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 }
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO = DT>
-__global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 ? 2048 : 1024) / THREADS)
+__global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 && P != 2 ? 2048 : 1024) / THREADS)
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
     row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
