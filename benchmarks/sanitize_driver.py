@@ -122,17 +122,15 @@ def run_window(dtype, failures: list) -> int:
     """Sliced rows x[:, 1:] (every offset from a 16-byte boundary) into fresh outputs, forward, and y and dy so
     sliced into a fresh dx: the window path with out rows of their own (P = 2: realigned stores, the access a warp's
     last lane takes from the next warp through shared memory or from the next CTA of a cluster), in the warp regime,
-    one CTA, with shared-memory slots and on a cluster; the first row all -inf. Each tensor has a row after its
-    last: the window reads the 16-byte accesses that cover a row, up to 15 bytes past its end, never used, which
-    initcheck reports where they lie past the last initialized byte of an allocation (22 such reports, all in the
-    loads of the last row's last access, at 024b3f3 + the realigned stores)."""
+    one CTA, with shared-memory slots and on a cluster; the first row all -inf. (Each tensor ends its allocation:
+    initcheck reports the window's loads of the last row's last access, whose bytes past the row are never used.)"""
     g = torch.Generator(device="cuda").manual_seed(2)
     W = P.vec_width(dtype)
     n = 0
     for M, N in ((37, 200), (40, 1000), (6, P.ROW_MAX_THREADS * P.reg_slots("softmax", dtype, W) * W + W),
                  (3, 100003)):
         def sliced(masked=True):
-            t = torch.randn(M + 1, N + 1, device="cuda", generator=g).to(dtype)[:M, 1:]
+            t = torch.randn(M, N + 1, device="cuda", generator=g).to(dtype)[:, 1:]
             return _masked(t, 1) if masked else t
 
         for log in (False, True):
