@@ -1,9 +1,10 @@
 """Two launches of one op on the GPU, for ncu (benchmarks/ncu.sh): ours (the production plan) or torch's.
 
-    PYTHONPATH=src python benchmarks/profile_once.py OP DTYPE MxN [--dim D] [--impl ours|torch]
+    PYTHONPATH=src python benchmarks/profile_once.py OP DTYPE MxN [--dim D] [--impl ours|torch] [--sliced]
 
 OP is softmax, log_softmax, softmax_backward or log_softmax_backward; the tensor is M x N with the op over N (dim -1),
-or N x M over dim 0 with --dim 0. benchmarks/ncu.sh runs it under ncu.
+or N x M over dim 0 with --dim 0; --sliced: x[:, 1:] of M x (N + 1), into a fresh output (the window path's own out
+windows). benchmarks/ncu.sh runs it under ncu.
 """
 
 import argparse
@@ -23,16 +24,18 @@ def main():
     ap.add_argument("shape", help="MxN: M rows of N")
     ap.add_argument("--dim", type=int, default=-1, choices=(-1, 0))
     ap.add_argument("--impl", default="ours", choices=("ours", "torch"))
+    ap.add_argument("--sliced", action="store_true", help="x[:, 1:] of M x (N + 1) (dim -1 only)")
     args = ap.parse_args()
     M, N = parse_shape(args.shape)
     dtype = parse_dtype(args.dtype)
     shape = (M, N) if args.dim == -1 else (N, M)
     dim = args.dim % 2
-    x = torch.randn(shape, device="cuda", dtype=dtype)
+    x = torch.randn(shape, device="cuda", dtype=dtype) if not args.sliced else \
+        torch.randn(M, N + 1, device="cuda", dtype=dtype)[:, 1:]
     backward = opdefs.OPS[args.op].backward
     log = args.op.startswith("log")
     y = (torch.log_softmax if log else torch.softmax)(x.float(), dim).to(dtype) if backward else None
-    out = torch.empty_like(x)
+    out = torch.empty(shape, device="cuda", dtype=dtype)
     for _ in range(2):
         if args.impl == "torch" and backward:
             f = torch._log_softmax_backward_data if log else torch._softmax_backward_data
@@ -44,7 +47,7 @@ def main():
         else:
             E.forward(x, out, dim, log)
     torch.cuda.synchronize()
-    plan = E.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim)
+    plan = E.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim, out=out)
     nbytes = (3 if backward else 2) * x.numel() * x.element_size()  # ideal: 1 read (2 backward) + 1 write
     print(f"{args.impl} {args.op} {args.dtype} {tuple(shape)} dim {args.dim}: ideal bytes {nbytes}; "
           f"plan {plan.regime} {plan.launches}")
