@@ -274,6 +274,7 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
     typedef op_traits<OP, DT, W, DTO> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
+    static_assert(P != 2 || (W > 1 && DTO == DT), "the out rows' own window: 16-byte accesses, the inputs' type");
     constexpr int E = SLOTS * W;
     // lanes per row (<= 32) and row groups per CTA; the plan gives a lane several slots only for rows of more
     // than 32 accesses, so TPR is the compile-time 32 then (immediate load offsets)
@@ -398,16 +399,16 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
             };
 #pragma unroll
             for (int k = 0; k < SLOTS; k++) {
-                const int a = q * SLOTS + k, an = k + 1 < SLOTS ? a + 1 : a;  // the last lane's: lane 0's next slot
-                raw ma = os_shfl(ra[a], lane + 1, TPR), mb = op::FWD ? ma : os_shfl(rb[a], lane + 1, TPR);
+                const int ka = q * SLOTS + k, kn = k + 1 < SLOTS ? ka + 1 : ka;  // the last lane's: lane 0's next
+                raw ma = os_shfl(ra[ka], lane + 1, TPR), mb = op::FWD ? ma : os_shfl(rb[ka], lane + 1, TPR);
                 if (k + 1 < SLOTS) {  // (shuffled, then selected: a select of two slots indexed ra in local memory)
-                    const raw la = os_shfl(ra[an], 0, TPR), lb = op::FWD ? la : os_shfl(rb[an], 0, TPR);
+                    const raw la = os_shfl(ra[kn], 0, TPR), lb = op::FWD ? la : os_shfl(rb[kn], 0, TPR);
                     if (lane == TPR - 1) {
                         ma = la;
                         mb = lb;
                     }
                 }
-                if (ok[q] && k * TPR < lim[q]) store(ra[a], rb[a], ma, mb, k * TPR);
+                if (ok[q] && k * TPR < lim[q]) store(ra[ka], rb[ka], ma, mb, k * TPR);
             }
             if (ok[q] && ru && lane == 0) {  // out access 0, before input access 0
                 store(ra[q * SLOTS], rb[q * SLOTS], ra[q * SLOTS], rb[q * SLOTS], -1);
@@ -582,7 +583,8 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
     static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
     static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
-    static_assert(P != 2 || (W > 1 && DTO == DT), "the out rows' own window: 16-byte accesses, the inputs' type");
+    static_assert(P != 2 || (W > 1 && DTO == DT && THREADS >= 64),
+                  "the out rows' own window: 16-byte accesses, the inputs' type, xch read after a block barrier");
     constexpr int E = SLOTS * W;
     constexpr int CAP = THREADS * (SLOTS + SSLOTS);  // accesses one CTA holds
     constexpr int IN = op::FWD ? 1 : 2;              // inputs per access: x; or y and dy
