@@ -26,6 +26,8 @@ def main():
     ap.add_argument("--impl", default="ours", choices=("ours", "torch"))
     ap.add_argument("--sliced", action="store_true", help="x[:, 1:] of M x (N + 1) (dim -1 only)")
     args = ap.parse_args()
+    if args.sliced and args.dim != -1:
+        ap.error("--sliced slices the last dim: --dim -1 only")
     M, N = parse_shape(args.shape)
     dtype = parse_dtype(args.dtype)
     shape = (M, N) if args.dim == -1 else (N, M)

@@ -3,9 +3,9 @@
 - layouts (issue 12): softmax, log_softmax and their backward over a non-last dim (the columns and strided
   kernels) and on sliced views of the last dim (x[:, 1:], rows at every offset from a 16-byte boundary; a padded
   vocabulary's x[:, :V]: aligned rows of odd length; both into fresh outputs whose rows start elsewhere: the
-  window path's realigned stores), in fp32, bf16 and fp16, ours (CUDA), the Triton backend (which moves the dim last with a copy each way) and torch; % of copy
-  bandwidth on the ideal bytes (one read + one write forward, two reads + one write backward); each output checked
-  against float64 on a sample of its rows along the dim;
+  window path's realigned stores), in fp32, bf16 and fp16, ours (CUDA), the Triton backend (which moves the dim
+  last with a copy each way) and torch; % of copy bandwidth on the ideal bytes (one read + one write forward, two
+  reads + one write backward); each output checked against float64 on a sample of its rows along the dim;
 - host overhead per eager call on a 1 x 1024 input: mean wall time per call (many calls back to back, one
   synchronize at the end; median of 5 runs) minus the kernel time. The kernel time is the GPU time of the same
   calls queued behind a sleeping kernel (bench.queued_ms: the GPU runs them back to back whatever the host does).
@@ -28,12 +28,12 @@ from .check import compare, error_scale
 # (label, shape, dim, view): the tensor is randn(shape), or with view = (width, first) the columns
 # [first, first + shape[1]) of a randn(shape[0], width)
 LAYOUTS = (
-    ("dim 0 of 8192 x 8192", (8192, 8192), 0, False),
-    ("dim 0 of an odd-width matrix", (4097, 1001), 0, False),
-    ("channels, C = 19", (16, 19, 512, 1024), 1, False),  # a segmentation map's classes
-    ("channels, C = 21", (16, 21, 256, 512), 1, False),
-    ("channels, C = 150", (8, 150, 256, 256), 1, False),
-    ("channels, C = 1000", (8, 1000, 64, 64), 1, False),
+    ("dim 0 of 8192 x 8192", (8192, 8192), 0, None),
+    ("dim 0 of an odd-width matrix", (4097, 1001), 0, None),
+    ("channels, C = 19", (16, 19, 512, 1024), 1, None),  # a segmentation map's classes
+    ("channels, C = 21", (16, 21, 256, 512), 1, None),
+    ("channels, C = 150", (8, 150, 256, 256), 1, None),
+    ("channels, C = 1000", (8, 1000, 64, 64), 1, None),
     ("sliced x[:, 1:] of 32768 x 4097", (32768, 4096), 1, (4097, 1)),
     ("sliced x[:, 1:] of 131072 x 1001", (131072, 1000), 1, (1001, 1)),
     ("padded vocabulary x[:, :50257] of 2560 x 50304", (2560, 50257), 1, (50304, 0)),
