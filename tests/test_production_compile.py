@@ -111,6 +111,32 @@ def test_occupancy_targets(inst, report):
             assert 2 * (dyn + report[name]["smem"] + 1024) <= SMEM_PER_SM, (name, dyn)
 
 
+def _ctas_per_sm(registers: int, threads: int) -> int:
+    """CTAs of `threads` an SM holds with `registers` a thread: each of the 4 schedulers holds a quarter of the warps
+    (rounded up) in 16K registers, allocated in steps of 8 a thread; 2048 threads an SM."""
+    regs = -(-registers // 8) * 8
+    c = 2048 // threads
+    while c > 1 and -(-c * threads // 32 // 4) * 32 * regs > 16384:
+        c -= 1
+    return c
+
+
+def test_log_softmax_rows_hold_softmax_occupancy(report):
+    """softmax.cu's fwd_row_ctas: the 16-bit log_softmax row kernels of 3 register slots (the block regime's forward)
+    fit as many CTAs an SM as softmax's; unbound they took 55-56 registers against softmax's 39-40 (192 threads: 6
+    CTAs an SM against 8)."""
+    seen = 0
+    for k, r in report.items():
+        if k.startswith("fwd_row<1,") and k.split(",")[1] != "0":
+            _, _, W, threads, slots, sslots, _, p = (int(a) for a in k[len("fwd_row<"):-1].split(",")[:8])
+            if slots == 3 and sslots == 0 and p != 2:
+                twin = report["fwd_row<0," + k[len("fwd_row<1,"):]]
+                assert _ctas_per_sm(r["registers"], threads) >= _ctas_per_sm(twin["registers"], threads), \
+                    (k, r["registers"], twin["registers"])
+                seen += 1
+    assert seen >= 40, seen
+
+
 def test_chan_backward_holds_two_ctas_where_bound(report):
     """softmax.cu's chan_bwd_ctas: bands of 24-32 rows of one element (24-28 when G > 1) and bands of 24 rows of
     16-bit pairs when G > 1 fit two 256-thread CTAs an SM; unbound they took 134-185 registers, one CTA (fp32

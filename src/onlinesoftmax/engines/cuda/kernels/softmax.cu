@@ -945,8 +945,23 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #undef BOUNDS
 }
 
+// The forward row kernels' CTAs per SM (their launch bound). 16-bit log_softmax in 3 register slots: as many CTAs as
+// leave a thread softmax's registers, 16 + SLOTS * W (ptxas divides an SM's registers among its 4 schedulers, each
+// taking a quarter of the warps, rounded up, in steps of 8 registers). Unbound it took 55-56 registers where softmax
+// takes 39-40 (x kept unpacked, and its exponentials only summed: ptxas hoists them all), 6 CTAs of 192 threads an SM
+// instead of 8. In 4 slots that bound spilled (48 registers: 4-12 bytes), so those keep the general rule.
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
+__host__ __device__ constexpr int fwd_row_ctas() {
+    if (OP == 1 && DT != 0 && SLOTS <= 3 && SSLOTS == 0 && P != 2) {
+        int c = 2048 / THREADS;
+        while (c > 1 && 16384 / (32 * ((c * THREADS / 32 + 3) / 4)) / 8 * 8 < 16 + SLOTS * W) c--;
+        return c;
+    }
+    return (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 && P != 2 ? 2048 : 1024) / THREADS;
+}
+
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO = DT>
-__global__ void __launch_bounds__(THREADS, (W > 1 && SSLOTS == 0 && SLOTS * W <= 16 && P != 2 ? 2048 : 1024) / THREADS)
+__global__ void __launch_bounds__(THREADS, (fwd_row_ctas<OP, DT, W, THREADS, SLOTS, SSLOTS, P>()))
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
     row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
