@@ -21,6 +21,9 @@ the flat regime, then the flat regime (rows staged in shared memory) at three si
 32 ("flat L8 ..."; the lanes' slots as plan.flat_slots gives them, a count left out where they exceed FLAT_SLOTS[-1]):
 the evidence for plan.flat_config.
 
+--force block:448x4 cluster:2x288x0 ...: instead of every block shape, those (threads x slots of one CTA a row; CTAs
+a row, threads and shared-memory slots of a cluster), each with its CTAs resident per SM.
+
 --warp: short rows (the warp regime; forward or backward ops): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
 the rules' access path (the window, for odd N in 16 bits) and on the scalar path (W = 1, forced), its slots per
 lane the rule's power of two or exactly the row's accesses over the lanes.
@@ -165,6 +168,8 @@ def main() -> None:
     ap.add_argument("--warp", action="store_true", help="short rows: rows per lane group, window or scalar path")
     ap.add_argument("--flat", action="store_true", help="rows off the vector: the flat regime's chunks against the rest")
     ap.add_argument("--lanes", action="store_true", help="--flat: then the flat regime at 4, 8, 16, 32 lanes per row")
+    ap.add_argument("--force", nargs="*", default=[], metavar="CONFIG",
+                    help="instead of every block shape, these: block:THREADSxSLOTS or cluster:CxTHREADSxSSLOTS")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     copy = copy_gbps("cuda")
@@ -218,8 +223,14 @@ def main() -> None:
             force(None)
             print(line, flush=True)
             continue
+        for cfg in args.force:
+            kind, _, dims = cfg.partition(":")
+            dims = tuple(int(d) for d in dims.split("x"))
+            force(**{"threads_slots" if kind == "block" else "cluster": dims})
+            p = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1)
+            line += f" | {kind} {dims} {p.kernels[0]} ({resident(p)}/SM): {timed(args.op, x, ref, copy)}"
         nv = cdiv(N + W - 1, W)
-        for slots in range(1, P.reg_slots(args.op, dtype, W) + 1):
+        for slots in range(1, P.reg_slots(args.op, dtype, W) + 1) if not args.force else ():
             threads = max(64, cdiv(cdiv(nv, slots), 32) * 32)
             if threads <= P.ROW_MAX_THREADS:
                 force((threads, slots))
