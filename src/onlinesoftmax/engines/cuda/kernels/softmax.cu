@@ -574,21 +574,19 @@ bwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 // ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
 // One row per CTA (C == 1) or per cluster of C CTAs (the partial pairs through DSMEM); THREADS <= 512 threads hold
 // SLOTS accesses each in registers and SSLOTS more in dynamic shared memory (cp.async).
+
 // Every shared-memory slot a row kernel's thread holds, as fn(j, lo, hi), j its slot: on the window path each one is a
 // whole access of the row but the row's last (the thread's slot jt, if it holds it: -1 otherwise), which runs after
-// the others with its bounds (lo0: lo of the thread's first access); the others take the constants 0 and W, so that
-// no mask is made. ptxas had if-converted the masks into every slot: 62% more instructions a slot, and the 16-bit
-// forward of N = 32001 (P = 1) ran at 84% of copy where 32768 (P = 0, the same geometry) ran at 93%.
+// the others with its bounds (lo_last, lo_last + N); the others take the constants 0 and W, so that no mask is made.
+// ptxas had if-converted the masks into every slot: 62% more instructions a slot, and the 16-bit forward of N = 32001
+// (P = 1) ran at 84% of copy where 32768 (P = 0, the same geometry) ran at 93%.
 template <int P, int W, int THREADS, int SLOTS, int SSLOTS, class F>
-__device__ __forceinline__ void row_slots(int lim, int jt, int lo0, int N, const F& fn) {
+__device__ __forceinline__ void row_slots(int lim, int jt, int lo_last, int N, const F& fn) {
 #pragma unroll 1
     for (int j = 0; j < SSLOTS; j++) {
         if ((SLOTS + j) * THREADS < lim && j != jt) fn(j, 0, W);
     }
-    if (P && jt >= 0) {
-        const int lo = lo0 - (SLOTS + jt) * THREADS * W;
-        fn(jt, lo, lo + N);
-    }
+    if (P && jt >= 0) fn(jt, lo_last, lo_last + N);
 }
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO>
@@ -665,7 +663,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     const int e_last = end - 1 - first;
     const int jt = P && e_last >= SLOTS * THREADS && e_last < lim && e_last % THREADS == 0 ? e_last / THREADS - SLOTS
                                                                                             : -1;
-    const int lo0 = sh - first * W;  // lo of the thread's first access (BOUNDS)
+    const int lo_last = sh - (end - 1) * W;  // BOUNDS' lo of the row's last access
     // cross-entropy: every thread reads the row's target, after issuing the row's loads (its latency hides behind
     // theirs). The CTA holding the target column (rank 0 when the row is ignored or the target out of range) is the
     // row's owner: its thread 0 reads the target logit now, before any CTA of the row writes a gradient (after the
@@ -744,7 +742,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         }
         if constexpr (SSLOTS > 0) {
             os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
-            row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo0, N, [&](int j, int lo, int hi) {
+            row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo_last, N, [&](int j, int lo, int hi) {
                 float f[W];
                 op::unpack_x(smem_slots[IN * j * THREADS + t], f, lo, hi);
                 mt = fmaxf(mt, os_max_of<W>(f));
@@ -769,7 +767,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             d = os_sum_of<E>(e);
         }
         if constexpr (SSLOTS > 0) {
-            row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo0, N, [&](int j, int lo, int hi) {
+            row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo_last, N, [&](int j, int lo, int hi) {
                 float f[W];
                 op::unpack_x(smem_slots[IN * j * THREADS + t], f, lo, hi);
 #pragma unroll
@@ -791,7 +789,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         }
         if constexpr (SSLOTS > 0) {
             os_cp_async_wait_all();
-            row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo0, N, [&](int j, int lo, int hi) {
+            row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo_last, N, [&](int j, int lo, int hi) {
                 op::bwd_fold(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], a0, a1, b0, lo,
                              hi);
             });
@@ -921,7 +919,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             }
         }
         if constexpr (SSLOTS > 0) {
-            row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo0, N, [&](int j, int lo, int hi) {
+            row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo_last, N, [&](int j, int lo, int hi) {
                 float y[W];
                 if constexpr (op::FWD) {
                     float x[W];
