@@ -24,9 +24,9 @@ the evidence for plan.flat_config.
 --force block:448x4 cluster:2x288x0 ...: instead of every block shape, those (threads x slots of one CTA a row; CTAs
 a row, threads and shared-memory slots of a cluster), each with its CTAs resident per SM.
 
---warp: short rows (the warp regime; forward or backward ops): the rules' plan, then the warp kernel at every rows-per-lane-group count, on
-the rules' access path (the window, for odd N in 16 bits) and on the scalar path (W = 1, forced), its slots per
-lane the rule's power of two or exactly the row's accesses over the lanes.
+--warp: short rows (the warp regime; forward or backward ops): the rules' plan, torch's op, then the warp kernel at
+every rows-per-lane-group count, on the rules' access path (the window, for odd N in 16 bits) and on the scalar path
+(W = 1, forced), its slots per lane the rule's power of two or exactly the row's accesses over the lanes.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def timed_ce(x: torch.Tensor, copy: float) -> str:
     if not launch():
         return "-"
     ms = triton.testing.do_bench(launch)
-    return f"{2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%}"
+    return f"{2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.1%}"
 
 
 def timed(op: str, x: torch.Tensor, ref: torch.Tensor, copy: float, dy=None) -> str:
@@ -146,17 +146,17 @@ def timed(op: str, x: torch.Tensor, ref: torch.Tensor, copy: float, dy=None) -> 
     err = (fn().float() - ref).abs().max().item()
     ms = triton.testing.do_bench(fn)
     n = 2 if dy is None else 3
-    return f"{n * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%} (err {err:.1g})"
+    return f"{n * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.1%} (err {err:.1g})"
 
 
 def timed_torch(op: str, fn, x: torch.Tensor, dy, copy: float) -> str:
     """torch's op (its autograd's backward kernel for a backward op) as % of copy."""
     if dy is None:
         ms = triton.testing.do_bench(lambda: fn(x, -1))
-        return f"{2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%}"
+        return f"{2 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.1%}"
     back = torch._softmax_backward_data if op == "softmax_backward" else torch._log_softmax_backward_data
     ms = triton.testing.do_bench(lambda: back(dy, x, 1, x.dtype))
-    return f"{3 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.0%}"
+    return f"{3 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9 / copy:.1%}"
 
 
 def main() -> None:
@@ -213,6 +213,7 @@ def main() -> None:
             print(line, flush=True)
             continue
         if args.warp:
+            line += f" | torch: {timed_torch(args.op, getattr(torch, args.op.removesuffix('_backward')), x, dy, copy)}"
             for scalar, exact in ((False, False), (True, False), (True, True)):
                 if exact and N % 32 == 0:
                     continue

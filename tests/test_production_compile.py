@@ -422,10 +422,18 @@ def test_flat_from_pointers():
 
 def test_warp_rules():
     f32, bf16 = torch.float32, torch.bfloat16
-    assert P.warp_config("softmax", f32, 4, 128) == (5, 1, 4)  # 32 lanes x 1 float4, 4 rows per lane group
-    assert P.warp_config("softmax", bf16, 8, 128) == (4, 1, 4)  # 16 lanes x 8 bf16, 4 rows: 64 B in flight
+    assert P.warp_config("softmax", f32, 4, 128) == (5, 1, 2)  # 32 lanes x 1 float4, 2 rows: 32 B in flight
+    assert P.warp_config("softmax", bf16, 8, 128) == (4, 1, 2)  # 16 lanes x 8 bf16, 2 rows
+    assert P.warp_config("log_softmax", bf16, 8, 128) == (4, 1, 4)  # 16-bit log-softmax: 4 rows, 64 B
+    assert P.warp_config("log_softmax", f32, 4, 256) == (5, 2, 1)
+    assert P.warp_config("softmax_backward", f32, 4, 128) == (5, 1, 2)
     assert P.warp_config("softmax", f32, 4, 1024) == (5, 8, 1)
-    assert P.warp_config("softmax", f32, 4, 4) == (0, 1, 4)
+    assert P.warp_config("softmax", f32, 4, 4) == (0, 1, 2)
+    # the CTA: 128 threads (4 lane groups of 32 x 2 rows), 256 for the 16-bit log-softmax forward (16 of 16 x 4)
+    for op, dtype, block, rows in (("softmax", f32, 128, 8), ("log_softmax", bf16, 256, 64),
+                                   ("log_softmax_backward", bf16, 128, 16)):
+        (launch,) = P.plan(1 << 20, 128, dtype, op).launches
+        assert (launch.block, launch.per, launch.grid) == ((block,), (1, rows, 0), (1 << 20) // rows)
     assert P.warp_config("softmax", f32, 1, 1) == (0, 1, 4)
     # the scalar forward on 32 lanes: the row's accesses over the lanes exactly, one row per lane group
     assert P.warp_config("softmax", bf16, 1, 129) == (5, 5, 1)

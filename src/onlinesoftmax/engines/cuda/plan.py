@@ -55,7 +55,7 @@ DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the k
 REGIMES = ("warp", "block", "cluster", "split", "columns", "strided", "chan", "flat")
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
-WARP_THREADS = 256  # the same names in softmax.cu (an enum)
+WARP_THREADS = 256  # the same names in softmax.cu (an enum); the warp kernels' largest CTA
 ROW_MAX_THREADS = 512  # __launch_bounds__(512, 2): <= 64 registers, 2 CTAs/SM
 ROW_MIN_THREADS = 128
 FWD_ROW_SLOTS = 3  # the forward's row kernels on the 16-byte path: accesses per thread (block_threads)
@@ -159,11 +159,25 @@ def warp_max_n(op: str, dtype, W: int) -> int:
     return 32 * min(reg_slots(op, dtype, W), WARP_MAX_SLOTS) * W
 
 
+def warp_geometry(op: str, dtype) -> tuple[int, int]:
+    """Warp kernels: (threads per CTA, accesses in flight), the second on the 16-byte path the accesses a thread loads
+    before its first reduction (rows per lane group x slots). 128 threads and 2 accesses (32 bytes), but for the
+    16-bit log-softmax forward 256 and 4 (64 bytes). Timed on the H200 (benchmarks/tune_rows.py --warp,
+    h200-warp-geometry-cf8a189.txt; % of copy, 128-thread CTAs at 1 / 2 / 4 rows per lane group): fp32 softmax 128
+    97.1 / 98.4 / 95.9, 256 98.5 / 96.7 / 96.2, 512 97.3 / 96.3 / -; fp32 log-softmax 128 93.6 / 98.5 / 96.1; bf16
+    softmax 128 93.7 / 96.8 / 93.9, 256 91.6 / 97.2 / 94.2; bf16 log-softmax 128 87.3 / 91.6 / 95.2 (256 threads:
+    95.6 at 4 rows), 256 85.1 / 90.0 / 94.9; fp32 log-softmax backward at 129 97.9 / 95.8 / -. 128-thread CTAs were
+    level with 256 or up to 2.9 points faster at the same rows. The A/B of the rule against 256 threads and up to 4
+    rows within the register budget (h200-warp-geometry-ab-cf8a189.txt; every op and dtype at N = 32, 127, 128, 129,
+    256, 512, 1024): fp32 forward +0 to +2.9 points, 16-bit softmax -0.1 to +3.4, backward -0.3 to +1.4; the 16-bit
+    log-softmax forward -1.4 to +0.2 with 128 threads (its rows unchanged), so it keeps 256."""
+    return (256, 4) if op == "log_softmax" and dtype != torch.float32 else (128, 2)
+
+
 def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
     """(lg, slots, rpt): 2^lg lanes per row (the smallest power of 2 covering the row's accesses, <= 32),
-    slots accesses per lane (power of 2), rpt rows per lane group: up to MAX_RPT while the rows' registers stay
-    within the budget (half of it on the scalar path), so each thread keeps 32..64 bytes of loads in flight even
-    for short rows.
+    slots accesses per lane (power of 2), rpt rows per lane group: on the 16-byte path as warp_geometry gives them,
+    on the scalar path up to MAX_RPT while the rows' registers stay within half the budget.
 
     The scalar forward on 32 lanes takes exactly the row's accesses over the lanes (N = 129: 5 slots, not 8) and
     one row per lane group: timed on the H200 (benchmarks/tune_rows.py --warp, h200-warp-66c0ce4.txt) at N = 127,
@@ -179,7 +193,7 @@ def warp_config(op: str, dtype, W: int, N: int) -> tuple[int, int, int]:
     cap = min(reg_slots(op, dtype, W), WARP_MAX_SLOTS)
     if slots > cap:
         raise Unsupported(f"N = {N} > {warp_max_n(op, dtype, W)}: too long for a warp per row")
-    budget = reg_slots(op, dtype, W) // (2 if W == 1 else 1)  # scalar: every element has its own address
+    budget = reg_slots(op, dtype, W) // 2 if W == 1 else warp_geometry(op, dtype)[1]  # scalar: an address an element
     rpt = max(1, min(MAX_RPT, budget // slots))
     return log2(lanes), slots, rpt
 
@@ -648,9 +662,10 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     chosen = regime or choose_regime(op, dtype, W, M, Nc, sms)
     if chosen == "warp":
         lg, slots, rpt = warp_config(op, dtype, W, Nc)
-        per_cta = (WARP_THREADS >> lg) * rpt
+        threads = warp_geometry(op, dtype)[0]
+        per_cta = (threads >> lg) * rpt
         name = f"{pre}_warp<{o},{dt},{W},{slots},{rpt},{P}>"
-        return Plan("warp", op, dtype, M, N, W, (_launch(M, name, (1, per_cta, 0), (WARP_THREADS,), sig="warp"),),
+        return Plan("warp", op, dtype, M, N, W, (_launch(M, name, (1, per_cta, 0), (threads,), sig="warp"),),
                     P, lg=lg)
     if chosen == "block":
         if cdiv(Nc, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):

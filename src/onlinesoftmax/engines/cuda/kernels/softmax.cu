@@ -70,7 +70,7 @@
 // Launch geometry; engines/cuda/plan.py plans with the same numbers under the same names. (An enum: namespace-scope
 // constexpr variables would each become a global variable of every module.)
 enum {
-    WARP_THREADS = 256,     // threads per CTA of the warp kernels (several rows per warp)
+    WARP_THREADS = 256,     // the warp kernels' largest CTA (their launch bound; several rows per warp)
     FLAT_THREADS = 256,     // threads per CTA of the flat kernels (4..32 lanes per row)
     ROW_MAX_THREADS = 512,  // the largest CTA of the row and columns kernels
     SPLIT_THREADS = 256,
@@ -264,9 +264,10 @@ template <int OP, int DT, int W, int DTO = DT> struct op_traits {
 
 // ---- warp: small N, several rows per warp ---------------------------------------------------------------------------
 // 2^lg lanes per row (lg a run-time argument, <= 5; 32 when SLOTS > 1), SLOTS accesses per lane and row, RPT rows
-// per lane group, all loads issued first; 256 threads. The forward reduces the row max, then the sum of
-// exp(x - max): two butterflies without exponentials cost fewer instructions than one of (m, d) pairs, whose every
-// merge takes an exponential, and short rows are as much instruction- as memory-bound.
+// per lane group, all loads issued first; CTAs of the plan's size (plan.py's warp_geometry, at most WARP_THREADS),
+// read from blockDim.x. The forward reduces the row max, then the sum of exp(x - max): two butterflies without
+// exponentials cost fewer instructions than one of (m, d) pairs, whose every merge takes an exponential, and short
+// rows are as much instruction- as memory-bound.
 template <int OP, int DT, int W, int SLOTS, int RPT, int P, int DTO>
 __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void* __restrict__ b,
                                           void* __restrict__ out, long long M, int N, long long sa, long long sb,
@@ -279,7 +280,7 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
     // lanes per row (<= 32) and row groups per CTA; the plan gives a lane several slots only for rows of more
     // than 32 accesses, so TPR is the compile-time 32 then (immediate load offsets)
     const int lgt = SLOTS > 1 ? 5 : lg;  // log2 lanes per row
-    const int TPR = 1 << lgt, GROUPS = WARP_THREADS >> lgt;
+    const int TPR = 1 << lgt, GROUPS = blockDim.x >> lgt;
     const int lane = threadIdx.x & (TPR - 1);
     const long long row0 = (long long)blockIdx.x * (GROUPS * RPT) + (threadIdx.x >> lgt);
 
@@ -440,8 +441,8 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
 #undef BOUNDS
 }
 
-// 4 CTAs an SM (64 registers); the out rows' own window (P = 2) holds its rows' raw accesses until the stores
-// and takes 3 (85): no spills
+// 4 CTAs of 256 threads an SM (64 registers); the out rows' own window (P = 2) holds its rows' raw accesses until
+// the stores and takes 3 (85): no spills
 template <int OP, int DT, int W, int SLOTS, int RPT, int P, int DTO = DT>
 __global__ void __launch_bounds__(WARP_THREADS, P == 2 ? 3 : 4)
 fwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
