@@ -170,7 +170,9 @@ def warp_geometry(op: str, dtype) -> tuple[int, int]:
     level with 256 or up to 2.9 points faster at the same rows. The A/B of the rule against 256 threads and up to 4
     rows within the register budget (h200-warp-geometry-ab-cf8a189.txt; every op and dtype at N = 32, 127, 128, 129,
     256, 512, 1024): fp32 forward +0 to +2.9 points, 16-bit softmax -0.1 to +3.4, backward -0.3 to +1.4; the 16-bit
-    log-softmax forward -1.4 to +0.2 with 128 threads (its rows unchanged), so it keeps 256."""
+    log-softmax forward -1.4 to +0.2 with 128 threads (its rows unchanged), so it keeps 256. The rule as shipped, the
+    same A/B (h200-warp-geometry-ab-e18d732.txt): fp32 forward +0.1 to +3.0, 16-bit softmax -0.2 to +3.1, backward
+    -0.5 to +1.3."""
     return (256, 4) if op == "log_softmax" and dtype != torch.float32 else (128, 2)
 
 
