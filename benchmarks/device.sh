@@ -39,16 +39,22 @@ case "$stage" in
     osm check --backend triton --seed 2026 2>&1 | tee "$OUT/check-triton.txt" | tail -30
     osm ladder --out "$OUT/ladder.csv" 2>&1 | tee "$OUT/ladder.txt"
     ;;
-  tests)  # every GPU test at once, in parallel pytest processes (each compiles what its tests load: a cold cache
-    # took more than 380 s for test_gpu_production.py alone, one process); a summary line per group, logs in one archive
+  tests)  # every GPU test in parallel pytest processes, at most TEST_JOBS (4) at a time, the longest groups first
+    # (each compiles what its tests load: a cold cache took more than 380 s for test_gpu_production.py alone, one
+    # process; the window-path groups took 120-160 s each 4 at a time, h200-gpu-tests-e18d732.txt, and none of them
+    # had finished after 240 s with 10 at once); a summary line per group, logs in one archive
     mkdir -p "$OUT/tests"
     P=tests/test_gpu_production.py
-    groups=("$P -k 'variant_matches and float32'" "$P -k 'variant_matches and not float32'"
-            "$P -k 'not variant_matches and not window_path'" "$P -k 'window_path and float32'"
-            "$P -k 'window_path and float16 and not bfloat16'" "$P -k 'window_path and bfloat16'"
-            tests/test_gpu_triton.py tests/test_gpu_concurrency.py tests/test_gpu_cuda.py tests/test_gpu_cross_entropy.py
-            tests/test_gpu_dropin.py "tests/test_gpu_attention.py tests/test_gpu_attention_ladder.py")
+    groups=()
+    for dt in float32 bfloat16 float16; do
+      for op in softmax log_softmax; do groups+=("$P -k 'window_path and [$dt-$op]'"); done
+    done
+    groups+=("$P -k 'variant_matches and float32'" "$P -k 'variant_matches and not float32'"
+             "$P -k 'not variant_matches and not window_path'" tests/test_gpu_cross_entropy.py
+             tests/test_gpu_triton.py tests/test_gpu_concurrency.py tests/test_gpu_cuda.py
+             tests/test_gpu_dropin.py "tests/test_gpu_attention.py tests/test_gpu_attention_ladder.py")
     for i in "${!groups[@]}"; do
+      while [ "$(jobs -rp | wc -l)" -ge "${TEST_JOBS:-4}" ]; do wait -n; done
       ( echo "# pytest -m gpu ${groups[$i]}"
         eval ONLINESOFTMAX_EVIDENCE="$OUT/tests" timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rs \
           -p no:cacheprovider "${groups[$i]}" ) >"$OUT/tests/group-$i.log" 2>&1 &
