@@ -13,26 +13,23 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
-import tempfile
+from pathlib import Path
 
 from onlinesoftmax.engines.cuda import plan as P
 from onlinesoftmax.harness.suites import parse_dtype
-from onlinesoftmax.runtime import nvrtc
-from sass_diff import cuobjdump  # benchmarks/, the script's folder
+from onlinesoftmax.runtime import DEFAULT_ARCH
+from sass_diff import compile_batch, cuobjdump  # benchmarks/, the script's folder
 
-INSTRUCTION = re.compile(r"\s+/\*[0-9a-f]{4}\*/\s+\S")
+ENCODED = re.compile(r" 0x[0-9a-f]{16}\b")  # split_sass's instruction lines end with their encoding; labels do not
+PACKAGE_ROOT = str(Path(P.__file__).resolve().parents[3])  # the folder that holds the onlinesoftmax package
 
 
 def loads(name: str) -> tuple[list[int], dict]:
-    """The instruction indices of the kernel's LDG.E.128 and its ptxas report."""
-    mod = nvrtc.compile_source(P.FILE, [name], arch="sm_90", package=P.SOURCES)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(mod.cubin)
-        f.flush()
-        sass = subprocess.run([cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
-    body = [line for line in sass.split("Function :")[1].splitlines() if INSTRUCTION.match(line)]
-    return [i for i, line in enumerate(body) if "LDG.E.128" in line], mod.resources(name)
+    """The instruction indices of the kernel's LDG.E.128 (its own SASS: the module holds other kernels too) and its
+    ptxas report."""
+    r = compile_batch(PACKAGE_ROOT, P.SOURCES, [name], DEFAULT_ARCH, cuobjdump())[name]
+    body = [line for line in r["sass"].splitlines() if ENCODED.search(line)]
+    return [i for i, line in enumerate(body) if "LDG.E.128" in line], r["report"]
 
 
 def main() -> None:
