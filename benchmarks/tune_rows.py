@@ -175,11 +175,12 @@ def main() -> None:
     copy = copy_gbps("cuda")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.op} {args.dtype}, copy {copy:.0f} GB/s")
     W = P.vec_width(dtype)
+    forward = getattr(torch, args.op.removesuffix("_backward"))  # torch's forward op (its backward: timed_torch)
     for N in args.n:
         M = ELEMENTS // N
         x = torch.randn(M, N, device="cuda", dtype=dtype)
         dy = None
-        ref = getattr(torch, args.op.removesuffix("_backward"))(x.float(), -1)
+        ref = forward(x.float(), -1)
         if args.op.endswith("_backward"):  # x becomes y, the forward's output
             x, dy = ref.to(dtype), torch.randn(M, N, device="cuda", dtype=dtype)
             y, g = x.float(), dy.float()
@@ -187,8 +188,7 @@ def main() -> None:
                    g - y.exp() * g.sum(-1, keepdim=True))
         force(None)
         if args.flat:
-            fn = getattr(torch, args.op.removesuffix("_backward"))
-            line = f"{M}x{N} | torch: {timed_torch(args.op, fn, x, dy, copy)}"
+            line = f"{M}x{N} | torch: {timed_torch(args.op, forward, x, dy, copy)}"
             runs = [(flat, None) for flat in (None, False, 16384, 32768, 65536)]
             runs += [(RULES[-1], lanes) for lanes in lane_choices(N)] if args.lanes else []  # the shipped chunk
             for flat, lanes in runs:
@@ -213,7 +213,7 @@ def main() -> None:
             print(line, flush=True)
             continue
         if args.warp:
-            line += f" | torch: {timed_torch(args.op, getattr(torch, args.op.removesuffix('_backward')), x, dy, copy)}"
+            line += f" | torch: {timed_torch(args.op, forward, x, dy, copy)}"
             for scalar, exact in ((False, False), (True, False), (True, True)):
                 if exact and N % 32 == 0:
                     continue
