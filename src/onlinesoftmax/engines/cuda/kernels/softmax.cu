@@ -720,14 +720,32 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         pa = mt;
         pb = d;
     } else if constexpr (op::FWD) {
+        // The window's masks (P = 1) under each slot's unpack split the loop into blocks, and ptxas placed each
+        // slot's load in its block, after the earlier slots' unpacking: 2-5 memory latencies a row in 4 slots or 8
+        // where P = 0 pays one (benchmarks/sass_loads.py). APART: unpack whole accesses, then mask the row's first
+        // and last access in a loop of their own; every load issues at the start. Only in one CTA a row, and with
+        // shared-memory slots only in 16 bits (fp32 measured 1-4 points slower: cp.async already in flight at the
+        // start), and not in the tightly bound kernels (4 fp32 slots, 16-bit log-softmax in 3): ptxas spilled there.
+        constexpr bool APART =
+            P && C == 1 && (SSLOTS == 0 || DT != 0) && SLOTS * W > 16 && !(OP == 1 && DT != 0 && SLOTS <= 3);
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             if (k * THREADS < lim) {
                 BOUNDS(k * THREADS);
-                op::unpack_x(ra[k], &v[k * W], lo, hi);
+                op::unpack_x(ra[k], &v[k * W], APART ? 0 : lo, APART ? W : hi);
             } else {
 #pragma unroll
                 for (int j = 0; j < W; j++) v[k * W + j] = OS_NEG_INF;
+            }
+        }
+        if constexpr (APART) {
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                BOUNDS(k * THREADS);
+                if (k * THREADS < lim && (lo > 0 || hi < W)) {
+#pragma unroll
+                    for (int j = 0; j < W; j++) v[k * W + j] = j >= lo && j < hi ? v[k * W + j] : OS_NEG_INF;
+                }
             }
         }
         mt = os_max_of<E>(v);
@@ -952,10 +970,14 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 // leave a thread softmax's registers, 16 + SLOTS * W (ptxas divides an SM's registers among its 4 schedulers, each
 // taking a quarter of the warps, rounded up, in steps of 8 registers). Unbound it took 55-56 registers where softmax
 // takes 39-40 (x kept unpacked, and its exponentials only summed: ptxas hoists them all), 6 CTAs of 192 threads an SM
-// instead of 8. In 4 slots that bound spilled (48 registers: 4-12 bytes), so those keep the general rule.
-template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
+// instead of 8. In 4 slots that bound spilled (48 registers: 4-12 bytes), so those keep the general rule. The 16-bit
+// softmax in up to 4 slots, one CTA a row, takes the same bound (in a cluster it spilled): with row_body's masks APART
+// its odd rows took 47 registers (3 slots, 7 CTAs of 192 instead of 8) and 52-54 (4 slots, 2 CTAs of 416 instead of
+// 3); bound, 40 and 48, no spills, every load still at the start (N = 4095 / 4097: 90% of copy unbound, 94.5% bound;
+// h200-window-masks-ab-154ead7.txt).
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
 __host__ __device__ constexpr int fwd_row_ctas() {
-    if (OP == 1 && DT != 0 && SLOTS <= 3 && SSLOTS == 0 && P != 2) {
+    if ((OP == 1 && SLOTS <= 3 || OP == 0 && SLOTS <= 4 && C == 1) && DT != 0 && SSLOTS == 0 && P != 2) {
         int c = 2048 / THREADS;
         while (c > 1 && 16384 / (32 * ((c * THREADS / 32 + 3) / 4)) / 8 * 8 < 16 + SLOTS * W) c--;
         return c;
@@ -964,7 +986,7 @@ __host__ __device__ constexpr int fwd_row_ctas() {
 }
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO = DT>
-__global__ void __launch_bounds__(THREADS, (fwd_row_ctas<OP, DT, W, THREADS, SLOTS, SSLOTS, P>()))
+__global__ void __launch_bounds__(THREADS, (fwd_row_ctas<OP, DT, W, THREADS, SLOTS, SSLOTS, C, P>()))
 fwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
     row_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
