@@ -726,6 +726,10 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         // and last access in a loop of their own; every load issues at the start. Only in one CTA a row, and with
         // shared-memory slots only in 16 bits (fp32 measured 1-4 points slower: cp.async already in flight at the
         // start), and not in the tightly bound kernels (4 fp32 slots, 16-bit log-softmax in 3): ptxas spilled there.
+        // The 16-bit log-softmax in register slots alone puts every access through the selects, masked or not: a
+        // branch around them left its predicate live across the reduction's barrier (4 slots at 48 registers: 8
+        // bytes spilled). Elsewhere the branch stays: without it the 16-bit softmax ran 1-6 points slower
+        // (h200-log-rows-lean-d6c7663.txt), fp32 moved 2 of 8 loads late again, and cross-entropy spilled.
         constexpr bool APART =
             P && C == 1 && (SSLOTS == 0 || DT != 0) && SLOTS * W > 16 && !(OP == 1 && DT != 0 && SLOTS <= 3);
 #pragma unroll
@@ -742,7 +746,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #pragma unroll
             for (int k = 0; k < SLOTS; k++) {
                 BOUNDS(k * THREADS);
-                if (k * THREADS < lim && (lo > 0 || hi < W)) {
+                if ((OP == 1 && DT != 0 && SSLOTS == 0) || (k * THREADS < lim && (lo > 0 || hi < W))) {
 #pragma unroll
                     for (int j = 0; j < W; j++) v[k * W + j] = j >= lo && j < hi ? v[k * W + j] : OS_NEG_INF;
                 }
@@ -780,10 +784,14 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             for (int j = 0; j < E; j++) v[j] = os_exp_diff(v[j], st);
             d = os_sum_of<E>(v);
         } else {
-            float e[E];
+            float d0 = 0.0f, d1 = 0.0f;  // each exponential summed as it comes: summed from an array of them, the
+                                         // 16-bit log-softmax in 4 slots spilled 4-16 bytes at 48 registers
 #pragma unroll
-            for (int j = 0; j < E; j++) e[j] = os_exp_diff(v[j], st);
-            d = os_sum_of<E>(e);
+            for (int j = 0; j < E; j += 2) {
+                d0 += os_exp_diff(v[j], st);
+                if (j + 1 < E) d1 += os_exp_diff(v[j + 1], st);
+            }
+            d = d0 + d1;
         }
         if constexpr (SSLOTS > 0) {
             row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo_last, N, [&](int j, int lo, int hi) {
@@ -970,14 +978,15 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 // leave a thread softmax's registers, 16 + SLOTS * W (ptxas divides an SM's registers among its 4 schedulers, each
 // taking a quarter of the warps, rounded up, in steps of 8 registers). Unbound it took 55-56 registers where softmax
 // takes 39-40 (x kept unpacked, and its exponentials only summed: ptxas hoists them all), 6 CTAs of 192 threads an SM
-// instead of 8. In 4 slots that bound spilled (48 registers: 4-12 bytes), so those keep the general rule. The 16-bit
-// softmax in up to 4 slots, one CTA a row, takes the same bound (in a cluster it spilled): with row_body's masks APART
-// its odd rows took 47 registers (3 slots, 7 CTAs of 192 instead of 8) and 52-54 (4 slots, 2 CTAs of 416 instead of
-// 3); bound, 40 and 48, no spills, every load still at the start (N = 4095 / 4097: 90% of copy unbound, 94.5% bound;
+// instead of 8. In 4 slots, one CTA a row, the same (48 registers at 416 threads: 3 CTAs instead of 2) since its
+// exponentials are summed as they come (row_body); in a cluster that bound spilled. The 16-bit softmax in up to 4
+// slots, one CTA a row, takes the same bound (in a cluster it spilled): with row_body's masks APART its odd rows took
+// 47 registers (3 slots, 7 CTAs of 192 instead of 8) and 52-54 (4 slots, 2 CTAs of 416 instead of 3); bound, 40 and
+// 48, no spills, every load still at the start (N = 4095 / 4097: 90% of copy unbound, 94.5% bound;
 // h200-window-masks-ab-154ead7.txt).
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
 __host__ __device__ constexpr int fwd_row_ctas() {
-    if ((OP == 1 && SLOTS <= 3 || OP == 0 && SLOTS <= 4 && C == 1) && DT != 0 && SSLOTS == 0 && P != 2) {
+    if ((OP == 1 && SLOTS <= 3 || OP <= 1 && SLOTS <= 4 && C == 1) && DT != 0 && SSLOTS == 0 && P != 2) {
         int c = 2048 / THREADS;
         while (c > 1 && 16384 / (32 * ((c * THREADS / 32 + 3) / 4)) / 8 * 8 < 16 + SLOTS * W) c--;
         return c;
