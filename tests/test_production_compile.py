@@ -126,7 +126,7 @@ def test_log_softmax_rows_hold_softmax_occupancy(report):
     (the block regime's forward), fit as many CTAs an SM as softmax's; unbound they took 55-56 registers against
     softmax's 39-40 (192 threads: 6 CTAs an SM against 8), and 67-72 against 47-48 in 4 slots (416 threads: 2
     against 3)."""
-    seen = 0
+    seen = {3: 0, 4: 0}
     for k, r in report.items():
         if k.startswith("fwd_row<1,") and k.split(",")[1] != "0":
             _, _, W, threads, slots, sslots, c, p = (int(a) for a in k[len("fwd_row<"):-1].split(",")[:8])
@@ -134,8 +134,8 @@ def test_log_softmax_rows_hold_softmax_occupancy(report):
                 twin = report["fwd_row<0," + k[len("fwd_row<1,"):]]
                 assert _ctas_per_sm(r["registers"], threads) >= _ctas_per_sm(twin["registers"], threads), \
                     (k, r["registers"], twin["registers"])
-                seen += 1
-    assert seen >= 40, seen
+                seen[slots] += 1
+    assert seen[3] >= 40 and seen[4] >= 16, seen  # 120 and 32 at dcc5a63: neither kind may drop out unchecked
 
 
 def test_chan_backward_holds_two_ctas_where_bound(report):

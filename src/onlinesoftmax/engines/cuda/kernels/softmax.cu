@@ -725,7 +725,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         // where P = 0 pays one (benchmarks/sass_loads.py). APART: unpack whole accesses, then mask the row's first
         // and last access in a loop of their own; every load issues at the start. Only in one CTA a row, and with
         // shared-memory slots only in 16 bits (fp32 measured 1-4 points slower: cp.async already in flight at the
-        // start), and not in the tightly bound kernels (4 fp32 slots, 16-bit log-softmax in 3): ptxas spilled there.
+        // start), and not in the tightly bound kernels (up to 16 elements a thread, bound to 2048 threads an SM: fp32
+        // in 3 or 4 slots; the 16-bit log-softmax in 3): ptxas spilled in fp32's 4 slots and log-softmax's 3, and
+        // fp32 in 3 slots measured level.
         // The 16-bit log-softmax in register slots alone puts every access through the selects, masked or not: a
         // branch around them left its predicate live across the reduction's barrier (4 slots at 48 registers: 8
         // bytes spilled). Elsewhere the branch stays: without it the 16-bit softmax ran 1-6 points slower
