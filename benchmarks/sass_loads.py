@@ -48,7 +48,7 @@ def main() -> None:
                 if not head.endswith("_row"):
                     print(f"{N:7d} {dt:9s} {op:22s} {kernel:34s} (not a row kernel)")
                     continue
-                for name in (kernel, f"{head}<{','.join(params[:-1] + ['0'])}>"):  # its aligned twin: P = 0
+                for name in (kernel, f"{head}<{','.join(params[:7] + ['0'] + params[8:])}>"):  # aligned twin: P = 0
                     at, r = loads(name)
                     print(f"{N:7d} {dt:9s} {op:22s} {name:34s} {r['registers']:4d} {r['spill_stores']:5d} "
                           f"{params[4]:>5s}  {at}", flush=True)
