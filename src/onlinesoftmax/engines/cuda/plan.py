@@ -74,7 +74,10 @@ WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <=
 MAX_RPT = 4  # warp kernels: rows per lane group
 FLAT_THREADS = 256
 FLAT_SMEM_BYTES = 32768  # flat: the shared memory one CTA stages its rows in, all inputs (at least a whole access each)
-FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36)  # flat: elements per lane and row (instantiations)
+# flat: elements per lane and row (instantiations), every count up to 12: with 12 after 8, a 16-bit row of 129 on 16
+# lanes held 12 (192 elements, 33% of them past the row) and ran at 70% of copy, on 9 at 84.5%
+# (h200-flat-slots-rows-c50c2af.txt)
+FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 20, 24, 28, 32, 36)
 FLAT_LANES = (4, 8, 16, 32)  # flat: lanes per row the kernels take (their LG = 2..5)
 # flat: about this many elements a lane pick the lanes per row (flat_config), by op
 FLAT_LANE_ELEMS = {"softmax": 8, "log_softmax": 8, "softmax_backward": 2, "log_softmax_backward": 4}
@@ -243,13 +246,15 @@ def flat_config(op: str, dtype, N: int) -> tuple[int, int]:
 
 def flat_rows(op: str, dtype, N: int) -> int:
     """flat: rows per CTA, a multiple of V / gcd(N, V) so that every CTA's chunk starts on a 16-byte boundary, as many
-    as FLAT_SMEM_BYTES holds of every input (at least that multiple). Timed on the H200 (tune_rows --flat,
-    h200-tune-flat-2f4b60c.txt and -a41cc49.txt, two runs alike within 2 points), % of copy at 8 / 16 / 32 KB of
-    each input: bf16 softmax 255 68 / 82 / 89-90, 1023 82 / 82 / 88-89, fp32 63 69 / 81-82 / 91; the backward (two
-    inputs) at 16 / 32 KB each: bf16 softmax 127 98-99 / 95-96, log_softmax 63 66 / 58 (fewer CTAs fit an SM)."""
+    as come nearest FLAT_SMEM_BYTES of all inputs (at least that multiple; at most 1.5 times FLAT_SMEM_BYTES). Timed on
+    the H200 (tune_rows --flat, h200-tune-flat-2f4b60c.txt and -a41cc49.txt, two runs alike within 2 points), % of
+    copy at 8 / 16 / 32 KB of each input: bf16 softmax 255 68 / 82 / 89-90, 1023 82 / 82 / 88-89, fp32 63 69 / 81-82
+    / 91; the backward (two inputs) at 16 / 32 KB each: bf16 softmax 127 98-99 / 95-96, log_softmax 63 66 / 58 (fewer
+    CTAs fit an SM). Floored to as many as fit, 16-bit odd rows of 1025-1151 took 8 rows (16-18 KB): 78-80% of copy at
+    1025, 83-86% on 16 rows (33-37 KB; h200-flat-slots-rows-c50c2af.txt)."""
     V = vec_width(dtype)
     step = V // math.gcd(N, V)
-    return max(step, FLAT_SMEM_BYTES // len(OPS[op].inputs) // (N * _SIZES[dtype]) // step * step)
+    return step * max(1, int(FLAT_SMEM_BYTES / (step * N * _SIZES[dtype] * len(OPS[op].inputs)) + 0.5))
 
 
 # flat: the row-length ranges (off the vector) around the lengths where it measured faster than the other regimes'
