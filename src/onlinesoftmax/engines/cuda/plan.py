@@ -74,10 +74,10 @@ WARP_MAX_SLOTS = 8  # warp kernels: accesses per lane and row (scalar path: N <=
 MAX_RPT = 4  # warp kernels: rows per lane group
 FLAT_THREADS = 256
 FLAT_SMEM_BYTES = 32768  # flat: the shared memory one CTA stages its rows in, all inputs (at least a whole access each)
-# flat: elements per lane and row (instantiations), every count up to 12: with 12 after 8, a 16-bit row of 129 on 16
-# lanes held 12 (192 elements, 33% of them past the row) and ran at 70% of copy, on 9 at 84.5%
-# (h200-flat-slots-rows-c50c2af.txt)
-FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 20, 24, 28, 32, 36)
+# flat: elements per lane and row (instantiations), every count up to 12 and 33 (2^10 + 1 on 32 lanes): with 12
+# after 8, a 16-bit row of 129 on 16 lanes held 12 (192 elements, 33% of them past the row) and ran at 70% of copy,
+# on 9 at 84.5% (h200-flat-slots-rows-c50c2af.txt)
+FLAT_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 20, 24, 28, 32, 33, 36)
 FLAT_LANES = (4, 8, 16, 32)  # flat: lanes per row the kernels take (their LG = 2..5)
 # flat: about this many elements a lane pick the lanes per row (flat_config), by op
 FLAT_LANE_ELEMS = {"softmax": 8, "log_softmax": 8, "softmax_backward": 2, "log_softmax_backward": 4}
@@ -231,7 +231,10 @@ def flat_config(op: str, dtype, N: int) -> tuple[int, int]:
     --lanes, 32 KB chunks, h200-tune-flat-lanes-*.txt; % of copy at 4 / 8 / 16 / 32 lanes): bf16 softmax 33 71 / 70 /
     55 / 34, 63 62 / 67 / 77 / 56, 127 61 / 71 / 87 / 76, 129 60 / 67 / 69 / 72, 199 - / 83 / 76 / 82, 255 - / 71 /
     87 / 88; bf16 log_softmax within a few points alike (199: 82 at 8 lanes, 77 at 32); fp32 at 96-97 from 8 lanes
-    up to N = 255 but for 33 (4 lanes 96, 8 lanes 84-92).
+    up to N = 255 but for 33 (4 lanes 96, 8 lanes 84-92). With every slot count up to 12 (b03894f; bf16,
+    h200-tune-flat-lanes-slots-b03894f.txt) these lanes were the best or within 2 points at 33, 70, 127, 129, 170 and
+    1025 for both ops; elsewhere softmax wanted 16 at 63 (72 against 64), log-softmax fewer lanes at 100 (4: 82
+    against 76), 150 (8: 81 against 77) and 255 (16: 84 against 82); not taken (no one ratio fits them).
 
     Backward: the power of two nearest N / 2 (softmax) or N / 4 (log-softmax: an exponential an element more), 4 to
     32 lanes; two inputs, each element read twice. Timed after f210efe (the backward's loop without a branch per
