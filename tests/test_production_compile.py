@@ -358,7 +358,7 @@ def test_flat_plans_only_pick_enumerated_kernels(inst):
                 if p.regime == "flat":
                     assert set(p.kernels) <= picked
     assert picked == {k for k in inst if "_flat<" in k}
-    assert {k.rsplit(",", 1)[1] for k in picked} == {"2>", "3>", "4>", "5>"}  # every lane count
+    assert {k.split(",")[3].rstrip(">") for k in picked} == {"2", "3", "4", "5"}  # every lane count
 
 
 def test_flat_rules():
@@ -379,8 +379,10 @@ def test_flat_rules():
                 (l,) = p.launches
                 assert (p.regime, p.rows, l.grid, l.block, l.sig) == ("flat", R, -(-1000 // R), (P.FLAT_THREADS,),
                                                                       "flat")
+                sure = "" if op.endswith("backward") else f",{P.flat_sure(slots)}"
                 assert l.kernel == f"{'bwd' if op.endswith('backward') else 'fwd'}_flat<{opdefs.OPS[op].code}," \
-                                   f"{P.DT_CODE[dtype]},{slots},{lg}>"
+                                   f"{P.DT_CODE[dtype]},{slots},{lg}{sure}>"
+                assert not sure or (1 << lg) * P.flat_sure(slots) < N  # the slots read without a mask
                 assert l.smem == R * N * size * ins
                 assert p.at(5 * 10**6).launches[0].grid == -(-5 * 10**6 // R)
     with pytest.raises(P.Unsupported, match="contiguous"):

@@ -222,6 +222,16 @@ def flat_slots(N: int, lanes: int) -> int:
     raise Unsupported(f"N = {N} > {lanes * FLAT_SLOTS[-1]}: too long for the flat kernels' {lanes} lanes per row")
 
 
+def flat_sure(slots: int) -> int:
+    """flat forward: the slots of a lane that lie inside every row it takes (the kernels' SURE, read without a
+    mask): the FLAT_SLOTS entry below `slots`, since flat_slots took the smallest one whose lanes hold N (lanes x
+    that entry < N). Measured on the H200 against every slot tested (h200-flat-sure-9f876fa.txt, % of copy, bf16 softmax
+    / log-softmax): 1023 88 / 86 -> 93 / 94, 1025 88 / 86 -> 94 / 94, 255 88 / 82 -> 90 / 85, 150 83 / 77 -> 88 / 83,
+    129 84 / 78 -> 84 / 81; fp16 alike, fp32 level."""
+    i = FLAT_SLOTS.index(slots)
+    return FLAT_SLOTS[i - 1] if i else 0
+
+
 def flat_config(op: str, dtype, N: int) -> tuple[int, int]:
     """flat: (lg, slots), 2^lg lanes per row and slots elements a lane (flat_slots).
 
@@ -664,7 +674,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     if regime == "flat":
         R = flat_rows(op, dtype, N)
         lg, slots = flat_config(op, dtype, N)
-        name = f"{pre}_flat<{o},{dt},{slots},{lg}>"
+        name = f"{pre}_flat<{o},{dt},{slots},{lg}" + (f",{flat_sure(slots)}>" if fwd else ">")
         smem = R * N * _SIZES[dtype] * len(OPS[op].inputs)
         return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
                     rows=R)

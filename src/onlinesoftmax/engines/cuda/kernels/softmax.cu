@@ -23,9 +23,9 @@
 // fwd_row<OP,DT,W,THREADS,SLOTS,SSLOTS,C,P> one row per CTA (C == 1) or per cluster of C CTAs (partial (m, d) through
 //                                        DSMEM); THREADS <= 512 threads hold SLOTS accesses each in registers and
 //                                        SSLOTS more in dynamic shared memory (cp.async)
-// fwd_flat<OP,DT,SLOTS,LG>               contiguous aligned rows of any N (not whole accesses): a CTA stages R rows in
+// fwd_flat<OP,DT,SLOTS,LG,SURE>          contiguous aligned rows of any N (not whole accesses): a CTA stages R rows in
 //                                        shared memory with 16-byte copies, 2^LG lanes per row (4..32; SLOTS elements
-//                                        a lane) compute there, 16-byte stores
+//                                        a lane, the first SURE of them inside every row) compute there, 16-byte stores
 // fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
 // fwd_split_apply<OP,DT,W>               phase 2: merge the row's P partials, re-read the chunk (L2), write
 // fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       (forward only) non-last dim of a contiguous (outer, N, inner) tensor, the
@@ -468,7 +468,43 @@ bwd_warp(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 // each, the 2 x 5 shuffle steps of the butterflies were most of a row's instructions (bf16 forward at N = 63: 55% of
 // copy on the H200, fp32 91-97%). Forward: the row's values in registers (max, then the sum of exp(x - max), as the
 // warp kernels); backward: two passes over shared memory (the sums, then dx).
-template <int OP, int DT, int SLOTS, int LG>
+// One row of a flat forward pass, in place in shared memory: lane l of the row's L takes elements l, l + L, ...; those
+// past len (the row's length, or 0 for a row past the chunk) read as -inf and are not written, but in the first SURE
+// slots (SURE > 0: L x SURE < len), which are not tested. The max, then the sum of exp(x - max), as the warp kernels.
+// Tested elements cost a compare, a -inf and predicated loads and stores each: with every element tested, 16-bit rows of
+// 1023 and 1025 ran at 86-88% of copy (fp32 97%: half the elements a byte), 93-94% with SURE (h200-flat-sure-9f876fa.txt).
+template <int OP, int DT, int SLOTS, int L, int SURE>
+__device__ __forceinline__ void flat_fwd_row(typename os_elem<DT>::type* ra, int len, int lane) {
+    typedef op_traits<OP, DT, 16 / sizeof(typename os_elem<DT>::type)> op;
+    auto has = [&](int k) { return k < SURE || lane + L * k < len; };
+    float v[SLOTS];
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) v[k] = has(k) ? os_to_f<DT>(ra[lane + L * k]) : OS_NEG_INF;
+    float m = os_max_of<SLOTS>(v), d, unused = 0.0f;
+    os_xor_reduce<OS_RED_MAX, L>(m, unused);
+    const float s = os_safe_shift(m);
+    if constexpr (OP == 0) {
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) v[k] = os_exp_diff(v[k], s);
+        d = os_sum_of<SLOTS>(v);
+    } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
+        float e[SLOTS];
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++) {
+            v[k] -= s;
+            e[k] = os_ex2(v[k] * OS_LOG2E);
+        }
+        d = os_sum_of<SLOTS>(e);
+    }
+    os_xor_reduce<OS_RED_SUM, L>(d, unused);
+    const typename op::out_params o(m, d);
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++) {
+        if (has(k)) ra[lane + L * k] = os_from_f<DT>(OP == 0 ? v[k] * o.inv : v[k] - o.ld);
+    }
+}
+
+template <int OP, int DT, int SLOTS, int LG, int SURE>
 __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void* __restrict__ b,
                                           void* __restrict__ out, long long M, int N, int R) {
     static_assert(LG >= 2 && LG <= 5, "flat: 4..32 lanes per row");
@@ -505,35 +541,10 @@ __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void
         const int r = p + slot, len = r < rows ? N : 0;
         elem* ra = sa + r * N;
         if constexpr (op::FWD) {
-            float v[SLOTS];
-#pragma unroll
-            for (int k = 0; k < SLOTS; k++) {
-                const int j = lane + L * k;
-                v[k] = j < len ? os_to_f<DT>(ra[j]) : OS_NEG_INF;
-            }
-            float m = os_max_of<SLOTS>(v), d, unused = 0.0f;
-            os_xor_reduce<OS_RED_MAX, L>(m, unused);
-            const float s = os_safe_shift(m);
-            if constexpr (OP == 0) {
-#pragma unroll
-                for (int k = 0; k < SLOTS; k++) v[k] = os_exp_diff(v[k], s);
-                d = os_sum_of<SLOTS>(v);
-            } else {  // v keeps x - s: the output is then one subtraction, (x - s) - log d
-                float e[SLOTS];
-#pragma unroll
-                for (int k = 0; k < SLOTS; k++) {
-                    v[k] -= s;
-                    e[k] = os_ex2(v[k] * OS_LOG2E);
-                }
-                d = os_sum_of<SLOTS>(e);
-            }
-            os_xor_reduce<OS_RED_SUM, L>(d, unused);
-            const typename op::out_params o(m, d);
-#pragma unroll
-            for (int k = 0; k < SLOTS; k++) {
-                const int j = lane + L * k;
-                if (j < len) ra[j] = os_from_f<DT>(OP == 0 ? v[k] * o.inv : v[k] - o.ld);
-            }
+            // a pass whose rows all exist (every pass but a chunk's last, most often) reads and writes its first SURE
+            // slots without a mask (the plan's slots keep L x SURE < N); the last pass tests every element
+            if (p + (FLAT_THREADS >> LG) <= rows) flat_fwd_row<OP, DT, SLOTS, L, SURE>(ra, N, lane);
+            else flat_fwd_row<OP, DT, SLOTS, L, 0>(ra, len, lane);
         } else {
             const elem* rb = sb + r * N;
             float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
@@ -560,16 +571,16 @@ __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void
     if (threadIdx.x < tail) go[nv * W + threadIdx.x] = sa[nv * W + threadIdx.x];
 }
 
-template <int OP, int DT, int SLOTS, int LG>
+template <int OP, int DT, int SLOTS, int LG, int SURE>
 __global__ void __launch_bounds__(FLAT_THREADS, 4)
 fwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N, int R) {
-    flat_body<fwd_op<OP>::value, DT, SLOTS, LG>(a, b, out, M, N, R);
+    flat_body<fwd_op<OP>::value, DT, SLOTS, LG, SURE>(a, b, out, M, N, R);
 }
 
 template <int OP, int DT, int SLOTS, int LG>
 __global__ void __launch_bounds__(FLAT_THREADS, 4)
 bwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N, int R) {
-    flat_body<bwd_op<OP>::value, DT, SLOTS, LG>(a, b, out, M, N, R);
+    flat_body<bwd_op<OP>::value, DT, SLOTS, LG, 0>(a, b, out, M, N, R);
 }
 
 // ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
