@@ -16,7 +16,8 @@ slots; besides the op, the cross-entropy kernel alone (engines.cuda.run.cross_en
 every row, the same row kernel), as % of one read of the logits + one write of the gradient.
 
 --flat: rows that are not whole 16-byte accesses (forward or backward ops): torch, the rules' plan, the rules without
-the flat regime, then the flat regime (rows staged in shared memory) at three sizes of a CTA's chunk, all inputs
+the flat regime, then the flat regime (rows staged in shared memory) at three sizes of a CTA's chunk (the row
+step's multiple nearest each: plan.flat_rows), all inputs
 (FLAT_SMEM_BYTES). --lanes: then the flat regime at the shipped chunk with the lanes per row forced to 4, 8, 16 and
 32 ("flat L8 ..."; the lanes' slots as plan.flat_slots gives them, a count left out where they exceed FLAT_SLOTS[-1]):
 the evidence for plan.flat_config.

@@ -64,9 +64,11 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         # count (flat_config: forward 4 lanes at N = 1, 5, 17 and 33, 8 at 63, 16 at 127 and 129, 32 from 257;
         # softmax backward 4 at 1 and 5, 8 at 17, 16 at 33, 32 from 63; log-softmax backward 4 at 1, 5 and 17, 8 at
         # 33, 16 at 63, 32 from 127) with a last pass whose rows end inside a warp (37 rows,
-        # and 301 = a partial last CTA of 45 or 13 rows)
+        # and 301 = a partial last CTA of 45 or 13 rows); full passes before a partial one, whose forward reads the slots
+        # inside every row unmasked (plan.flat_sure), on 4 lanes (64 rows a pass: 70 x 5, 200 x 33) and at the longest row
+        # (8 rows a pass: 20 x FLAT_MAX_N)
         "flat": [(3, 1), (37, 5), (37, 17), (37, 33), (37, 63), (301, 127), (131, 129), (70, 257), (19, 1023), (11, 1025),
-                 (5, P.FLAT_MAX_N), (9, 8 * W)],
+                 (5, P.FLAT_MAX_N), (9, 8 * W), (70, 5), (200, 33), (20, P.FLAT_MAX_N)],
         "chan": [(3, 1), (37, 19), (300, 32), (2, 8), (2, 9), (5, 33), (3, 40), (7, 41), (2, 80), (3, 81), (2, 129),
                  (37, 150), (2, 161), (2, 256)],
     }[regime]

@@ -387,6 +387,15 @@ def test_flat_rules():
                 assert p.at(5 * 10**6).launches[0].grid == -(-5 * 10**6 // R)
     with pytest.raises(P.Unsupported, match="contiguous"):
         P.plan(1000, 127, torch.bfloat16, "softmax", vec=False, window=1, sms=SMS, regime="flat")
+    # the forward reads a lane's first flat_sure(slots) slots unmasked: a config with more slots than the fewest that
+    # hold the row is refused, not run past the row
+    config = P.flat_config
+    try:
+        P.flat_config = lambda op, dtype, N: (2, 12)
+        with pytest.raises(P.OnlineSoftmaxError, match="past the row"):
+            P.plan(1000, 33, torch.bfloat16, "softmax", vec=False, window=1, sms=SMS, regime="flat", flat=True)
+    finally:
+        P.flat_config = config
     # the rules' choice: the measured ranges (FLAT_RANGES), N off the vector, a chunk per SM, the tensors' word
     bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
     many = 1 << 22
