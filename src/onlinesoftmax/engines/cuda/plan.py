@@ -674,10 +674,11 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     if regime == "flat":
         R = flat_rows(op, dtype, N)
         lg, slots = flat_config(op, dtype, N)
-        if fwd and (1 << lg) * flat_sure(slots) >= N:  # the kernel reads those slots unmasked (flat_sure)
-            raise OnlineSoftmaxError(f"flat: {1 << lg} lanes of {slots} slots for N = {N}: the slots below "
-                                     f"{flat_sure(slots)} would reach past the row (flat_slots picks the fewest)")
-        name = f"{pre}_flat<{o},{dt},{slots},{lg}" + (f",{flat_sure(slots)}>" if fwd else ">")
+        sure = flat_sure(slots)  # the forward reads a lane's first `sure` slots unmasked
+        if fwd and (1 << lg) * sure >= N:
+            raise OnlineSoftmaxError(f"flat: {1 << lg} lanes of {slots} slots for N = {N}: the slots below {sure} "
+                                     "would reach past the row (flat_slots picks the fewest)")
+        name = f"{pre}_flat<{o},{dt},{slots},{lg}" + (f",{sure}>" if fwd else ">")
         smem = R * N * _SIZES[dtype] * len(OPS[op].inputs)
         return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
                     rows=R)
