@@ -9,6 +9,8 @@ NVRTC version is the same; otherwise it compiles them, still in parallel).
     python benchmarks/precompile.py --tests    (instead: what tests/test_gpu_production.py's fixture compiles,
                                                 test_gpu_concurrency.py's jobs and every chan and flat kernel: ~750
                                                 kernels, ~50 MB, ~3 minutes on 2 cores)
+    python benchmarks/precompile.py --layouts    (instead: `onlinesoftmax extras`' layouts, and the strided kernels
+                                                probe_columns.py --strided forces there)
     python benchmarks/precompile.py --cross-entropy    (instead: the cross-entropy GPU tests' and benchmark's
                                                         kernels: ~110, ~12 MB, ~40 s on 2 cores)
 
@@ -16,6 +18,8 @@ The device's carry holds 64 MiB with the tree: --tests and --cross-entropy do no
 """
 
 import argparse
+import contextlib
+import itertools
 import os
 import time
 
@@ -74,20 +78,29 @@ def _test_module(name: str):
         torch.cuda.is_available = seen
 
 
-def concurrency_kernels(sms: int) -> set:
-    """The kernels test_gpu_concurrency's CUDA jobs load: the engine's own plan_for on CPU stand-ins of their inputs
-    (its layout and alignment logic as is; availability, the SM count and kernel loading stubbed)."""
+@contextlib.contextmanager
+def planning_engine(sms: int):
+    """The CUDA engine, planning for CPU tensors: its layout and alignment logic as is; availability, the SM count
+    and kernel loading stubbed. Yields the engine module (plan_for on CPU stand-ins gives the device's kernels)."""
     from types import SimpleNamespace
 
     from onlinesoftmax.engines.cuda import run as E
 
-    C = _test_module("test_gpu_concurrency")
     stubs = dict(available=lambda: None, _device_index=lambda x, op: 0, sms=lambda device: sms,
                  kernel=lambda *a: SimpleNamespace(fits=True, bind=lambda *a: None))
     kept = {k: getattr(E, k) for k in stubs}
     vars(E).update(stubs)
-    names = set()
     try:
+        yield E
+    finally:
+        vars(E).update(kept)
+
+
+def concurrency_kernels(sms: int) -> set:
+    """The kernels test_gpu_concurrency's CUDA jobs load."""
+    C = _test_module("test_gpu_concurrency")
+    names = set()
+    with planning_engine(sms) as E:
         for _, shape, dtype, dim, _, view in C.CASES:
             x = C._input(shape, dtype, dim, view, "cpu", None)
             for op in ("softmax", "log_softmax"):
@@ -96,8 +109,23 @@ def concurrency_kernels(sms: int) -> set:
             x = C._input(shape, dtype, dim, None, "cpu", None)
             names.update(E.plan_for("log_softmax", x, dim=dim).kernels)
             names.update(E.plan_for("log_softmax_backward", torch.empty_like(x), torch.empty_like(x), dim=dim).kernels)
-    finally:
-        vars(E).update(kept)
+    return names
+
+
+def layout_kernels(sms: int) -> set:
+    """The kernels of `onlinesoftmax extras`' layouts (every op and dtype, the plan as shipped) and the strided
+    kernel of each, which benchmarks/probe_columns.py --strided forces: shape-only stand-ins (meta tensors)."""
+    from onlinesoftmax.harness.extras import LAYOUT_DTYPES, LAYOUT_OPS, LAYOUTS
+
+    names = set()
+    with planning_engine(sms) as E:
+        for (_, shape, dim, view), dtype, op in itertools.product(LAYOUTS, LAYOUT_DTYPES, LAYOUT_OPS):
+            x = torch.empty(shape[0], view[0], dtype=dtype, device="meta")[:, view[1]:view[1] + shape[1]] if view \
+                else torch.empty(shape, dtype=dtype, device="meta")
+            ins = (x,) if not op.endswith("_backward") else (torch.empty_like(x), x)
+            out = torch.empty(x.shape, dtype=dtype, device="meta")
+            for regime in (None, "strided"):
+                names.update(E.plan_for(op, *ins, dim=dim, regime=regime, out=out).kernels)
     return names
 
 
@@ -144,10 +172,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="*", default=SWEEP_N)
     ap.add_argument("--tests", action="store_true", help="the production GPU tests' kernels instead of the sweep's")
     ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy tests' and benchmark's kernels")
+    ap.add_argument("--layouts", action="store_true",
+                    help="instead: `onlinesoftmax extras`' layouts and probe_columns.py --strided's kernels")
     ap.add_argument("--flat-lanes", action="store_true", help="with the sweep's: tune_rows --flat --lanes's at --n")
     args = ap.parse_args()
     sms = K.sms(0 if torch.cuda.is_available() else None)
     names = (test_kernels(sms) if args.tests else cross_entropy_kernels(sms) if args.cross_entropy
+             else layout_kernels(sms) if args.layouts
              else sweep_kernels(args.n, sms) | (flat_lanes_kernels(args.n) if args.flat_lanes else set()))
     t = time.perf_counter()
     K.compile_all(names, batch=1, workers=args.workers)

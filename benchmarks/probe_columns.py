@@ -1,24 +1,37 @@
-"""Softmax over dim 0 of 8192 x 8192 fp32 through the columns kernel in several tilings (lanes x 16-byte row
-pieces, rows of threads, slots in shared memory, cluster size), against the automatic plan: what limits it?
+"""Long non-last dims (issue 12's layouts whose columns do not fit one CTA): what limits them?
+
+Default: softmax over dim 0 of 8192 x 8192 fp32 through the columns kernel in several tilings (lanes x 16-byte row
+pieces, rows of threads, slots in shared memory, cluster size), against the automatic plan.
+--strided: the strided kernel (forward and backward) at every geometry (lanes x rows threads, grid) on dim 0 of
+8192 x 8192, dim 0 of 4097 x 1001 and channels C = 1000, beside the automatic plan and torch. The geometry is a
+launch parameter: one compiled kernel per (op, dtype, access width) serves every row of the table (kernels:
+benchmarks/precompile.py --layouts).
 
     PYTHONPATH=src python benchmarks/probe_columns.py [--once]     (--once: one launch each, for ncu)
+    PYTHONPATH=src python benchmarks/probe_columns.py --strided [--dtype bfloat16 ...] [--op softmax_backward ...]
 """
 
-import sys
+import argparse
+import dataclasses
 
 import torch
 
 from onlinesoftmax.harness.bench import copy_gbps, gbps, median_ms
+from onlinesoftmax.harness.extras import LAYOUTS, _layout_inputs
 from onlinesoftmax.engines.cuda import plan as P
 from onlinesoftmax.engines.cuda import run as E
+from onlinesoftmax.intmath import cdiv, pow2ceil
+from onlinesoftmax.ops import softmax as ops
 
 R = C_ = 8192
 # (lanes, smem slots, cluster): registers hold columns_slots (4) rows per thread
 TILINGS = [(4, 8, 8), (4, 4, 8), (2, 0, 8), (8, 12, 8), (8, 4, 16), (16, 12, 16), (1, 0, 4)]
+STRIDED_LAYOUTS = [lay for lay in LAYOUTS if lay[0] in
+                   ("dim 0 of 8192 x 8192", "dim 0 of an odd-width matrix", "channels, C = 1000")]
+OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
 
 
-def main():
-    once = "--once" in sys.argv
+def columns(once: bool):
     x = torch.randn(R, C_, device="cuda")
     want = torch.softmax(x.double(), 0)
     out = torch.empty_like(x)
@@ -50,6 +63,89 @@ def main():
         ms = median_ms(run, "cuda")
         print(f"lanes={lanes:2d} ({lanes * 16:3d} B pieces) rows={rows:3d} smem slots={ss:2d} C={c:2d}: {ms:.3f} ms "
               f"{100 * gbps(2 * R * C_ * 4, ms) / copy:5.1f}% of copy, max err {err:.1e}")
+
+
+def _reference(op: str, ins: tuple, dim: int) -> torch.Tensor:
+    d = [t.double() for t in ins]
+    if op == "softmax":
+        return torch.softmax(d[0], dim)
+    if op == "log_softmax":
+        return torch.log_softmax(d[0], dim)
+    y, dy = d
+    if op == "softmax_backward":
+        return y * (dy - (y * dy).sum(dim, keepdim=True))
+    return dy - y.exp() * dy.sum(dim, keepdim=True)
+
+
+def strided_geometries(W: int, N: int, inner: int, sms: int) -> list[tuple[int, int, int]]:
+    """(lanes, rows, grid cap) for every power-of-2 lanes up to 32 (or the strip's width) and caps of 1, 2 and 4
+    CTAs per SM."""
+    out = []
+    lanes = 1
+    while lanes <= min(32, pow2ceil(cdiv(inner, W))):
+        rows = min(pow2ceil(N), P.STRIDED_THREADS // lanes)
+        out += [(lanes, rows, k * sms) for k in (1, 2, 4)]
+        lanes *= 2
+    return out
+
+
+def strided(dtypes, op_names):
+    copy = copy_gbps("cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s (read + write, same run)")
+    for (label, shape, dim, view), dtype, op in ((l, d, o) for l in STRIDED_LAYOUTS for d in dtypes for o in op_names):
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        ins = _layout_inputs(op, shape, dim, view, dtype, gen)
+        want = _reference(op, ins, dim)
+        scale = want.abs().max().item()
+        nbytes = (1 + len(ins)) * ins[0].numel() * ins[0].element_size()
+        log, bwd = op.startswith("log"), op.endswith("_backward")
+        outer = ins[0].numel() // (shape[dim] * ins[0].stride(dim))
+        N, inner = shape[dim], ins[0].stride(dim)
+        out = torch.empty_like(ins[0])
+
+        def report(what: str, run) -> None:
+            out.fill_(float("nan"))
+            res = run()
+            torch.cuda.synchronize()
+            err = ((out if res is None else res).double() - want).abs().max().item() / scale
+            ms = median_ms(run, "cuda")
+            print(f"  {what:38s} {ms:8.3f} ms {100 * gbps(nbytes, ms) / copy:5.1f}% of copy  rel err {err:.1e}")
+
+        print(f"{op} {label} {'x'.join(map(str, shape))} {str(dtype)[6:]}: outer {outer}, N {N}, inner {inner}")
+        fn = (lambda: ops.backward(*ins, dim, log, "cuda")) if bwd else (lambda: ops.forward(ins[0], dim, log, "cuda"))
+        auto = E.plan_for(op, *ins, dim=dim)
+        report(f"auto {auto.regime} {auto.launches[0].block} grid={auto.launches[0].grid}", fn)
+        data = torch._log_softmax_backward_data if log else torch._softmax_backward_data
+        tfn = (lambda: data(ins[1], ins[0], dim, dtype)) if bwd else (
+            lambda: (torch.log_softmax if log else torch.softmax)(ins[0], dim))
+        report("torch", tfn)
+        base = E.plan_for(op, *ins, dim=dim, regime="strided")
+        for lanes, rows, cap in strided_geometries(base.W, N, inner, sms):
+            strips = cdiv(cdiv(inner, base.W), lanes)
+            items = outer * strips
+            launch = dataclasses.replace(base.launches[0], grid=min(items, cap), block=(lanes, rows),
+                                         per=(strips, 1, cap))
+            p = dataclasses.replace(base, launches=(launch,), strips=strips, items=items)
+            e = E._Entry(p, 0, False, (0,), 0)
+            b = ins[1].data_ptr() if bwd else 0
+            report(f"strided W={p.W} lanes={lanes:2d} rows={rows:3d} grid={launch.grid:4d}",
+                   lambda: e(ins[0].data_ptr(), b, out.data_ptr(), ins[0]))
+        del ins, want, out
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--once", action="store_true", help="columns: one launch per tiling (for ncu)")
+    ap.add_argument("--strided", action="store_true", help="the strided kernel's geometries on the long layouts")
+    ap.add_argument("--dtype", action="append", choices=("float32", "bfloat16", "float16"))
+    ap.add_argument("--op", action="append", choices=OPS)
+    a = ap.parse_args()
+    if a.strided:
+        strided([getattr(torch, d) for d in a.dtype or ("float32", "bfloat16")], a.op or OPS)
+    else:
+        columns(a.once)
 
 
 if __name__ == "__main__":
