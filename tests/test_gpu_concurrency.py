@@ -50,8 +50,8 @@ CASES = [
     ("cluster16B_bf16", (8, 131072), BF16, -1, "cluster", None),
     ("split", (4, 300007), F32, -1, "split", None),  # beyond a cluster of 8 (fp32: 278528 elements)
     ("split_long", (2, 1000003), F32, -1, "split", None),
-    ("columns1", (8, 300, 33), F32, 1, "columns", None),  # N > 256: past chan
-    ("columns16B", (4, 300, 128), BF16, 1, "columns", None),
+    ("strided1", (8, 300, 33), F32, 1, "strided", None),  # N > 256: past chan; one element an access
+    ("columns16B", (2, 3000, 64), BF16, 1, "columns", None),  # bands that need shared memory
     ("chan", (4, 19, 128), BF16, 1, "chan", None),
     ("chan_bands", (4, 150, 64), F32, 1, "chan", None),  # 8 threads a column, merged through shared memory
     ("transposed", (300, 64), F32, -1, "warp", "t"),

@@ -56,7 +56,7 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "split": [(1, 1), (3, 3001), (2, 70000)],
         # the strided kernels on (M, N) as (outer = M, N, inner = 1): the columns one up to a cluster of 8
         "columns": [(3, 5), (2, 300), (2, 20000), (1, 30000)],
-        "strided": [(3, 5), (2, 300)],
+        "strided": [(3, 5), (2, 300), (2, 5000)],
         # (M, N) as (outer = M, N, inner = 1): a thread per row; N = 1, every CAP and its edge, a partial CTA; then
         # G = 2, 4, 8 threads a row (their edges, an empty last band at N = 129)
         # contiguous aligned rows staged in shared memory: N = 1, a row per CTA's lane group and more, the tensor
@@ -182,6 +182,9 @@ def _layouts(dtype):
         ("dim 0 of 70 x 64", rnd(70, 64), 0),
         ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
         ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
+        # the strided kernel (128-byte pieces, lanes halved for few strips) on adversarial columns, and an odd width
+        ("strided, adversarial columns", adversarial(rnd(3, 3000, 2, 32) * 3), 1),
+        ("dim 0 of an odd-width matrix", rnd(1537, 333), 0),
         # the chan kernels (one thread a column, N <= 32): channels of a segmentation map (2-element accesses in
         # 16 bits), an odd inner (one element an access), a partial last CTA, every CAP edge, an unaligned view
         ("channels, C = 19", rnd(3, 19, 17, 30), 1),
@@ -248,9 +251,12 @@ def test_forward_backward_layouts(dtype, log):
     ((32, 131072), 1, torch.float32, "cluster"),  # few rows: clusters of 8 in registers
     ((3, 100001), 1, torch.float16, "cluster"),  # few rows, odd N: the window path
     ((1, 1 << 20), 1, torch.float32, "split"),
-    ((2048, 2048), 0, torch.float32, "columns"),
+    ((2048, 2048), 0, torch.float32, "strided"),  # columns would hold it in registers: strided is faster there
+    ((4096, 2048), 0, torch.float32, "columns"),  # the band needs shared memory: columns
     ((8192, 8192), 0, torch.float32, "columns"),  # the brief's dim-0 case: clusters of 8 per strip
     ((3, 70000, 40), 1, torch.bfloat16, "strided"),  # columns beyond a cluster of 8: two passes
+    ((4097, 1001), 0, torch.float32, "strided"),  # issue 12's odd width: one element an access, clusters of 8
+    ((8, 1000, 16, 16), 1, torch.bfloat16, "strided"),  # channels, C = 1000: columns would hold it in registers
     ((16, 19, 64, 128), 1, torch.bfloat16, "chan"),  # channels: whole columns in registers, forward and backward
     ((4, 21, 4097), 1, torch.float16, "chan"),  # odd inner: one element an access
     ((2, 150, 64, 64), 1, torch.bfloat16, "chan"),  # C = 150: 8 threads a column

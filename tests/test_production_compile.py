@@ -519,20 +519,27 @@ def test_split_rules():
 
 
 def test_strided_rules():
-    # softmax over dim 0 of 8192 x 8192 fp32: threads down N, the persistent grid's strips inside the L2 budget
-    lanes, rows, strips, cap = P.strided_tile("softmax", torch.float32, 4, 8192, 8192, SMS)
-    assert lanes == 1 and rows == P.STRIDED_THREADS and SMS <= cap <= P.STRIDED_CTAS_PER_SM * SMS
-    assert strips * lanes * 4 >= 8192 and cap * 8192 * 16 <= P.STRIDED_L2_BUDGET
-    assert P.plan(1, 8192, torch.float32, "softmax", inner=8192, layout="strided", sms=SMS,
-                  regime="strided").launches[0].grid == cap  # 2048 strips: the persistent grid
-    lanes, rows, strips, cap = P.strided_tile("softmax_backward", torch.float32, 4, 8192, 8192, SMS)
-    assert lanes == 1 and cap == SMS  # y and dy: twice the bytes per strip, one CTA per SM
+    f32, bf16 = torch.float32, torch.bfloat16
+    # backward over dim 0 of 8192 x 8192 fp32: 128-byte row pieces (8 lanes of float4), 64 rows of threads; the
+    # strips (2 MB each with y and dy) pass the L2 budget at any grid: one CTA per SM
+    lanes, rows, strips, cap = P.strided_tile("softmax_backward", f32, 4, 1, 8192, 8192, SMS)
+    assert (lanes, rows, strips, cap) == (8, 64, 256, SMS) and lanes * 4 * 4 == P.STRIDED_PIECE
+    assert P.plan(1, 8192, f32, "softmax_backward", inner=8192, layout="strided", sms=SMS).launches[0].grid == cap
+    # channels C = 1000 forward: 128 KB strips, as many CTAs as the budget holds (up to 2 per SM)
+    lanes, rows, strips, cap = P.strided_tile("softmax", f32, 4, 8, 1000, 4096, SMS)
+    assert lanes == 8 and cap == P.STRIDED_L2_BUDGET // (1000 * 128) <= P.STRIDED_CTAS_PER_SM * SMS
+    # 16-bit data: 128-byte pieces are 8 lanes of 8 elements, or 64 lanes of one; one element an access on an odd
+    # width halves the lanes until the strips give half the SMs a CTA (dim 0 of 4097 x 1001: 126 strips of 8)
+    assert P.strided_tile("softmax", bf16, 8, 1, 8192, 8192, SMS)[:3] == (8, 64, 128)
+    assert P.strided_tile("softmax", bf16, 1, 64, 4097, 1001, SMS)[0] == 64
+    for dtype in (f32, bf16):
+        assert P.strided_tile("softmax", dtype, 1, 1, 4097, 1001, SMS)[:3] == (8, 64, 126)
     # short columns: lanes across inner instead of idle rows
-    lanes, rows, strips, cap = P.strided_tile("softmax", torch.float32, 4, 8, 4096, SMS)
+    lanes, rows, strips, cap = P.strided_tile("softmax", f32, 4, 64, 8, 4096, SMS)
     assert rows == 8 and lanes == 64 and lanes * rows <= P.STRIDED_THREADS
-    p = P.plan(4, 300, torch.bfloat16, "softmax_backward", inner=24, layout="strided", sms=SMS)  # N > 256: not chan
+    p = P.plan(4, 300, bf16, "softmax_backward", inner=24, layout="strided", sms=SMS)  # N > 256: not chan
     assert p.regime == "strided" and p.W == 8 and p.items == 4 * p.strips
-    assert P.plan(4, 300, torch.bfloat16, "softmax", inner=20, layout="strided", sms=SMS).W == 1
+    assert P.plan(4, 300, bf16, "softmax", inner=20, layout="strided", sms=SMS).W == 1
 
 
 def test_columns_rules():
@@ -546,7 +553,15 @@ def test_columns_rules():
         8192, 8192, 4)
     # short columns: lanes across inner instead of idle threads down N
     assert P.columns_config("softmax", torch.float32, 4, 8, 4096) == (32, 1, 0)
-    # beyond a cluster of 8 (or backward): the two-pass strided kernel
+    # the automatic plan takes it only where the band needs shared memory with 128-byte pieces; elsewhere the
+    # strided kernel (C = 1000 fits registers; 16-bit dim 0 of 8192^2 would take 64-byte pieces; one element an
+    # access), as it does beyond a cluster of 8 and backward
+    assert P.columns_preferred("softmax", torch.float32, 4, 8192, 8192)
+    for dtype, N, inner in ((torch.float32, 1000, 4096), (torch.bfloat16, 1000, 4096), (torch.bfloat16, 8192, 8192),
+                            (torch.float32, 4097, 1001)):
+        W = P.vec_width(dtype) if inner % P.vec_width(dtype) == 0 else 1
+        assert P.columns_config("softmax", dtype, W, N, inner) is not None
+        assert P.plan(8, N, dtype, "softmax", vec=W > 1, inner=inner, layout="strided", sms=SMS).regime == "strided"
     assert P.plan(1, 1 << 17, torch.float32, "softmax", inner=64, layout="strided", sms=SMS).regime == "strided"
     assert P.plan(1, 8192, torch.float32, "softmax_backward", inner=64, layout="strided", sms=SMS).regime == \
         "strided"
@@ -582,7 +597,7 @@ def test_chan_rules():
     (l,) = p.launches
     assert p.regime == "chan" and l.kernel == "bwd_chan<2,2,2,20,8>" and l.block == (P.CHAN_THREADS,)
     assert l.grid == 8 * 256 * 128 // (P.CHAN_THREADS // 8)
-    assert P.plan(2, 257, f32, "softmax", inner=4096, layout="strided", sms=SMS).regime == "columns"
+    assert P.plan(2, 257, f32, "softmax", inner=4096, layout="strided", sms=SMS).regime == "strided"
     assert P.plan(2, 19, f32, "softmax", inner=4096, layout="strided", sms=SMS, regime="strided").regime == "strided"
     with pytest.raises(P.Unsupported, match="chan"):
         P.plan(2, 300, f32, "softmax", inner=64, layout="strided", sms=SMS, regime="chan")

@@ -18,8 +18,10 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
     split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
              workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
-             of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write
-    strided  the same (and backward) when the columns do not fit on chip: two passes, the second from L2
+             of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write; taken
+             where the band needs shared memory with 128-byte row pieces (columns_preferred)
+    strided  the same (and backward) otherwise: a CTA per strip of 128-byte row pieces, two passes, the second from
+             L2 where the grid's strips fit it
     flat     rows of N elements that are not whole 16-byte accesses, every tensor one contiguous aligned block (most
              tensors: `flat`): a CTA stages R rows (a whole number of accesses) in shared memory with 16-byte
              copies, 4..32 lanes per row compute there, 16-byte stores; N <= FLAT_MAX_N
@@ -93,6 +95,7 @@ COLUMNS_SMEM_SLOTS_FP32 = 12  # columns: 16-byte accesses per thread in shared m
 COLUMNS_SMEM_SLOTS_16BIT = 8  # (64 KB: the 16-bit kernel's static tree arrays are twice as large)
 STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM
 STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip) the second pass finds in L2
+STRIDED_PIECE = 128  # strided: bytes of a row the lanes of a thread row read side by side (strided_tile)
 INT_MAX = 2**31 - 1
 
 
@@ -389,24 +392,28 @@ def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[i
     return parts, chunk
 
 
-def strided_tile(op: str, dtype, W: int, N: int, inner: int, sms: int) -> tuple[int, int, int, int]:
-    """(lanes, rows, strips, cap) of the strided kernel, whose grid is min(outer x strips, cap). rows: threads
-    down N (up to the CTA), lanes: threads across `inner` (W columns each). The persistent grid is STRIDED_CTAS_PER_SM per SM; lanes shrink until the
-    strips in progress (grid x N x lanes x W x size x inputs) fit STRIDED_L2_BUDGET, so the second pass re-reads
-    from L2; when one access per row is already the narrowest strip, the grid shrinks (to one CTA per SM at
-    least) instead."""
+def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -> tuple[int, int, int, int]:
+    """(lanes, rows, strips, cap) of the strided kernel on (outer = M, N, inner), whose grid is min(M x strips, cap).
+    lanes: threads across `inner` (W columns each), enough for row pieces of STRIDED_PIECE bytes (more for short
+    columns, whose rows would leave threads idle), halved while the strips would give fewer than half the SMs a
+    CTA; rows: threads down N (up to the CTA). The persistent grid holds as many CTAs as keep its strips in flight
+    (grid x N x piece x inputs) inside STRIDED_L2_BUDGET, so the second pass re-reads from L2, but at least one and
+    at most STRIDED_CTAS_PER_SM per SM.
+    Measured with benchmarks/probe_columns.py --strided (h200-probe-strided-840f406.txt, every lanes and grid):
+    narrower pieces kept more strips in the budget but read sectors and DRAM pages piecemeal. Backward over dim 0
+    of 8192^2, fp32: 16-byte pieces (the rule before) 23% of copy, 128-byte 53%; channels C = 1000, fp32 forward
+    24% -> 70%, backward 24% -> 67%, 16-bit 14% -> 51% and 23% -> 57%; dim 0 of 4097 x 1001 (one element an
+    access, 126 strips of 8 lanes) 7% -> 24-29% fp32. Splitting each strip's rows over a cluster (shorter bands
+    for the L2, more CTAs for few strips) measured slower in every case (h200-probe-strided-clusters-840f406.txt)."""
     size = _SIZES[dtype]
     inputs = 1 if not OPS[op].backward else 2
     need = cdiv(inner, W)
-    lanes = max(1, min(STRIDED_THREADS // min(pow2ceil(N), STRIDED_THREADS), pow2ceil(need)))
-    grid_cap = STRIDED_CTAS_PER_SM * sms
-    while lanes > 1 and grid_cap * N * lanes * W * size * inputs > STRIDED_L2_BUDGET:
+    lanes = min(pow2ceil(need), max(STRIDED_PIECE // (W * size), STRIDED_THREADS // min(pow2ceil(N), STRIDED_THREADS)))
+    while lanes > 1 and M * cdiv(need, lanes) < sms // 2:
         lanes //= 2
     rows = min(pow2ceil(N), STRIDED_THREADS // lanes)
-    strips = cdiv(need, lanes)
-    # one strip is as narrow as it gets (one access wide): fewer CTAs in flight instead, down to one per SM
     per_cta = N * lanes * W * size * inputs
-    return lanes, rows, strips, min(grid_cap, max(sms, STRIDED_L2_BUDGET // per_cta))
+    return lanes, rows, cdiv(need, lanes), min(STRIDED_CTAS_PER_SM * sms, max(sms, STRIDED_L2_BUDGET // per_cta))
 
 
 def columns_slots(op: str, dtype, W: int) -> int:
@@ -442,6 +449,17 @@ def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple
         if c <= PORTABLE_CLUSTER:
             return lanes, c, sslots
     return None
+
+
+def columns_preferred(op: str, dtype, W: int, N: int, inner: int) -> bool:
+    """Does the automatic plan take the columns kernel rather than the strided one? Where its band needs the
+    shared-memory slots (cp.async: 16 accesses a thread in flight) with STRIDED_PIECE-byte row pieces. Measured
+    (h200-probe-strided-840f406.txt): dim 0 of 8192^2 fp32, columns 66% of copy against 55-60% strided; but the
+    strided kernel with 128-byte pieces wins where columns holds the band in registers (C = 1000: 70% against 47%
+    fp32, 51% against 16% 16-bit), has 64-byte pieces (dim 0 of 8192^2 16-bit: 42% against 30%) or one element an
+    access (dim 0 of 4097 x 1001: 24% against 13% fp32)."""
+    cfg = columns_config(op, dtype, W, N, inner)
+    return cfg is not None and cfg[2] > 0 and cfg[0] * W * _SIZES[dtype] >= STRIDED_PIECE
 
 
 def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int, int]]:
@@ -652,7 +670,8 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         if regime == "chan":
             raise Unsupported(f"the chan kernel holds columns of up to {CHAN_MAX_N} rows (N = {N})")
         W = V if (vec and inner % V == 0) else 1
-        cfg = columns_config(op, dtype, W, N, inner) if regime != "strided" else None
+        cfg = columns_config(op, dtype, W, N, inner) if regime == "columns" or (
+            regime is None and columns_preferred(op, dtype, W, N, inner)) else None
         if cfg is not None:
             lanes, c, sslots = cfg
             strips = cdiv(cdiv(inner, W), lanes)
@@ -664,11 +683,10 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         if regime == "columns":
             cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + columns_smem_slots(dtype, W))
             raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
-        lanes, rows, strips, cap = strided_tile(op, dtype, W, N, inner, sms)
-        items = M * strips
+        lanes, rows, strips, cap = strided_tile(op, dtype, W, M, N, inner, sms)
         name = f"{pre}_strided<{o},{dt},{W}>"
-        return Plan("strided", op, dtype, M, N, W, (_launch(M, name, (strips, 1, cap), (lanes, rows), sig="strided"),),
-                    inner=inner, strips=strips, items=items)
+        launch = _launch(M, name, (strips, 1, cap), (lanes, rows), sig="strided")
+        return Plan("strided", op, dtype, M, N, W, (launch,), inner=inner, strips=strips, items=M * strips)
     if layout != "rows":
         raise OnlineSoftmaxError(f"unknown layout {layout!r}")
     if regime == "flat":
