@@ -182,8 +182,8 @@ def _layouts(dtype):
         ("dim 0 of 70 x 64", rnd(70, 64), 0),
         ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
         ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
-        # the strided kernel (128-byte pieces, lanes halved for few strips) on adversarial columns, and an odd width
-        ("strided, adversarial columns", adversarial(rnd(3, 3000, 2, 32) * 3), 1),
+        # adversarial columns through the columns kernel (forward) and the strided one (backward), and an odd width
+        ("long columns, adversarial", adversarial(rnd(3, 3000, 2, 32) * 3), 1),
         ("dim 0 of an odd-width matrix", rnd(1537, 333), 0),
         # the chan kernels (one thread a column, N <= 32): channels of a segmentation map (2-element accesses in
         # 16 bits), an odd inner (one element an access), a partial last CTA, every CAP edge, an unaligned view
@@ -255,7 +255,7 @@ def test_forward_backward_layouts(dtype, log):
     ((4096, 2048), 0, torch.float32, "columns"),  # the band needs shared memory: columns
     ((8192, 8192), 0, torch.float32, "columns"),  # the brief's dim-0 case: clusters of 8 per strip
     ((3, 70000, 40), 1, torch.bfloat16, "strided"),  # columns beyond a cluster of 8: two passes
-    ((4097, 1001), 0, torch.float32, "strided"),  # issue 12's odd width: one element an access, clusters of 8
+    ((4097, 1001), 0, torch.float32, "strided"),  # issue 12's odd width: one element an access, 8 lanes a strip
     ((8, 1000, 16, 16), 1, torch.bfloat16, "strided"),  # channels, C = 1000: columns would hold it in registers
     ((16, 19, 64, 128), 1, torch.bfloat16, "chan"),  # channels: whole columns in registers, forward and backward
     ((4, 21, 4097), 1, torch.float16, "chan"),  # odd inner: one element an access
