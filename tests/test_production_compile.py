@@ -556,7 +556,7 @@ def test_columns_rules():
     # the automatic plan takes it only where the band needs shared memory with 128-byte pieces; elsewhere the
     # strided kernel (C = 1000 fits registers; 16-bit dim 0 of 8192^2 would take 64-byte pieces; one element an
     # access), as it does beyond a cluster of 8 and backward
-    assert P.columns_preferred("softmax", torch.float32, 4, 8192, 8192)
+    assert P.columns_preferred(torch.float32, 4, P.columns_config("softmax", torch.float32, 4, 8192, 8192))
     for dtype, N, inner in ((torch.float32, 1000, 4096), (torch.bfloat16, 1000, 4096), (torch.bfloat16, 8192, 8192),
                             (torch.float32, 4097, 1001)):
         W = P.vec_width(dtype) if inner % P.vec_width(dtype) == 0 else 1

@@ -451,14 +451,14 @@ def columns_config(op: str, dtype, W: int, N: int, inner: int) -> Optional[tuple
     return None
 
 
-def columns_preferred(op: str, dtype, W: int, N: int, inner: int) -> bool:
-    """Does the automatic plan take the columns kernel rather than the strided one? Where its band needs the
-    shared-memory slots (cp.async: 16 accesses a thread in flight) with STRIDED_PIECE-byte row pieces. Measured
+def columns_preferred(dtype, W: int, cfg: Optional[tuple[int, int, int]]) -> bool:
+    """Does the automatic plan take the columns kernel (cfg: columns_config's, None where it cannot) rather than the
+    strided one? Where its band needs the shared-memory slots (cp.async: 16 accesses a thread in flight) with
+    STRIDED_PIECE-byte row pieces. Measured
     (h200-probe-strided-840f406.txt): dim 0 of 8192^2 fp32, columns 66% of copy against 55-60% strided; but the
     strided kernel with 128-byte pieces wins where columns holds the band in registers (C = 1000: 70% against 47%
     fp32, 51% against 16% 16-bit), has 64-byte pieces (dim 0 of 8192^2 16-bit: 42% against 30%) or one element an
     access (dim 0 of 4097 x 1001: 24% against 13% fp32)."""
-    cfg = columns_config(op, dtype, W, N, inner)
     return cfg is not None and cfg[2] > 0 and cfg[0] * W * _SIZES[dtype] >= STRIDED_PIECE
 
 
@@ -670,8 +670,9 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         if regime == "chan":
             raise Unsupported(f"the chan kernel holds columns of up to {CHAN_MAX_N} rows (N = {N})")
         W = V if (vec and inner % V == 0) else 1
-        cfg = columns_config(op, dtype, W, N, inner) if regime == "columns" or (
-            regime is None and columns_preferred(op, dtype, W, N, inner)) else None
+        cfg = columns_config(op, dtype, W, N, inner) if regime in (None, "columns") else None
+        if regime is None and not columns_preferred(dtype, W, cfg):
+            cfg = None
         if cfg is not None:
             lanes, c, sslots = cfg
             strips = cdiv(cdiv(inner, W), lanes)
