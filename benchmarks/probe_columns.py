@@ -17,18 +17,17 @@ import dataclasses
 import torch
 
 from onlinesoftmax.harness.bench import copy_gbps, gbps, median_ms
-from onlinesoftmax.harness.extras import LAYOUTS, _layout_inputs
+from onlinesoftmax.harness.extras import LAYOUT_OPS, LAYOUTS, _layout_impls, _layout_inputs
+from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype
 from onlinesoftmax.engines.cuda import plan as P
 from onlinesoftmax.engines.cuda import run as E
 from onlinesoftmax.intmath import cdiv, pow2ceil
-from onlinesoftmax.ops import softmax as ops
 
 R = C_ = 8192
 # (lanes, smem slots, cluster): registers hold columns_slots (4) rows per thread
 TILINGS = [(4, 8, 8), (4, 4, 8), (2, 0, 8), (8, 12, 8), (8, 4, 16), (16, 12, 16), (1, 0, 4)]
 STRIDED_LAYOUTS = [lay for lay in LAYOUTS if lay[0] in
                    ("dim 0 of 8192 x 8192", "dim 0 of an odd-width matrix", "channels, C = 1000")]
-OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
 
 
 def columns(once: bool):
@@ -99,7 +98,7 @@ def strided(dtypes, op_names):
         want = _reference(op, ins, dim)
         scale = want.abs().max().item()
         nbytes = (1 + len(ins)) * ins[0].numel() * ins[0].element_size()
-        log, bwd = op.startswith("log"), op.endswith("_backward")
+        bwd = op.endswith("_backward")
         outer = ins[0].numel() // (shape[dim] * ins[0].stride(dim))
         N, inner = shape[dim], ins[0].stride(dim)
         out = torch.empty_like(ins[0])
@@ -113,13 +112,11 @@ def strided(dtypes, op_names):
             print(f"  {what:38s} {ms:8.3f} ms {100 * gbps(nbytes, ms) / copy:5.1f}% of copy  rel err {err:.1e}")
 
         print(f"{op} {label} {'x'.join(map(str, shape))} {str(dtype)[6:]}: outer {outer}, N {N}, inner {inner}")
-        fn = (lambda: ops.backward(*ins, dim, log, "cuda")) if bwd else (lambda: ops.forward(ins[0], dim, log, "cuda"))
+        impls = _layout_impls(op, dim)  # extras' callables: the public op per backend and torch's
         auto = E.plan_for(op, *ins, dim=dim)
-        report(f"auto {auto.regime} {auto.launches[0].block} grid={auto.launches[0].grid}", fn)
-        data = torch._log_softmax_backward_data if log else torch._softmax_backward_data
-        tfn = (lambda: data(ins[1], ins[0], dim, dtype)) if bwd else (
-            lambda: (torch.log_softmax if log else torch.softmax)(ins[0], dim))
-        report("torch", tfn)
+        report(f"auto {auto.regime} {auto.launches[0].block} grid={auto.launches[0].grid}",
+               lambda: impls[f"api.cuda.{op}"][1](*ins))
+        report("torch", lambda: impls[f"torch.{op}"][1](*ins))
         base = E.plan_for(op, *ins, dim=dim, regime="strided")
         for lanes, rows, cap in strided_geometries(base.W, N, inner, sms):
             strips = cdiv(cdiv(inner, base.W), lanes)
@@ -139,11 +136,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--once", action="store_true", help="columns: one launch per tiling (for ncu)")
     ap.add_argument("--strided", action="store_true", help="the strided kernel's geometries on the long layouts")
-    ap.add_argument("--dtype", action="append", choices=("float32", "bfloat16", "float16"))
-    ap.add_argument("--op", action="append", choices=OPS)
+    ap.add_argument("--dtype", action="append", choices=SWEEP_DTYPES)
+    ap.add_argument("--op", action="append", choices=LAYOUT_OPS)
     a = ap.parse_args()
     if a.strided:
-        strided([getattr(torch, d) for d in a.dtype or ("float32", "bfloat16")], a.op or OPS)
+        strided([parse_dtype(d) for d in a.dtype or ("float32", "bfloat16")], a.op or LAYOUT_OPS)
     else:
         columns(a.once)
 
