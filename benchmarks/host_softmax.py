@@ -1,15 +1,16 @@
 """Where the host's time of an eager softmax call goes (issue 12: eager overhead at or below torch's), on the GPU.
 
-    PYTHONPATH=src python benchmarks/host_softmax.py [--n 1024] [--dtype float32]
+    PYTHONPATH=src python benchmarks/host_softmax.py [--m 1] [--n 1024] [--dtype float32]
     python -m onlinesoftmax build-native           (then the same calls take runtime/native.cpp's hot path: the
                                                     lookup, allocation and launch in one C++ call;
                                                     ONLINESOFTMAX_NATIVE=0 turns it off)
 
-One process, one 1 x N input: the mean wall time per call of each piece, calls back to back, one synchronize at
-the end, the median of 5 runs of 2000 (harness/extras.py wall_us, as `onlinesoftmax extras` times the whole call),
-torch.softmax in the same run. The pieces nest: the public call = its checks + the native helper's call (where
-built) or the engine's forward with a fresh output; the engine's forward = its key and lookup + the prepared launch;
-the launch = the stream handle + the parameter block + cuLaunchKernel. A piece that launches a kernel runs as fast as the GPU takes the launches when the
+One process, one M x N input (1 x 1024 by default; a long row or few rows take a cluster launch, e.g. 7 x 32768):
+the mean wall time per call of each piece, calls back to back, one synchronize at the end, the median of 5 runs of
+2000 (harness/extras.py wall_us, as `onlinesoftmax extras` times the whole call), torch.softmax in the same run. The
+pieces nest: the public call = its checks + the native helper's call (where built) or the engine's forward with a
+fresh output; the engine's forward = its key and lookup + the prepared launch; the launch = the stream handle + the
+parameter block + cuLaunchKernel. A piece that launches a kernel runs as fast as the GPU takes the launches when the
 host outpaces it (the kernel's queued time is printed beside them)."""
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ def _raw_launch(p):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
-    x = torch.randn(1, args.n, device="cuda").to(dtype)
+    x = torch.randn(args.m, args.n, device="cuda").to(dtype)
     out = torch.empty_like(x)
     osm.softmax(x)
     E.forward(x, out, 1, False)
@@ -51,9 +53,9 @@ def main() -> int:
     shaped = E._fwd_shapes.get((False, x.shape, x.dtype, dev, pa & 15, po & 15))
     single, grid = shaped.launch, shaped.grid
     if single is None:
-        raise SystemExit(f"1 x {args.n} takes a cluster or split launch, not a prepared one: pick a shorter --n")
+        raise SystemExit(f"{args.m} x {args.n} takes the split regime's two launches, not one: pick another shape")
     contig = torch.contiguous_format
-    single.rows(grid, 1, pa, 0, po)
+    single.rows(grid, args.m, pa, 0, po)
     raw = _raw_launch(single)
     mod = native.module()
     pieces = {
@@ -65,9 +67,9 @@ def main() -> int:
            if mod is not None else {}),
         "  torch.empty_like(x, contiguous)": lambda t: torch.empty_like(t, memory_format=contig),
         "  engine forward(x, out): key, lookup, launch": lambda t: E.forward(t, out, 1, False),
-        "    the prepared launch (pointers, block, cuLaunchKernel)": lambda t: single.rows(grid, 1, pa, 0, po),
+        "    the prepared launch (pointers, block, the driver's launch)": lambda t: single.rows(grid, args.m, pa, 0, po),
         "      stream handle": lambda t: launch.stream_handle(dev),
-        "      cuLaunchKernel alone (ctypes, C values)": lambda t: raw(),
+        "      cuLaunchKernel(Ex) alone (ctypes, C values)": lambda t: raw(),
         "  out.zero_() (torch: its dispatch and launch, no allocation)": lambda t: out.zero_(),
         "      torch._C._cuda_getDevice()": lambda t: torch._C._cuda_getDevice(),
         "  torch.compiler.is_compiling()": lambda t: torch.compiler.is_compiling(),
@@ -75,7 +77,7 @@ def main() -> int:
         "  x.device": lambda t: t.device,
     }
     env = results.environment("cuda")
-    print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} 1 x {args.n}; µs per call (wall, calls back to "
+    print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} {args.m} x {args.n}; µs per call (wall, calls back to "
           f"back; median of 5 x 2000); the native helper {'on' if shaped.key is not None else 'off'}", flush=True)
     kern = 1e3 * queued_ms([lambda: torch.softmax(x, -1)])
     ours_kern = 1e3 * queued_ms([lambda: osm.softmax(x)])

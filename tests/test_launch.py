@@ -116,10 +116,33 @@ def test_programmatic_launch_fills_cuLaunchKernelEx_config(monkeypatch):
     p._go(77, 9, (1, 2, 3))
     (kind, c, (handle, params, extra)), = seen
     assert kind == "ex" and list(c.dims) == [77, 1, 1, 512, 1, 1, 2048] and c.stream == 0x7F0000005000
-    assert (c.num_attrs, c.attrs[0].id, c.attrs[0].value) == (1, 6, 1)
+    assert (c.num_attrs, c.attrs[0].id, c.attrs[0].value[0]) == (1, 6, 1)
     assert handle.value == 0x7F0000001234 and params.value == p._addr and extra is None
     plain = PreparedLaunch(lk, 1, (512,), (np.int64(5),), 2048, 3)
     assert plain._launch is not p._launch and len(seen) == 1
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_cluster_launch_counts_blocks_and_sets_the_cluster_dimension(monkeypatch, pdl):
+    """A cluster kernel's launch (the cluster regime's, 2-16 CTAs a cluster) is a PreparedLaunch too: its grid counts
+    clusters, cuLaunchKernelEx gets blocks (clusters x cluster) and the cluster dimension attribute (4: {x, y, z}),
+    beside PDL's when asked; the kernel is allowed the cluster size first. Without libcuda's cuLaunchKernelEx there
+    is no plain fallback: a cluster kernel launched without clusters would compute wrong rows."""
+    seen, allowed = [], []
+    lk = _libcuda_entry(monkeypatch, seen)
+    lk.allow_cluster = allowed.append
+    p = PreparedLaunch(lk, 7, (256,), (np.int64(7),), 0, 3, pdl=pdl, cluster=16)
+    assert allowed == [16]
+    p._go(p.dims[1], 7, (1, 2, 3))
+    (_, c, _), = seen
+    assert list(c.dims) == [7 * 16, 1, 1, 256, 1, 1, 0]
+    p._go(3, 3, (4, 5, 6))  # rows(): another grid, in clusters
+    assert seen[1][1] is c and list(c.dims) == [3 * 16, 1, 1, 256, 1, 1, 0]  # the launch's one config, refilled
+    attrs = [(c.attrs[i].id, tuple(c.attrs[i].value)) for i in range(c.num_attrs)]
+    assert attrs == ([(6, (1, 0, 0))] if pdl else []) + [(4, (16, 1, 1))]
+    monkeypatch.setattr(launch, "_libcuda_entry", lambda name: None)
+    with pytest.raises(OnlineSoftmaxError, match="cuLaunchKernelEx"):
+        PreparedLaunch(lk, 7, (256,), (np.int64(7),), 0, 3, cluster=2)
 
 
 class _UnlockedDriverValues(PreparedLaunch):

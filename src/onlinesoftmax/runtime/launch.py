@@ -19,7 +19,7 @@ calling thread's current torch stream of the kernel's device, with that device's
 current (under torch's device guard when torch's current device is another one; a thread's first
 launch binds it to a context, since a fresh thread may have none). The only state shared between
 calls is read-only after it is built (loaded kernels, launch configs) or a PreparedLaunch's
-parameter block and its driver arguments (grid, stream; the PDL config), which are filled and launched
+parameter block and its driver arguments (grid, stream; the cuLaunchKernelEx config), which are filled and launched
 under its lock (the driver copies them at the call).
 The stream caches are bounded.
 """
@@ -231,23 +231,14 @@ class LoadedKernel:
                 raise OnlineSoftmaxError(f"{self.name}: cuKernelSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) "
                                          f"failed: {err}")
 
-    def cluster_config(self, grid: int, block, cluster: int, smem: int = 0, pdl: bool = False):
-        """cuda.core's LaunchConfig for `grid` clusters of `cluster` CTAs (pdl: with programmatic stream
-        serialization, as PreparedLaunch's, where this cuda.core has the option). cuda.core 1.2 counts a cluster
-        launch's grid in clusters; an older one passes it through as blocks (checked on the driver struct it
-        builds)."""
+    def cluster_config(self, grid: int, block, cluster: int, smem: int = 0):
+        """cuda.core's LaunchConfig for `grid` clusters of `cluster` CTAs (for the occupancy query; launches go
+        through PreparedLaunch). cuda.core 1.2 counts a cluster launch's grid in clusters; an older one passes it
+        through as blocks (checked on the driver struct it builds)."""
         from cuda.core import LaunchConfig
 
         opts = dict(cluster=cluster, block=block, shmem_size=smem)
-        if pdl:
-            opts["programmatic_stream_serialization"] = True
-        try:
-            cfg = LaunchConfig(grid=grid, **opts)
-        except TypeError:  # a cuda.core without the option: a plain launch
-            if not pdl:
-                raise
-            del opts["programmatic_stream_serialization"]
-            cfg = LaunchConfig(grid=grid, **opts)
+        cfg = LaunchConfig(grid=grid, **opts)
         if _grid_counts_blocks(cfg, grid):
             cfg = LaunchConfig(grid=grid * cluster, **opts)
         return cfg
@@ -358,7 +349,7 @@ def _driver_launch():
 
 
 class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, then a 64-byte value union at offset 8
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 3), ("rest", ctypes.c_char * 52)]
 
 
 class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
@@ -366,54 +357,70 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
                 ("num_attrs", ctypes.c_uint)]
 
 
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: value {x, y, z} CTAs
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: value 1
 
 
-def _programmatic_launch():
-    """A cuLaunchKernel-shaped entry taking C values, as _driver_launch's, that launches with programmatic stream
-    serialization (PDL) through libcuda's cuLaunchKernelEx (ctypes), or None where that cannot be opened."""
+def _launch_ex(pdl: bool, cluster: int):
+    """A cuLaunchKernel-shaped entry taking C values, as _driver_launch's, that launches through libcuda's
+    cuLaunchKernelEx (ctypes) with programmatic stream serialization (pdl) and clusters of `cluster` CTAs along x
+    (> 1), or None where that cannot be opened. Its config is its own: one per PreparedLaunch, filled under that
+    launch's lock."""
     ex = _libcuda_entry("cuLaunchKernelEx")
     if ex is None:
         return None
     ex.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     ex.restype = ctypes.c_int
-    attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
-    cfg = _LaunchConfig(attrs=ctypes.pointer(attr), num_attrs=1)
+    attrs = (_LaunchAttribute * 2)()
+    n = 0
+    for on, id_, value in ((pdl, _PROGRAMMATIC_STREAM_SERIALIZATION, (1, 0, 0)),
+                           (cluster > 1, _CLUSTER_DIMENSION, (cluster, 1, 1))):
+        if on:
+            attrs[n].id, attrs[n].value[:] = id_, value
+            n += 1
+    cfg = _LaunchConfig(attrs=ctypes.cast(attrs, ctypes.POINTER(_LaunchAttribute)), num_attrs=n)
     cfg_ref = ctypes.byref(cfg)
 
     def launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # called under its launch's lock
         cfg.dims[:] = (gx.value, gy.value, gz.value, bx.value, by.value, bz.value, smem.value)
         cfg.stream = stream.value
         return ex(cfg_ref, handle, params, extra)
-    launch.keep = attr  # the attribute the config points to lives as long as the entry
+    launch.keep = attrs  # the attributes the config points to live as long as the entry
     return launch
 
 
 class PreparedLaunch:
-    """One launch of a LoadedKernel (no cluster) with everything but its leading pointer arguments fixed, straight
-    through cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every
-    argument on each call, ~7 us on the H200). `tail`: the scalar arguments after the pointers, np.int32 / np.int64
-    / np.float32 exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current
+    """One launch of a LoadedKernel with everything but its leading pointer arguments fixed, straight through
+    cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every argument
+    on each call, ~7 us on the H200). `tail`: the scalar arguments after the pointers, np.int32 / np.int64 /
+    np.float32 exactly as the kernel signature. Call it with the pointers (ints); it launches on torch's current
     stream. rows(grid, first, *pointers) launches with another x-grid and first scalar (a row count), so one
     prepared launch serves every row count of a geometry. `pdl`: launched with programmatic stream serialization
     (cuLaunchKernelEx), so that it may start while the kernel before it runs (the kernel waits with os_grid_wait
-    for what that one writes); a plain launch where libcuda is not reached through ctypes.
+    for what that one writes); a plain launch where libcuda is not reached through ctypes. `cluster` > 1: the grid
+    counts clusters of that many CTAs along x, launched through cuLaunchKernelEx with the cluster dimension (there
+    is no plain launch of a cluster kernel: without libcuda through ctypes it raises).
 
     Through libcuda's ctypes entry every driver argument is a C value built here (`_args`); a call only sets the
     x-grid and the stream in them. Through cuda.bindings (`_args` None) they go as Python values."""
 
-    __slots__ = ("lk", "device", "dims", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch", "_args",
-                 "_gx", "_stream")
+    __slots__ = ("lk", "device", "dims", "cluster", "_first", "_ptrs", "_vals", "_params", "_addr", "_lock", "_launch",
+                 "_args", "_gx", "_stream")
 
     def __init__(self, lk: LoadedKernel, grid, block, tail: Sequence, smem: int = 0, npointers: int = 3,
-                 pdl: bool = False):
+                 pdl: bool = False, cluster: int = 1):
         lk.allow_smem(smem)
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         b = (block,) if isinstance(block, int) else tuple(block)
-        self.lk, self.device = lk, lk.device
+        self.lk, self.device, self.cluster = lk, lk.device, cluster
         self._launch, raw = _driver_launch()
-        if pdl and raw:
-            self._launch = _programmatic_launch() or self._launch
+        ex = _launch_ex(pdl, cluster) if raw and (pdl or cluster > 1) else None
+        if cluster > 1:
+            if ex is None:
+                raise Unavailable(f"{lk.name}: a cluster launch goes through libcuda's cuLaunchKernelEx, which "
+                                  "ctypes cannot open here (libcuda.so.1)")
+            lk.allow_cluster(cluster)
+        self._launch = ex or self._launch
         handle = int(lk.kernel.handle) if raw else lk.kernel.handle  # a CUkernel serves as a CUfunction
         self.dims = (handle,) + (g + (1, 1))[:3] + (b + (1, 1))[:3] + (smem,)
         self._ptrs = (ctypes.c_uint64 * npointers)()
@@ -475,46 +482,14 @@ class PreparedLaunch:
             if first is not None:
                 self._vals[0].value = first
             if self._args is not None:
-                self._gx.value = grid
+                self._gx.value = grid * self.cluster
                 self._stream.value = s
                 err = self._launch(*self._args)
             else:  # extra: 0, not None (cuda.bindings takes an int)
                 err = self._launch(self.dims[0], grid, *self.dims[2:], _cu_stream(s), self._addr, 0)
         if err != 0:  # CUDA_SUCCESS
             raise OnlineSoftmaxError(f"launch of {self.lk.name} ({self.lk.module.filename}, "
-                                     f"dims={(grid,) + self.dims[2:]}) failed: {err}")
-
-
-class ClusterLaunch:
-    """One launch of a LoadedKernel in clusters, through cuda.core (which packs the arguments on each call), with a
-    fixed grid (in clusters) and scalar tail; called like a PreparedLaunch, rows() included."""
-
-    __slots__ = ("lk", "device", "block", "cluster", "smem", "cfg", "tail", "pdl")
-
-    def __init__(self, lk: LoadedKernel, grid: int, block, cluster: int, tail: Sequence, smem: int = 0,
-                 pdl: bool = False):
-        lk.allow_smem(smem)
-        lk.allow_cluster(cluster)
-        self.lk, self.device, self.block, self.cluster, self.smem, self.pdl = lk, lk.device, block, cluster, smem, pdl
-        self.cfg, self.tail = lk.cluster_config(grid, block, cluster, smem, pdl), tuple(tail)
-
-    def __call__(self, *ptrs: int) -> None:
-        on_device(self.device, self._go, self.cfg, self.tail, ptrs)
-
-    def rows(self, grid: int, first: int, *ptrs: int) -> None:
-        tail = (type(self.tail[0])(first),) + self.tail[1:]
-        on_device(self.device, self._go, self.lk.cluster_config(grid, self.block, self.cluster, self.smem, self.pdl),
-                  tail, ptrs)
-
-    def _go(self, cfg, tail, ptrs) -> None:
-        global _cc_launch
-        if _cc_launch is None:
-            from cuda.core import launch as _cc_launch
-        try:
-            _cc_launch(current_stream(self.device), cfg, self.lk.kernel, *ptrs, *tail)
-        except Exception as e:
-            raise OnlineSoftmaxError(f"launch of {self.lk.name} (grid={cfg.grid}, cluster={self.cluster}, "
-                                     f"block={self.block}, smem={self.smem}) failed: {type(e).__name__}: {e}") from None
+                                     f"dims={(grid,) + self.dims[2:]}, cluster={self.cluster}) failed: {err}")
 
 
 def _grid_counts_blocks(cfg, grid: int) -> bool:

@@ -76,8 +76,7 @@ def sms(device: Optional[int]) -> int:
 class ShapedKernel:
     """One instantiation loaded on one device for one launch shape (block, dynamic smem, cluster); shared by every
     call of that shape. `fits`: whether one cluster can be resident (None: unknown). bind() gives a launch with a
-    fixed grid and scalar tail: a prepared cuLaunchKernel without a cluster (the eager hot path), cuda.core's
-    launch with one."""
+    fixed grid and scalar tail: a PreparedLaunch (cuLaunchKernel; cuLaunchKernelEx with a cluster or PDL)."""
 
     __slots__ = ("lk", "block", "smem", "cluster", "fits")
 
@@ -90,9 +89,7 @@ class ShapedKernel:
         self.fits = None if fits is None else fits > 0
 
     def bind(self, grid: int, tail: tuple, pointers: int, pdl: bool = False):
-        if self.cluster == 1:
-            return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers, pdl)
-        return rt_launch.ClusterLaunch(self.lk, grid, self.block, self.cluster, tail, self.smem, pdl)
+        return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers, pdl, self.cluster)
 
 
 def kernel(name: str, device: int, block: tuple, smem: int, cluster: int) -> ShapedKernel:

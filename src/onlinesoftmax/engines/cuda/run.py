@@ -31,7 +31,6 @@ from ...opdefs import GPU_DTYPES
 from ...runtime import available
 from ...runtime.bounded import BoundedCache
 from ...runtime import native
-from ...runtime.launch import PreparedLaunch
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from .compiled import kernel, sms
 from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan, stable_rows,
@@ -345,8 +344,8 @@ class _ByRows:
 
 class _Shaped:
     """The call for one exact shape of contiguous rows: its entry's launch with the grid for its M made once (a
-    single prepared launch), or the entry (a cluster launch; two launches: the split regime's workspace is per
-    call); nothing for no rows. `key`: where the native helper is loaded and the launch goes through libcuda's
+    single prepared launch, clusters included), or the entry (the split regime's two launches: its workspace is
+    per call); nothing for no rows. `key`: where the native helper is loaded and the launch goes through libcuda's
     cuLaunchKernel, its key in native.cpp's table, which then launches the shape into fresh outputs without Python
     (put by _put_shaped, removed when the shapes' cache drops this: _drop_native)."""
 
@@ -356,7 +355,7 @@ class _Shaped:
         if isinstance(entry, _ByRows):
             entry = entry.high if M >= entry.t else entry.low
         self.M, self.entry, self.launch, self.grid, self.key = M, entry, None, 0, None
-        if entry is not None and isinstance(entry.single, PreparedLaunch):  # a cluster launch goes through the entry
+        if entry is not None and entry.single is not None:  # the split regime's two launches go through the entry
             self.launch, self.grid = entry.single, grid_for(M, entry.pers[0])
 
     def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
