@@ -323,9 +323,9 @@ def test_native_put_refuses_what_it_cannot_take(recorded):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
     """On the GPU: the public ops through the helper (the second call of a shape on) against float64, outputs left
-    NaN in the allocator's block first; forward and backward; aligned, unaligned, flat, few and many rows; then a
-    call captured in a CUDA graph (a launch on any other stream than the capturing one breaks the capture) and
-    replayed on new inputs."""
+    NaN in the allocator's block first; forward and backward; aligned, unaligned, flat, few and many rows; then
+    calls captured in CUDA graphs (a launch on any other stream than the capturing one breaks the capture), the
+    helper's and a cluster launch's from Python, and replayed on new inputs."""
     from onlinesoftmax.harness.check import compare
     from onlinesoftmax.ops import softmax as ops
     from onlinesoftmax import reference as R
@@ -348,7 +348,8 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
                 rep = compare(y, ref[log], dtype)
                 assert rep.ok, (M, N, off, log, call, rep.message)
             shaped = E._fwd_shapes.get((log, x.shape, dtype, x.get_device(), x.data_ptr() & 15, 0))
-            assert (shaped.key is not None) == (shaped.launch is not None), (M, N, off, log)  # cluster: Python
+            # a cluster launch (64 x 32000) is prepared too, but through cuLaunchKernelEx: it stays in Python
+            assert (shaped.key is not None) == (shaped.launch is not None and shaped.launch.cluster == 1), (M, N, log)
             natives += shaped.key is not None
             dy = torch.randn(x.shape, generator=g, device="cuda").to(dtype)
             want = (R.log_softmax_backward if log else R.softmax_backward)(y.double().cpu().numpy(),
@@ -364,15 +365,16 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
             assert (native.module().backward(y, dy, -1, log) is not None) == (back.key is not None), (M, N, log)
             natives += back.key is not None
     assert natives >= 12  # the single-launch shapes went through C++, forward and backward
-    x = torch.randn(64, 1001, generator=g, device="cuda").to(dtype)
-    ops.softmax(x)  # put
-    assert native.module().forward(x, -1, False) is not None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = ops.softmax(x)
-    x.copy_(torch.randn(x.shape, generator=g, device="cuda").to(dtype))
-    y.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    rep = compare(y, R.softmax(x.double().cpu().numpy()), dtype)
-    assert rep.ok, rep.message
+    for N in (1001, 32000):  # the helper's launch; a cluster launch (cuLaunchKernelEx) from Python
+        x = torch.randn(64, N, generator=g, device="cuda").to(dtype)
+        ops.softmax(x)  # put
+        assert (native.module().forward(x, -1, False) is not None) == (N == 1001)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = ops.softmax(x)
+        x.copy_(torch.randn(x.shape, generator=g, device="cuda").to(dtype))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        rep = compare(y, R.softmax(x.double().cpu().numpy()), dtype)
+        assert rep.ok, (N, rep.message)
