@@ -246,7 +246,7 @@ def test_report_targets_on_a_bench_csv(tmp_path, capsys):
 
 
 def test_help_defines_the_targets_and_the_arch(capsys):
-    for argv, words in ((["report", "--help"], ("92%", "95%", "4x torch", "issue 4")),
+    for argv, words in ((["report", "--help"], ("92%", "96%", "3 points", "4x torch", "issue 12")),
                         (["inspect", "--help"], ("compute capability", "sm_90"))):
         with pytest.raises(SystemExit):
             main(argv)
@@ -369,3 +369,27 @@ def test_extras_layouts_loop_on_cpu(monkeypatch):
 @pytest.mark.parametrize("bad", ["0", "-4", "3000", "32768", "x"])
 def test_attention_sweep_refuses_lengths_that_do_not_divide_its_tokens(capsys, bad):
     assert "divides the sweep's 16384 tokens" in run_bad(capsys, "attention-sweep", "--s", bad)
+
+
+def test_report_grid_and_targets_over_several_csvs(tmp_path, capsys):
+    """A sweep writes one CSV per dtype: --grid and --targets read them together. Odd N are at M = 2^27 // N (not
+    few-row shapes); 129 at 85% against 128's 95% is more than 3 points below its power-of-two neighbour (↓), and
+    below the 92% target (✗); the backward's target is 96%."""
+    def row(op, variant, dtype, N, ms, pct):
+        return dict(op=op, variant=variant, M=(1 << 27) // N, N=N, dtype=dtype, time_ms=ms, pct_copy=pct,
+                    copy_gbps=4200.0, device="GPU", commit="abc", group=f"{op} {N}")
+
+    fwd = [row("softmax", "api.cuda.softmax", "float32", 128, 1.0, 95.0),
+           row("softmax", "torch.softmax", "float32", 128, 2.0, 48.0),
+           row("softmax", "api.cuda.softmax", "float32", 129, 1.1, 85.0),
+           row("softmax", "torch.softmax", "float32", 129, 1.0, 90.0)]
+    bwd = [row("softmax_backward", "api.cuda.softmax_backward", "bfloat16", 128, 1.0, 95.4)]
+    paths = [results.write_csv(fwd, tmp_path / "f.csv"), results.write_csv(bwd, tmp_path / "b.csv")]
+    code, out = run(capsys, "report", "--grid", *map(str, paths))
+    assert code == 0
+    assert "| N | float32 fwd | float32 bwd | bfloat16 fwd | bfloat16 bwd |" in out
+    assert "| 128 | 95% (2.00×) | – | – | 95% ✗ |" in out  # 95.4 < 96 backward
+    assert "| 129 | 85% (0.91×) ✗ ↓ | – | – | – |" in out
+    code, out = run(capsys, "report", "--targets", *map(str, paths))
+    line = next(l for l in out.splitlines() if l.startswith("| softmax | float32"))
+    assert "129 (85% vs 95%)" in line and "0.91 (1040447×129)" in line and "few rows" not in line

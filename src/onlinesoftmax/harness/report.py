@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import OnlineSoftmaxError
 from .results import copy_text, read_csv
+from .suites import SWEEP_DTYPES
 
 
 def _f(value: str, fmt: str, unit: str = "") -> str:
@@ -68,30 +69,66 @@ def sweep_markdown(csv_path) -> str:
     return "\n".join(out).strip() + "\n"
 
 
-# Issue 4's targets on the H200 (% of the same-run copy bandwidth on ideal bytes), checked by `targets_markdown`.
-TARGET_PCT = {"softmax": 92, "log_softmax": 92, "softmax_backward": 95, "log_softmax_backward": 95}
-FEW_ROWS_SPEEDUP = 4.0  # over torch at the few-row shapes (M x N below 2^27)
+# Issue 12's targets on the H200 (% of the same-run copy bandwidth on ideal bytes; issue 4 had 95% backward), checked
+# by `targets_markdown`: every row at M x N = 2^27 (M = 2^27 // N), odd N within ODD_N_POINTS of the nearest power of
+# two, at least as fast as torch everywhere, FEW_ROWS_SPEEDUP over torch at FEW_ROWS_TARGETS.
+TARGET_PCT = {"softmax": 92, "log_softmax": 92, "softmax_backward": 96, "log_softmax_backward": 96}
+ODD_N_POINTS = 3.0
+FEW_ROWS_SPEEDUP = 4.0
+FEW_ROWS_TARGETS = ((1, 262144), (32, 131072))
 
 
-def targets_markdown(csv_path, ours: str = "api.cuda", elements: int = 1 << 27) -> str:
-    """Per (op, dtype) of a sweep CSV: our worst % of copy over the M x N = 2^27 shapes against the target (and the
-    shapes below it), our worst ratio to torch over every shape, and the few-row speed-ups over torch (do_bench
-    with its L2 flush; queued back to back on rotated copies)."""
-    rows = [r for r in read_csv(csv_path) if r["time_ms"]]
+def _rows(csv_paths) -> list[dict]:
+    """The timed rows of one results CSV or several (a sweep writes one per dtype)."""
+    paths = [csv_paths] if isinstance(csv_paths, (str, bytes)) or not hasattr(csv_paths, "__iter__") else csv_paths
+    return [r for path in paths for r in read_csv(path) if r["time_ms"]]
+
+
+def _pow2_neighbour(N: int, ns) -> int | None:
+    """The power of two among ns nearest to N in ratio (the lower one on a tie), or None."""
+    pows = [n for n in ns if n & (n - 1) == 0]
+    return min(pows, key=lambda n: (max(n, N) / min(n, N), n)) if pows else None
+
+
+def _grid(rows, ours: str, elements: int):
+    """{(op, dtype): {N: (ours' row, torch's row or None)}} at M = elements // N."""
+    torch_rows = {(r["op"], r["dtype"], r["M"], r["N"]): r for r in rows if r["variant"] == f"torch.{r['op']}"}
+    grid: dict = {}
+    for r in rows:
+        if r["variant"] == f"{ours}.{r['op']}" and int(r["M"]) == elements // int(r["N"]):
+            grid.setdefault((r["op"], r["dtype"]), {})[int(r["N"])] = (
+                r, torch_rows.get((r["op"], r["dtype"], r["M"], r["N"])))
+    return grid
+
+
+def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) -> str:
+    """Per (op, dtype) of sweep CSVs: our worst % of copy over the M x N = 2^27 shapes against the target (and the
+    shapes below it), the odd N more than ODD_N_POINTS below their power-of-two neighbour, our worst ratio to torch
+    over every shape, and the speed-ups over torch at FEW_ROWS_TARGETS (do_bench with its L2 flush; queued back to
+    back on rotated copies)."""
+    rows = _rows(csv_paths)
     by = {(r["op"], r["dtype"], int(r["M"]), int(r["N"]), r["variant"]): r for r in rows}
     keys = list(dict.fromkeys((r["op"], r["dtype"]) for r in rows if r["variant"] == f"{ours}.{r['op']}"))
     if not keys:
-        raise OnlineSoftmaxError(f"{csv_path}: no timed rows of {ours}.<op>, the production ops the targets are "
-                                 "for; --targets reads a CSV from `onlinesoftmax sweep`")
-    out = ["| op | dtype | worst % of copy (N) | target | N below target | worst torch time / ours (shape) | "
-           "few rows: torch / ours, do_bench (queued) |", "|---|---|---:|---:|---|---:|---|"]
+        raise OnlineSoftmaxError(f"{csv_paths}: no timed rows of {ours}.<op>, the production ops the targets are "
+                                 "for; --targets reads CSVs from `onlinesoftmax sweep`")
+    grid = _grid(rows, ours, elements)
+    out = ["| op | dtype | worst % of copy (N) | target | N below target | odd N > 3 points below 2^k | "
+           "worst torch time / ours (shape) | few rows: torch / ours, do_bench (queued) |",
+           "|---|---|---:|---:|---|---|---:|---|"]
     for op, dtype in keys:
         mine = [r for r in rows if (r["op"], r["dtype"]) == (op, dtype) and r["variant"] == f"{ours}.{op}"]
-        full = [r for r in mine if int(r["M"]) * int(r["N"]) == elements]
-        low = min(full, key=lambda r: float(r["pct_copy"]), default=None)
-        worst = f"{float(low['pct_copy']):.0f}% ({low['N']})" if low else "–"
+        full = grid.get((op, dtype), {})
+        pct = {N: float(r["pct_copy"]) for N, (r, _) in full.items()}
+        low = min(pct, key=pct.get, default=None)
+        worst = f"{pct[low]:.0f}% ({low})" if low else "–"
         target = TARGET_PCT.get(op, 0)
-        below = [f"{r['N']} ({float(r['pct_copy']):.0f}%)" for r in full if float(r["pct_copy"]) < target]
+        below = [f"{N} ({p:.0f}%)" for N, p in pct.items() if p < target]
+        odd = []
+        for N, p in pct.items():
+            k = _pow2_neighbour(N, pct)
+            if k is not None and k != N and p < pct[k] - ODD_N_POINTS:
+                odd.append(f"{N} ({p:.0f}% vs {pct[k]:.0f}%)")
         ratios = []
         for r in mine:
             t = by.get((op, dtype, int(r["M"]), int(r["N"]), f"torch.{op}"))
@@ -99,7 +136,7 @@ def targets_markdown(csv_path, ours: str = "api.cuda", elements: int = 1 << 27) 
                 ratios.append((float(t["time_ms"]) / float(r["time_ms"]), r, t))
         few = []
         for ratio, r, t in ratios:
-            if int(r["M"]) * int(r["N"]) != elements:
+            if (int(r["M"]), int(r["N"])) in FEW_ROWS_TARGETS:
                 q, worst_of_two = "", ratio
                 if r.get("queued_ms") and t.get("queued_ms"):
                     queued = float(t["queued_ms"]) / float(r["queued_ms"])
@@ -108,6 +145,46 @@ def targets_markdown(csv_path, ours: str = "api.cuda", elements: int = 1 << 27) 
                 few.append(f"{r['M']}×{r['N']}: {ratio:.1f}×{q}{mark}")
         wr = min(ratios, key=lambda x: x[0]) if ratios else None
         worst_ratio = f"{wr[0]:.2f} ({wr[1]['M']}×{wr[1]['N']})" if wr else "–"
-        out.append(f"| {op} | {dtype} | {worst} | {target}% | "
-                   f"{', '.join(below) or 'none'} | {worst_ratio} | {'; '.join(few) or '–'} |")
+        out.append(f"| {op} | {dtype} | {worst} | {target}% | {', '.join(below) or 'none'} | "
+                   f"{', '.join(odd) or 'none'} | {worst_ratio} | {'; '.join(few) or '–'} |")
+    return "\n".join(out) + "\n"
+
+
+def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) -> str:
+    """The public grid as one table: a row per N at M = 2^27 // N, per dtype a forward and a backward column, each
+    cell ours' % of copy over its two ops (softmax and log-softmax; their backward) and, in brackets, the lower of
+    torch's time over ours; ✗ where a cell is below TARGET_PCT, ↓ where an odd N is more than ODD_N_POINTS below its
+    power-of-two neighbour."""
+    grid = _grid(_rows(csv_paths), ours, elements)
+    if not grid:
+        raise OnlineSoftmaxError(f"{csv_paths}: no timed rows of {ours}.<op> at M x N = {elements}")
+    dtypes = sorted(dict.fromkeys(dt for _, dt in grid),
+                    key=lambda d: SWEEP_DTYPES.index(d) if d in SWEEP_DTYPES else len(SWEEP_DTYPES))
+    sides = (("fwd", ("softmax", "log_softmax")), ("bwd", ("softmax_backward", "log_softmax_backward")))
+    ns = sorted({N for cells in grid.values() for N in cells})
+    out = ["| N | " + " | ".join(f"{dt} {side}" for dt in dtypes for side, _ in sides) + " |",
+           "|---:|" + "---:|" * (2 * len(dtypes))]
+    for N in ns:
+        cells = []
+        for dt in dtypes:
+            for _, ops in sides:
+                got = [(op, grid[(op, dt)][N]) for op in ops if N in grid.get((op, dt), {})]
+                if not got:
+                    cells.append("–")
+                    continue
+                pcts = [float(r["pct_copy"]) for _, (r, _) in got]
+                lo, hi = min(pcts), max(pcts)
+                text = f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f}%"
+                ratios = [float(t["time_ms"]) / float(r["time_ms"]) for _, (r, t) in got if t]
+                if ratios:
+                    text += f" ({min(ratios):.2f}×)"
+                if any(float(r["pct_copy"]) < TARGET_PCT[op] for op, (r, _) in got):
+                    text += " ✗"
+                for op, (r, _) in got:
+                    k = _pow2_neighbour(N, grid[(op, dt)])
+                    if k != N and float(r["pct_copy"]) < float(grid[(op, dt)][k][0]["pct_copy"]) - ODD_N_POINTS:
+                        text += " ↓"
+                        break
+                cells.append(text)
+        out.append(f"| {N} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
