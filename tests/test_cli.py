@@ -393,3 +393,18 @@ def test_report_grid_and_targets_over_several_csvs(tmp_path, capsys):
     code, out = run(capsys, "report", "--targets", *map(str, paths))
     line = next(l for l in out.splitlines() if l.startswith("| softmax | float32"))
     assert "129 (85% vs 95%)" in line and "0.91 (1040447×129)" in line and "few rows" not in line
+
+
+def test_report_targets_says_which_few_row_target_was_not_timed(tmp_path, capsys):
+    """A sweep without 32 x 131072 (the public grid's sweeps before it joined FEW_ROWS) cannot show that 4x target:
+    it is named as not timed, not dropped; and a grid of non-power-of-two N alone has no neighbour to compare."""
+    rows = [dict(op="softmax", variant=v, M=M, N=N, dtype="float32", time_ms=ms, pct_copy=pct, copy_gbps=4200.0,
+                 device="GPU", commit="abc", group=f"softmax {M}x{N}")
+            for v, M, N, ms, pct in (("api.cuda.softmax", 1, 262144, 0.01, 5.0), ("torch.softmax", 1, 262144, 0.08, 1.0),
+                                     ("api.cuda.softmax", (1 << 27) // 1000, 1000, 1.0, 95.0))]
+    path = str(results.write_csv(rows, tmp_path / "s.csv"))
+    code, out = run(capsys, "report", "--targets", path)
+    assert code == 0 and "1×262144: 8.0×; 32×131072: not timed ✗" in out
+    code, out = run(capsys, "report", "--grid", path)
+    assert code == 0 and "| 1000 | 95% |" in out
+    assert "not allowed with" in run_bad(capsys, "report", "--grid", "--targets", path)

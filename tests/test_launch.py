@@ -200,3 +200,24 @@ def test_libcuda_entry_values_are_per_call(monkeypatch):
 
 def test_race_check_catches_unlocked_driver_values(monkeypatch):
     assert _race_driver_values(_UnlockedDriverValues, monkeypatch) != []
+
+
+def test_no_cluster_kernel_fits_without_cuLaunchKernelEx(monkeypatch):
+    """Where libcuda's cuLaunchKernelEx cannot be opened, a cluster kernel has no launch: ShapedKernel says it does
+    not fit (the plans then fall back to regimes without clusters, cross-entropy to its other path) without asking
+    the driver for the cluster attribute or the occupancy; a kernel without clusters is unaffected."""
+    from onlinesoftmax.engines.cuda import compiled as K
+
+    asked = []
+    lk = _Loaded()
+    lk.allow_cluster = lambda c: asked.append(("allow", c))
+    lk.max_active_clusters = lambda *a: asked.append(("occupancy",) + a) or 3
+    monkeypatch.setattr(K, "module", lambda name, arch: None)
+    monkeypatch.setattr(K, "_arch_of", lambda device: "sm_90")
+    monkeypatch.setattr(launch, "kernel", lambda module, name, device: lk)
+    monkeypatch.setattr(launch, "_libcuda_entry", lambda name: None)
+    assert K.ShapedKernel("fwd_row<...>", 0, (512,), 0, 4).fits is False and asked == []
+    assert K.ShapedKernel("fwd_row<...>", 0, (512,), 0, 1).fits is True
+    monkeypatch.setattr(launch, "_libcuda_entry", lambda name: object())
+    monkeypatch.setattr(launch, "_CU_LAUNCH", object())
+    assert K.ShapedKernel("fwd_row<...>", 0, (512,), 0, 4).fits is True and ("allow", 4) in asked

@@ -559,18 +559,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("report", help="Markdown tables from results CSVs (ladder layout, or --sweep, --targets, --grid)")
     sp.add_argument("csv", nargs="+", help="results CSVs written by bench, ladder, sweep, extras or attention-sweep")
-    sp.add_argument("--sweep", action="store_true", help="one table per (op, dtype), %% copy per implementation")
-    sp.add_argument("--attention", action="store_true",
-                    help="an attention-sweep CSV: TFLOP/s per implementation, ours over flash and cuDNN (the "
-                         "default for such a CSV)")
-    sp.add_argument("--targets", action="store_true",
-                    help="sweep CSVs against the production ops' targets on the H200 (issue 12): forward >= 92%%, "
-                         "backward >= 96%% of the copy bandwidth at every M x N = 2^27 shape, odd N within 3 points "
-                         "of its power-of-two neighbour, at least as fast as torch, >= 4x torch at the few-row shapes "
-                         "1 x 262144 and 32 x 131072")
-    sp.add_argument("--grid", action="store_true",
-                    help="sweep CSVs as one table: a row per N at M x N = 2^27, forward and backward %% of copy per "
-                         "dtype (the lower of torch's time over ours in brackets), the misses marked")
+    how = sp.add_mutually_exclusive_group()
+    how.add_argument("--sweep", action="store_true", help="one table per (op, dtype), %% copy per implementation")
+    how.add_argument("--attention", action="store_true",
+                     help="an attention-sweep CSV: TFLOP/s per implementation, ours over flash and cuDNN (the "
+                          "default for such a CSV)")
+    how.add_argument("--targets", action="store_true",
+                     help="sweep CSVs against the production ops' targets on the H200 (issue 12): forward >= 92%%, "
+                          "backward >= 96%% of the copy bandwidth at every M x N = 2^27 shape, odd N within 3 points "
+                          "of its power-of-two neighbour, at least as fast as torch, >= 4x torch at the few-row shapes "
+                          "1 x 262144 and 32 x 131072")
+    how.add_argument("--grid", action="store_true",
+                     help="sweep CSVs as one table: a row per N at M x N = 2^27, forward and backward %% of copy per "
+                          "dtype (the lower of torch's time over ours in brackets), the misses marked")
     sp.set_defaults(fn=cmd_report)
 
     sp = sub.add_parser("plot", help="GB/s against N from a results CSV (PNG): a line per variant and problem size")

@@ -1,4 +1,4 @@
-"""Markdown tables from a results CSV (what the README shows is generated, not typed)."""
+"""Markdown tables from results CSVs (what the README shows is generated, not typed)."""
 
 from __future__ import annotations
 
@@ -78,10 +78,14 @@ FEW_ROWS_SPEEDUP = 4.0
 FEW_ROWS_TARGETS = ((1, 262144), (32, 131072))
 
 
+def _paths(csv_paths) -> list:
+    """One results CSV or several (a sweep writes one per dtype), as a list."""
+    return [csv_paths] if isinstance(csv_paths, (str, bytes)) or not hasattr(csv_paths, "__iter__") else list(csv_paths)
+
+
 def _rows(csv_paths) -> list[dict]:
-    """The timed rows of one results CSV or several (a sweep writes one per dtype)."""
-    paths = [csv_paths] if isinstance(csv_paths, (str, bytes)) or not hasattr(csv_paths, "__iter__") else csv_paths
-    return [r for path in paths for r in read_csv(path) if r["time_ms"]]
+    """The timed rows of one results CSV or several."""
+    return [r for path in _paths(csv_paths) for r in read_csv(path) if r["time_ms"]]
 
 
 def _pow2_neighbour(N: int, ns) -> int | None:
@@ -110,10 +114,11 @@ def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27)
     by = {(r["op"], r["dtype"], int(r["M"]), int(r["N"]), r["variant"]): r for r in rows}
     keys = list(dict.fromkeys((r["op"], r["dtype"]) for r in rows if r["variant"] == f"{ours}.{r['op']}"))
     if not keys:
-        raise OnlineSoftmaxError(f"{csv_paths}: no timed rows of {ours}.<op>, the production ops the targets are "
+        raise OnlineSoftmaxError(f"{', '.join(map(str, _paths(csv_paths)))}: no timed rows of {ours}.<op>, the "
+                                 "production ops the targets are "
                                  "for; --targets reads CSVs from `onlinesoftmax sweep`")
     grid = _grid(rows, ours, elements)
-    out = ["| op | dtype | worst % of copy (N) | target | N below target | odd N > 3 points below 2^k | "
+    out = ["| op | dtype | worst % of copy (N) | target | N below target | N ≠ 2^k more than 3 points below 2^k | "
            "worst torch time / ours (shape) | few rows: torch / ours, do_bench (queued) |",
            "|---|---|---:|---:|---|---|---:|---|"]
     for op, dtype in keys:
@@ -127,7 +132,7 @@ def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27)
         odd = []
         for N, p in pct.items():
             k = _pow2_neighbour(N, pct)
-            if k is not None and k != N and p < pct[k] - ODD_N_POINTS:
+            if k not in (None, N) and p < pct[k] - ODD_N_POINTS:
                 odd.append(f"{N} ({p:.0f}% vs {pct[k]:.0f}%)")
         ratios = []
         for r in mine:
@@ -143,6 +148,8 @@ def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27)
                     q, worst_of_two = f" ({queued:.1f}×)", min(ratio, queued)
                 mark = "" if worst_of_two >= FEW_ROWS_SPEEDUP else " ✗"
                 few.append(f"{r['M']}×{r['N']}: {ratio:.1f}×{q}{mark}")
+        timed = {(int(r["M"]), int(r["N"])) for _, r, _ in ratios}
+        few += [f"{M}×{N}: not timed ✗" for M, N in FEW_ROWS_TARGETS if (M, N) not in timed]
         wr = min(ratios, key=lambda x: x[0]) if ratios else None
         worst_ratio = f"{wr[0]:.2f} ({wr[1]['M']}×{wr[1]['N']})" if wr else "–"
         out.append(f"| {op} | {dtype} | {worst} | {target}% | {', '.join(below) or 'none'} | "
@@ -157,7 +164,8 @@ def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) ->
     power-of-two neighbour."""
     grid = _grid(_rows(csv_paths), ours, elements)
     if not grid:
-        raise OnlineSoftmaxError(f"{csv_paths}: no timed rows of {ours}.<op> at M x N = {elements}")
+        raise OnlineSoftmaxError(f"{', '.join(map(str, _paths(csv_paths)))}: no timed rows of {ours}.<op> at "
+                                 f"M x N = {elements}")
     dtypes = sorted(dict.fromkeys(dt for _, dt in grid),
                     key=lambda d: SWEEP_DTYPES.index(d) if d in SWEEP_DTYPES else len(SWEEP_DTYPES))
     sides = (("fwd", ("softmax", "log_softmax")), ("bwd", ("softmax_backward", "log_softmax_backward")))
@@ -182,7 +190,7 @@ def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) ->
                     text += " ✗"
                 for op, (r, _) in got:
                     k = _pow2_neighbour(N, grid[(op, dt)])
-                    if k != N and float(r["pct_copy"]) < float(grid[(op, dt)][k][0]["pct_copy"]) - ODD_N_POINTS:
+                    if k not in (None, N) and float(r["pct_copy"]) < float(grid[(op, dt)][k][0]["pct_copy"]) - ODD_N_POINTS:
                         text += " ↓"
                         break
                 cells.append(text)

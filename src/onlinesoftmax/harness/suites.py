@@ -115,7 +115,8 @@ SWEEP_ELEMENTS = 1 << 27
 POW2_N = [1 << k for k in range(7, 19)]
 ODD_N = [127, 129, 1000, 1023, 1025, 3000, 4095, 4097, 12289, 32001, 50001, 65537, 100003, 131071, 200003, 262143]
 SWEEP_N = sorted(POW2_N + ODD_N)
-FEW_ROWS = [(M, N) for N in (32768, 131072, 262144, 1000003) for M in (1, 2, 7, 16, 64)]
+# the few-row grid, and 32 x 131072 (its 4x-torch target, with 1 x 262144)
+FEW_ROWS = [(M, N) for N in (32768, 131072, 262144, 1000003) for M in (1, 2, 7, 16, 64)] + [(32, 131072)]
 
 
 def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None, backends=(), compare=True) -> list[Group]:

@@ -1,4 +1,6 @@
-"""Loading compiled kernels and launching them on torch's current stream through `cuda.core`.
+"""Loading compiled kernels (through `cuda.core`) and launching them on torch's current stream: the production
+engines' launches through libcuda's cuLaunchKernel / cuLaunchKernelEx with parameter blocks built once
+(PreparedLaunch), the ladder's through cuda.core's launch (LoadedKernel.launch).
 
     k = kernel(mod, "online_v3<4>", device=x.device.index)   # loads the cubin once per device
     k.launch(grid, block, (x.data_ptr(), y.data_ptr(), np.int32(M), np.int32(N)))
@@ -45,7 +47,7 @@ _devices: dict[int, object] = {}  # index -> cuda.core Device
 _streams = BoundedCache(256)  # raw stream handle -> cuda.core Stream
 _cu_streams = BoundedCache(256)  # raw stream handle -> driver.CUstream
 _sm_counts: dict[int, int] = {}
-_cc_launch = None  # cuda.core.launch, imported on the first launch
+_cc_launch = None  # cuda.core.launch (LoadedKernel.launch), imported on its first call
 try:  # the raw cudaStream_t of torch's current stream without building a torch.cuda.Stream (inductor uses it)
     from torch._C import _cuda_getCurrentRawStream as _raw_stream
 except ImportError:  # CPU-only torch builds, or a future torch without it
@@ -194,7 +196,7 @@ def set_max_dynamic_smem(kern, nbytes: int, device_index: int) -> None:
 class LoadedKernel:
     """One kernel of a compiled module on one device, with its launch configs cached (bounded)."""
 
-    __slots__ = ("name", "module", "device", "kernel", "_configs", "_smem_ok", "_lock")
+    __slots__ = ("name", "module", "device", "kernel", "_configs", "_smem_ok", "_cluster_ok", "_lock")
 
     def __init__(self, module: CompiledModule, name: str, device: int):
         self.name, self.module, self.device = name, module, device
@@ -207,6 +209,7 @@ class LoadedKernel:
             ) from None
         self._configs = BoundedCache(64)
         self._smem_ok = 0
+        self._cluster_ok = PORTABLE_CLUSTER
         self._lock = threading.Lock()
 
     def allow_smem(self, smem: int) -> None:
@@ -221,19 +224,21 @@ class LoadedKernel:
                     self._smem_ok = smem
 
     def allow_cluster(self, cluster: int) -> None:
-        """Allow clusters of `cluster` CTAs (above the portable 8 the kernel needs an attribute)."""
-        if cluster > PORTABLE_CLUSTER:
+        """Allow clusters of `cluster` CTAs (above the portable 8 the kernel needs an attribute; set once)."""
+        if cluster > self._cluster_ok:
             from cuda.bindings import driver
 
-            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-            (err,) = driver.cuKernelSetAttribute(attr, 1, self.kernel.handle, driver.CUdevice(self.device))
-            if err != driver.CUresult.CUDA_SUCCESS:
-                raise OnlineSoftmaxError(f"{self.name}: cuKernelSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) "
-                                         f"failed: {err}")
+            with self._lock:
+                attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+                (err,) = driver.cuKernelSetAttribute(attr, 1, self.kernel.handle, driver.CUdevice(self.device))
+                if err != driver.CUresult.CUDA_SUCCESS:
+                    raise OnlineSoftmaxError(f"{self.name}: cuKernelSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) "
+                                             f"failed: {err}")
+                self._cluster_ok = max(self._cluster_ok, cluster)
 
     def cluster_config(self, grid: int, block, cluster: int, smem: int = 0):
-        """cuda.core's LaunchConfig for `grid` clusters of `cluster` CTAs (for the occupancy query; launches go
-        through PreparedLaunch). cuda.core 1.2 counts a cluster launch's grid in clusters; an older one passes it
+        """cuda.core's LaunchConfig for `grid` clusters of `cluster` CTAs (max_active_clusters asks with one; launches
+        go through PreparedLaunch). cuda.core 1.2 counts a cluster launch's grid in clusters; an older one passes it
         through as blocks (checked on the driver struct it builds)."""
         from cuda.core import LaunchConfig
 
@@ -389,6 +394,12 @@ def _launch_ex(pdl: bool, cluster: int):
     return launch
 
 
+def cluster_launches() -> bool:
+    """Whether cluster kernels can be launched here: through libcuda's cuLaunchKernelEx, opened by ctypes (where it
+    cannot be, the plans fall back to regimes without clusters: compiled.ShapedKernel.fits)."""
+    return _driver_launch()[1] and _libcuda_entry("cuLaunchKernelEx") is not None
+
+
 class PreparedLaunch:
     """One launch of a LoadedKernel with everything but its leading pointer arguments fixed, straight through
     cuLaunchKernel with a parameter block built once: the eager hot path (cuda.core's launch packs every argument
@@ -462,8 +473,9 @@ class PreparedLaunch:
     def native_put(self, mod, op: int, a, b, grid: int, rows: int, owner):
         """Put this launch, with the grid and row count of one shape, into runtime/native.cpp's table for the shape
         of the tensors a (and b: dy, or None), owned by `owner` (its key there for mod.remove; None where it is not
-        put). Only a launch through libcuda's plain cuLaunchKernel (not cuda.bindings' entry, not programmatic) of the
-        shape native.cpp launches: three pointers, a row count first, a 1-D grid, a 2-D block."""
+        put). Only a launch through libcuda's plain cuLaunchKernel (not cuda.bindings' entry; not a programmatic or a
+        cluster launch, which go through cuLaunchKernelEx) of the shape native.cpp launches: three pointers, a row
+        count first, a 1-D grid, a 2-D block."""
         d = self.dims
         if (self._args is None or self._launch is not _CU_LAUNCH or len(self._ptrs) != 3 or not self._vals
                 or not isinstance(self._vals[0], ctypes.c_int64) or d[2] != 1 or d[3] != 1 or d[6] != 1):

@@ -84,6 +84,9 @@ class ShapedKernel:
         self.lk = rt_launch.kernel(module(name, _arch_of(device)), name, device)
         self.block, self.smem, self.cluster = block, smem, cluster
         self.lk.allow_smem(smem)
+        if cluster > 1 and not rt_launch.cluster_launches():  # no launch for it here: the plans fall back
+            self.fits = False
+            return
         self.lk.allow_cluster(cluster)
         fits = self.lk.max_active_clusters(block, cluster, smem) if cluster > 1 else 1
         self.fits = None if fits is None else fits > 0
