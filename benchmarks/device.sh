@@ -3,7 +3,8 @@
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
 # Stages: verify (GPU tests, check, ladder) | tests (every GPU test, parallel processes) | concurrency
 #         | release [sweep args] | attention | attention-hbm [B H S D]
-#         | sweep [sweep args] | cross-entropy | ce-load | tune-flat [N ...] | shapes [sweep args] (issue 12: production GPU tests + the public grid per dtype)
+#         | sweep [sweep args] | cross-entropy | ce-load | tune-flat [N ...] | grid [sweep args] (issue 12: the public grid, a
+#         CSV per dtype, DTYPES) | shapes [sweep args] (the production GPU tests, then grid)
 #         | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
@@ -30,6 +31,17 @@ osm() { python3 -m onlinesoftmax "$@"; }
   python3 -c 'import torch, triton, cuda.core, numpy; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "cuda.core", cuda.core.__version__, "numpy", numpy.__version__)'
   echo "commit ${ONLINESOFTMAX_COMMIT:-unknown}"
 } | tee "$OUT/env.txt"
+
+# The public grid (every N at M x N = 2^27, the few-row shapes, 4 ops, torch / torch.compile / Liger in the run), one
+# CSV per dtype: ~220-270 s a dtype at bdd899c, so a 600 s call holds two (DTYPES=float16 the next call); then the
+# table of every CSV there (onlinesoftmax report --grid)
+grid() {
+  for dt in ${DTYPES:-float32 bfloat16}; do
+    timeout "${SWEEP_TIMEOUT:-290}" python3 -m onlinesoftmax sweep --backend cuda --dtype "$dt" "$@" \
+      --out "$OUT/sweep-$dt.csv" >"$OUT/sweep-$dt.txt" 2>&1; tail -2 "$OUT/sweep-$dt.txt"
+  done
+  osm report --grid "$OUT"/sweep-*.csv | tee "$OUT/grid.md"
+}
 
 stage=${1:-verify}; shift || true
 case "$stage" in
@@ -129,13 +141,13 @@ case "$stage" in
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"
     ;;
-  shapes)  # issue 12: the production GPU tests, then the public grid (every N, M x N = 2^27) one CSV per dtype
+  shapes)  # issue 12: the production GPU tests, then the public grid (below)
     python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_gpu_production.py 2>&1 \
       | tee "$OUT/pytest-gpu-production.log" | tail -8
-    for dt in ${DTYPES:-float32 bfloat16 float16}; do
-      timeout ${SWEEP_TIMEOUT:-200} python3 -m onlinesoftmax sweep --backend cuda --dtype "$dt" "$@" \
-        --out "$OUT/sweep-$dt.csv" >"$OUT/sweep-$dt.txt" 2>&1; tail -3 "$OUT/sweep-$dt.txt"
-    done
+    grid "$@"
+    ;;
+  grid)  # issue 12's public grid in one committed sweep (below)
+    grid "$@"
     ;;
   *)
     osm "$stage" "$@" 2>&1 | tee "$OUT/$stage.txt"
