@@ -94,6 +94,12 @@ def _pow2_neighbour(N: int, ns) -> int | None:
     return min(pows, key=lambda n: (max(n, N) / min(n, N), n)) if pows else None
 
 
+def _short_of_neighbour(N: int, pct: dict) -> int | None:
+    """N's power-of-two neighbour in pct ({N: % of copy}) where N is more than ODD_N_POINTS below it, else None."""
+    k = _pow2_neighbour(N, pct)
+    return k if k not in (None, N) and pct[N] < pct[k] - ODD_N_POINTS else None
+
+
 def _grid(rows, ours: str, elements: int):
     """{(op, dtype): {N: (ours' row, torch's row or None)}} at M = elements // N."""
     torch_rows = {(r["op"], r["dtype"], r["M"], r["N"]): r for r in rows if r["variant"] == f"torch.{r['op']}"}
@@ -115,8 +121,7 @@ def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27)
     keys = list(dict.fromkeys((r["op"], r["dtype"]) for r in rows if r["variant"] == f"{ours}.{r['op']}"))
     if not keys:
         raise OnlineSoftmaxError(f"{', '.join(map(str, _paths(csv_paths)))}: no timed rows of {ours}.<op>, the "
-                                 "production ops the targets are "
-                                 "for; --targets reads CSVs from `onlinesoftmax sweep`")
+                                 "production ops the targets are for; --targets reads CSVs from `onlinesoftmax sweep`")
     grid = _grid(rows, ours, elements)
     out = ["| op | dtype | worst % of copy (N) | target | N below target | N ≠ 2^k more than 3 points below 2^k | "
            "worst torch time / ours (shape) | few rows: torch / ours, do_bench (queued) |",
@@ -129,11 +134,7 @@ def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27)
         worst = f"{pct[low]:.0f}% ({low})" if low else "–"
         target = TARGET_PCT.get(op, 0)
         below = [f"{N} ({p:.0f}%)" for N, p in pct.items() if p < target]
-        odd = []
-        for N, p in pct.items():
-            k = _pow2_neighbour(N, pct)
-            if k not in (None, N) and p < pct[k] - ODD_N_POINTS:
-                odd.append(f"{N} ({p:.0f}% vs {pct[k]:.0f}%)")
+        odd = [f"{N} ({p:.0f}% vs {pct[k]:.0f}%)" for N, p in pct.items() if (k := _short_of_neighbour(N, pct))]
         ratios = []
         for r in mine:
             t = by.get((op, dtype, int(r["M"]), int(r["N"]), f"torch.{op}"))
@@ -188,11 +189,9 @@ def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) ->
                     text += f" ({min(ratios):.2f}×)"
                 if any(float(r["pct_copy"]) < TARGET_PCT[op] for op, (r, _) in got):
                     text += " ✗"
-                for op, (r, _) in got:
-                    k = _pow2_neighbour(N, grid[(op, dt)])
-                    if k not in (None, N) and float(r["pct_copy"]) < float(grid[(op, dt)][k][0]["pct_copy"]) - ODD_N_POINTS:
-                        text += " ↓"
-                        break
+                if any(_short_of_neighbour(N, {n: float(r["pct_copy"]) for n, (r, _) in grid[(op, dt)].items()})
+                       for op, _ in got):
+                    text += " ↓"
                 cells.append(text)
         out.append(f"| {N} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
