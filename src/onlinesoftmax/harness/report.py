@@ -161,8 +161,8 @@ def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27)
 def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) -> str:
     """The public grid as one table: a row per N at M = 2^27 // N, per dtype a forward and a backward column, each
     cell ours' % of copy over its two ops (softmax and log-softmax; their backward) and, in brackets, the lower of
-    torch's time over ours; ✗ where a cell is below TARGET_PCT, ↓ where an odd N is more than ODD_N_POINTS below its
-    power-of-two neighbour."""
+    torch's time over ours; ✗ where a cell is below TARGET_PCT, ↓ where an N not a power of two is more than
+    ODD_N_POINTS below its power-of-two neighbour."""
     grid = _grid(_rows(csv_paths), ours, elements)
     if not grid:
         raise OnlineSoftmaxError(f"{', '.join(map(str, _paths(csv_paths)))}: no timed rows of {ours}.<op> at "
