@@ -115,13 +115,12 @@ def concurrency_kernels(sms: int) -> set:
 def layout_kernels(sms: int) -> set:
     """The kernels of `onlinesoftmax extras`' layouts (every op and dtype, the plan as shipped) and the strided
     kernel of each, which benchmarks/probe_columns.py --strided forces: shape-only stand-ins (meta tensors)."""
-    from onlinesoftmax.harness.extras import LAYOUT_DTYPES, LAYOUT_OPS, LAYOUTS
+    from onlinesoftmax.harness.extras import LAYOUT_DTYPES, LAYOUT_OPS, LAYOUTS, layout_tensor
 
     names = set()
     with planning_engine(sms) as E:
         for (_, shape, dim, view), dtype, op in itertools.product(LAYOUTS, LAYOUT_DTYPES, LAYOUT_OPS):
-            x = torch.empty(shape[0], view[0], dtype=dtype, device="meta")[:, view[1]:view[1] + shape[1]] if view \
-                else torch.empty(shape, dtype=dtype, device="meta")
+            x = layout_tensor(shape, view, lambda size: torch.empty(size, dtype=dtype, device="meta"))
             ins = (x,) if not op.endswith("_backward") else (torch.empty_like(x), x)
             out = torch.empty(x.shape, dtype=dtype, device="meta")
             for regime in (None, "strided"):

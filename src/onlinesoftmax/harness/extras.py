@@ -63,12 +63,19 @@ def _rows_along(t: torch.Tensor, dim: int) -> torch.Tensor:
     return t.movedim(dim, -1).reshape(-1, t.shape[dim])[:CHECK_ROWS].cpu()
 
 
+def layout_tensor(shape, view, make) -> torch.Tensor:
+    """One of a layout's tensors: make(shape), or for a view (width, first) the columns first .. first + N of a
+    make((M, width)) (a sliced row every `width` elements). make: a size -> a tensor (random data on the GPU here;
+    benchmarks/precompile.py's meta stand-ins)."""
+    if not view:
+        return make(shape)
+    width, first = view
+    return make((shape[0], width))[:, first:first + shape[1]]
+
+
 def _layout_inputs(op: str, shape, dim: int, view, dtype, gen) -> tuple:
     def randn():
-        if not view:
-            return torch.randn(shape, generator=gen, device=gen.device).to(dtype)
-        width, first = view
-        return torch.randn(shape[0], width, generator=gen, device=gen.device).to(dtype)[:, first:first + shape[1]]
+        return layout_tensor(shape, view, lambda size: torch.randn(size, generator=gen, device=gen.device).to(dtype))
 
     x = randn()
     if op in ("softmax", "log_softmax"):
