@@ -408,3 +408,18 @@ def test_report_targets_says_which_few_row_target_was_not_timed(tmp_path, capsys
     code, out = run(capsys, "report", "--grid", path)
     assert code == 0 and "| 1000 | 95% |" in out
     assert "not allowed with" in run_bad(capsys, "report", "--grid", "--targets", path)
+
+
+def test_report_takes_a_rerun_over_the_run_it_replaces(tmp_path, capsys):
+    """The same shape in two CSVs (a rerun given last): one row of it, the rerun's, in the grid and the targets."""
+    def row(ms, pct):
+        return [dict(op="softmax", variant="api.cuda.softmax", M=1 << 20, N=128, dtype="float32", time_ms=ms,
+                     pct_copy=pct, copy_gbps=4200.0, device="GPU", commit="abc", group="softmax 128"),
+                dict(op="softmax", variant="torch.softmax", M=1 << 20, N=128, dtype="float32", time_ms=1.0,
+                     pct_copy=50.0, copy_gbps=4200.0, device="GPU", commit="abc", group="softmax 128")]
+    first = str(results.write_csv(row(2.0, 50.0), tmp_path / "a.csv"))
+    rerun = str(results.write_csv(row(0.5, 99.0), tmp_path / "b.csv"))
+    code, out = run(capsys, "report", "--grid", first, rerun)
+    assert "| 128 | 99% (2.00×) | – |" in out
+    code, out = run(capsys, "report", "--targets", first, rerun)
+    assert "| 99% (128) |" in out and "2.00 (1048576×128)" in out

@@ -84,8 +84,15 @@ def _paths(csv_paths) -> list:
 
 
 def _rows(csv_paths) -> list[dict]:
-    """The timed rows of one results CSV or several."""
-    return [r for path in _paths(csv_paths) for r in read_csv(path) if r["time_ms"]]
+    """The timed rows of one results CSV or several; where one (op, variant, dtype, M, N) was timed more than once,
+    the last CSV's row (a rerun given after the run it replaces)."""
+    rows = {}
+    for path in _paths(csv_paths):
+        for r in read_csv(path):
+            if r["time_ms"]:
+                rows.pop(key := (r["op"], r["variant"], r["dtype"], r["M"], r["N"]), None)
+                rows[key] = r
+    return list(rows.values())
 
 
 def _pow2_neighbour(N: int, ns) -> int | None:
