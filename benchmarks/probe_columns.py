@@ -22,6 +22,7 @@ from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype
 from onlinesoftmax.engines.cuda import plan as P
 from onlinesoftmax.engines.cuda import run as E
 from onlinesoftmax.intmath import cdiv, pow2ceil
+from onlinesoftmax.ops import softmax as ops
 
 R = C_ = 8192
 # (lanes, smem slots, cluster): registers hold columns_slots (4) rows per thread
@@ -65,15 +66,9 @@ def columns(once: bool):
 
 
 def _reference(op: str, ins: tuple, dim: int) -> torch.Tensor:
-    d = [t.double() for t in ins]
-    if op == "softmax":
-        return torch.softmax(d[0], dim)
-    if op == "log_softmax":
-        return torch.log_softmax(d[0], dim)
-    y, dy = d
-    if op == "softmax_backward":
-        return y * (dy - (y * dy).sum(dim, keepdim=True))
-    return dy - y.exp() * dy.sum(dim, keepdim=True)
+    """The op in float64 on the whole tensor, where it lies (the public op's "reference" backend)."""
+    d, log = [t.double() for t in ins], op.startswith("log")
+    return ops.backward(*d, dim, log, "reference") if op.endswith("_backward") else ops.forward(*d, dim, log, "reference")
 
 
 def strided_geometries(W: int, N: int, inner: int, sms: int) -> list[tuple[int, int, int]]:
