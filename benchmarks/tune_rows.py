@@ -12,7 +12,7 @@ of a copy measured in the same run (read + write bytes).
 
 --clusters: instead of the block shapes, every CTA count per row C in 1, 2, 4, ..., 16 that holds the row: in
 registers alone (threads as cluster_config sizes them) and, where registers do not suffice, with the shared-memory
-slots; besides the op, the cross-entropy kernel alone (engines.cuda.run.cross_entropy: loss, lse and gradient of
+slots, then the split regime; besides the op (a forward op), the cross-entropy kernel alone (engines.cuda.run.cross_entropy: loss, lse and gradient of
 every row, the same row kernel), as % of one read of the logits + one write of the gradient.
 
 --flat: rows that are not whole 16-byte accesses (forward or backward ops): torch, the rules' plan, the rules without
@@ -22,8 +22,12 @@ step's multiple nearest each: plan.flat_rows), all inputs
 32 ("flat L8 ..."; the lanes' slots as plan.flat_slots gives them, a count left out where they exceed FLAT_SLOTS[-1]):
 the evidence for plan.flat_config.
 
---force block:448x4 cluster:2x288x0 ...: instead of every block shape, those (threads x slots of one CTA a row; CTAs
-a row, threads and shared-memory slots of a cluster), each with its CTAs resident per SM.
+--force block:448x4 cluster:2x288x0 split ...: instead of every block shape, those (threads x slots of one CTA a row;
+CTAs a row, threads and shared-memory slots of a cluster; the split regime), each with its CTAs resident per SM.
+
+The block shapes, --clusters and --force take the backward ops too (x is then y, the forward's output, beside a random
+dy). --dy-width K: dy is the first N columns of a K-wide tensor (a padded vocabulary's gradient: its rows start
+elsewhere than y's, so the row kernels read both element by element, W = 1).
 
 --warp: short rows (the warp regime; forward or backward ops): the rules' plan, torch's op, then the warp kernel at
 every rows-per-lane-group count, on the rules' access path (the window, for odd N in 16 bits) and on the scalar path
@@ -58,7 +62,8 @@ def forget() -> None:
 
 def force(threads_slots=None, cluster=None, warp=None, flat=None, lanes=None) -> None:
     """The rules as they are (all None); the block regime with one (threads, slots); the cluster regime with
-    one (C, threads, sslots) (C == 1: the block regime, registers then shared memory as the rules size it); or the
+    one (C, threads, sslots) (C == 1: the block regime, registers then shared memory as the rules size it), or
+    cluster="split" for the split regime; or the
     warp regime with (scalar, rpt, exact): the scalar path forced or not, rows per lane group, the lanes' slots the
     rule's power of two or exactly the row's accesses over the lanes. flat: False, the flat regime never picked;
     a byte count, always picked (where the tensors allow it), each CTA's chunk that many bytes (all inputs); lanes:
@@ -82,6 +87,8 @@ def force(threads_slots=None, cluster=None, warp=None, flat=None, lanes=None) ->
     elif threads_slots is not None:
         P.choose_regime = lambda *a, **k: "block"
         P.block_threads = lambda *a, **k: threads_slots
+    elif cluster == "split":
+        P.choose_regime = lambda *a, **k: "split"
     elif cluster is not None:
         P.choose_regime = lambda *a, **k: "block" if cluster[0] == 1 else "cluster"
         P.cluster_config = lambda *a, **k: cluster
@@ -93,10 +100,10 @@ def lane_choices(N: int) -> list[int]:
     return [lanes for lanes in P.FLAT_LANES if lanes * P.FLAT_SLOTS[-1] >= N]
 
 
-def cluster_choices(op: str, dtype, N: int) -> list:
+def cluster_choices(op: str, dtype, W: int, N: int) -> list:
     """(C, threads, sslots) for C = 1, 2, 4, ..., 16 CTAs per row: registers alone where a 512-thread CTA's share
-    fits them, else 512 threads with the shared-memory slots where that holds the share."""
-    W = P.vec_width(dtype)
+    fits them, else 512 threads with the shared-memory slots where that holds the share (W: the plan's access
+    width, 1 on the scalar path)."""
     nv = cdiv(N if N % W == 0 else N + W - 1, W)  # the window path sizes for N + W - 1
     rs, ss = P.reg_slots(op, dtype, W), P.smem_slots(op, dtype, W)
     out = []
@@ -163,19 +170,21 @@ def timed_torch(op: str, fn, x: torch.Tensor, dy, copy: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--op", default="softmax", choices=P.ENGINE_OPS, help="a backward op: --warp only")
+    ap.add_argument("--op", default="softmax", choices=P.ENGINE_OPS)
     ap.add_argument("--n", nargs="*", type=int, default=[1023, 1024, 1025, 1152, 3000, 4095, 4096, 4097, 12289])
     ap.add_argument("--clusters", action="store_true", help="CTAs per row (registers or shared memory), + ce_row")
     ap.add_argument("--warp", action="store_true", help="short rows: rows per lane group, window or scalar path")
     ap.add_argument("--flat", action="store_true", help="rows off the vector: the flat regime's chunks against the rest")
     ap.add_argument("--lanes", action="store_true", help="--flat: then the flat regime at 4, 8, 16, 32 lanes per row")
     ap.add_argument("--force", nargs="*", default=[], metavar="CONFIG",
-                    help="instead of every block shape, these: block:THREADSxSLOTS or cluster:CxTHREADSxSSLOTS")
+                    help="instead of every block shape, these: block:THREADSxSLOTS, cluster:CxTHREADSxSSLOTS, split")
+    ap.add_argument("--dy-width", type=int, default=0, metavar="K",
+                    help="backward: dy the first N columns of a K-wide tensor (its rows start elsewhere than y's)")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     copy = copy_gbps("cuda")
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.op} {args.dtype}, copy {copy:.0f} GB/s")
-    W = P.vec_width(dtype)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.op} {args.dtype}, copy {copy:.0f} GB/s"
+          + (f", dy a view of {args.dy_width}-wide rows" if args.dy_width else ""))
     forward = getattr(torch, args.op.removesuffix("_backward"))  # torch's forward op (its backward: timed_torch)
     for N in args.n:
         M = ELEMENTS // N
@@ -183,10 +192,12 @@ def main() -> None:
         dy = None
         ref = forward(x.float(), -1)
         if args.op.endswith("_backward"):  # x becomes y, the forward's output
-            x, dy = ref.to(dtype), torch.randn(M, N, device="cuda", dtype=dtype)
+            x = ref.to(dtype)
+            dy = torch.randn(M, max(N, args.dy_width), device="cuda", dtype=dtype)[:, :N]
             y, g = x.float(), dy.float()
             ref = (y * (g - (g * y).sum(-1, keepdim=True)) if args.op == "softmax_backward" else
                    g - y.exp() * g.sum(-1, keepdim=True))
+        ins = (x,) if dy is None else (x, dy)
         force(None)
         if args.flat:
             line = f"{M}x{N} | torch: {timed_torch(args.op, forward, x, dy, copy)}"
@@ -194,27 +205,17 @@ def main() -> None:
             runs += [(RULES[-1], lanes) for lanes in lane_choices(N)] if args.lanes else []  # the shipped chunk
             for flat, lanes in runs:
                 force(flat=flat, lanes=lanes)
-                p = run.plan_for(args.op, *((x,) if dy is None else (x, dy)))
+                p = run.plan_for(args.op, *ins)
                 label = "rules: " if flat is None else ""
                 tag = f" L{lanes}" if lanes else ""
                 line += f" | {label}{p.regime}{tag} {p.kernels[0]} R{p.rows}: {timed(args.op, x, ref, copy, dy)}"
             force(None)
             print(line, flush=True)
             continue
-        rules = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1).launches[0].kernel
-        line = f"{M}x{N} | rules {rules}: {timed(args.op, x, ref, copy, dy)}"
-        if args.clusters:
-            line += f" ce {timed_ce(x, copy)}"
-            for cfg in cluster_choices(args.op, dtype, N):
-                force(cluster=cfg)
-                p = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1)
-                line += (f" | C{cfg[0]} {cfg[1]}t ss{cfg[2]} ({resident(p)}/SM): {timed(args.op, x, ref, copy)} "
-                         f"ce {timed_ce(x, copy)}")
-            force(None)
-            print(line, flush=True)
-            continue
+        rules = run.plan_for(args.op, *ins)
+        line = (f"{M}x{N} | torch: {timed_torch(args.op, forward, x, dy, copy)} | rules {rules.regime} "
+                f"{rules.kernels[0]}: {timed(args.op, x, ref, copy, dy)}")
         if args.warp:
-            line += f" | torch: {timed_torch(args.op, forward, x, dy, copy)}"
             for scalar, exact in ((False, False), (True, False), (True, True)):
                 if exact and N % 32 == 0:
                     continue
@@ -225,21 +226,30 @@ def main() -> None:
             force(None)
             print(line, flush=True)
             continue
-        for cfg in args.force:
-            kind, _, dims = cfg.partition(":")
-            dims = tuple(int(d) for d in dims.split("x"))
+        if args.clusters:
+            line += f" ce {timed_ce(x, copy)}" if dy is None else ""
+            configs = [("cluster", cfg) for cfg in cluster_choices(args.op, dtype, rules.W, N)] + [("split", "split")]
+        elif args.force:
+            configs = [(kind, "split" if kind == "split" else tuple(int(d) for d in dims.split("x")))
+                       for kind, _, dims in (cfg.partition(":") for cfg in args.force)]
+        else:  # every (threads, slots) of one CTA a row
+            nv = cdiv(N + rules.W - 1, rules.W)
+            configs = [("block", (max(64, cdiv(cdiv(nv, slots), 32) * 32), slots))
+                       for slots in range(1, P.reg_slots(args.op, dtype, rules.W) + 1)]
+            configs = [c for c in configs if c[1][0] <= P.ROW_MAX_THREADS]
+        for kind, dims in configs:
             force(**{"threads_slots" if kind == "block" else "cluster": dims})
-            p = P.plan(M, N, dtype, args.op, vec=N % W == 0, window=1)
-            line += f" | {kind} {dims} {p.kernels[0]} ({resident(p)}/SM): {timed(args.op, x, ref, copy)}"
-        nv = cdiv(N + W - 1, W)
-        for slots in range(1, P.reg_slots(args.op, dtype, W) + 1) if not args.force else ():
-            threads = max(64, cdiv(cdiv(nv, slots), 32) * 32)
-            if threads <= P.ROW_MAX_THREADS:
-                force((threads, slots))
-                line += f" | block {threads}x{slots}: {timed(args.op, x, ref, copy)}"
+            try:
+                p = run.plan_for(args.op, *ins)
+            except P.Unsupported as exc:
+                line += f" | {kind} {dims}: {exc}"
+                continue
+            line += f" | {kind} {dims} {p.kernels[0]} ({resident(p)}/SM): {timed(args.op, x, ref, copy, dy)}"
+            if args.clusters and dy is None:
+                line += f" ce {timed_ce(x, copy)}"
         force(None)
         print(line, flush=True)
-        del x, ref
+        del x, ref, dy
         torch.cuda.empty_cache()
 
 
