@@ -126,13 +126,15 @@ def run_window(dtype, failures: list) -> int:
     """Sliced rows x[:, 1:] (every offset from a 16-byte boundary) into fresh outputs, forward, and y and dy so
     sliced into a fresh dx: the window path with out rows of their own (P = 2: realigned stores, the access a warp's
     last lane takes from the next warp through shared memory or from the next CTA of a cluster), in the warp regime,
-    one CTA, with shared-memory slots and on a cluster; the first row all -inf. (Each tensor ends its allocation:
+    one CTA, with shared-memory slots and on a cluster; the first row all -inf. Then the backward again with dy the
+    first N columns of wider aligned rows (a padded vocabulary's gradient: y and dy start at different offsets, the
+    scalar path; 48 x 20001 on a cluster of CTAs holding the row in registers). (Each tensor ends its allocation:
     initcheck reports the window's loads of the last row's last access, whose bytes past the row are never used.)"""
     g = torch.Generator(device="cuda").manual_seed(2)
     W = P.vec_width(dtype)
     n = 0
     for M, N in ((37, 200), (40, 1000), (6, P.ROW_MAX_THREADS * P.reg_slots("softmax", dtype, W) * W + W),
-                 (3, 100003)):
+                 (3, 100003), (48, 20001)):
         def sliced(masked=True):
             t = torch.randn(M, N + 1, device="cuda", generator=g).to(dtype)[:, 1:]
             return _masked(t, 1) if masked else t
@@ -144,19 +146,22 @@ def run_window(dtype, failures: list) -> int:
             want = (reference.log_softmax if log else reference.softmax)(x)
             y, dy = sliced(), sliced(masked=False)
             y.copy_(torch.from_numpy(want))
-            dx = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-            plans = (E.plan_for(op, x, dim=1, out=out), E.plan_for(op + "_backward", y, dy, dim=1, out=dx))
+            padded = torch.randn(M, N + 8 * W, device="cuda", generator=g).to(dtype)[:, :N]
+            plan = E.plan_for(op, x, dim=1, out=out)
             E.forward(x, out, 1, log)
-            E.backward(y, dy, dx, 1, log)
-            ins = (y, dy)
-            dx_want = reference.reference(op + "_backward", ins)
-            for what, got, r in (("forward", plans[0], compare(out, want, dtype)),
-                                 ("backward", plans[1], compare(dx, dx_want, dtype,
-                                                                error_scale(op + "_backward", ins, dx_want)))):
+            checks = [("forward", plan, compare(out, want, dtype))]
+            for what, d in (("backward", dy), ("backward, dy padded", padded)):
+                dx = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+                plan = E.plan_for(op + "_backward", y, d, dim=1, out=dx)
+                E.backward(y, d, dx, 1, log)
+                ins = (y, d)
+                dx_want = reference.reference(op + "_backward", ins)
+                checks.append((what, plan, compare(dx, dx_want, dtype, error_scale(op + "_backward", ins, dx_want))))
+            for what, got, r in checks:
                 n += 1
                 if not r.ok:
-                    failures.append(f"window {M}x{N} {what} log={log} {dtype} ({got.regime}, P={got.window}): "
-                                    f"{r.message}")
+                    failures.append(f"window {M}x{N} {what} log={log} {dtype} ({got.regime}, W={got.W}, "
+                                    f"P={got.window}): {r.message}")
     return n
 
 

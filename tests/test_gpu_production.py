@@ -408,7 +408,8 @@ def test_window_path_any_n_any_offset(dtype, log):
     rows elsewhere, before and after them: realigned 16-byte stores), forward and backward, every regime (one CTA,
     shared-memory slots, clusters: the accesses a warp's last lane takes from the next warp or CTA), but the
     forward's short rows (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A
-    dy that starts differently from y takes the scalar path, checked too."""
+    dy that starts differently from y takes the scalar path, checked too: beyond one CTA's registers a cluster of
+    CTAs holding the row in registers (300 x 50257, a padded vocabulary's gradient), few rows split."""
     g = torch.Generator(device="cuda").manual_seed(7)
     op = "log_softmax" if log else "softmax"
     bop = op + "_backward"
@@ -436,7 +437,7 @@ def test_window_path_any_n_any_offset(dtype, log):
                 dy = _at_offset(M, N, dtype, dy_off, g)
                 dx = _out_at(x, o_off)
                 bp = E.plan_for(bop, y, dy, dim=1, out=dx)
-                if bp.window != want_bp or (want_bp and bp.W == 1):
+                if bp.window != want_bp or (want_bp and bp.W == 1) or (N == 50257 and bp.regime != "cluster"):
                     failures.append(f"({M}, {N}) backward offsets {x_off}/{dy_off}/{o_off}: plan {bp.regime} "
                                     f"W={bp.W} P={bp.window}")
                 E.backward(y, dy, dx, 1, log)

@@ -200,9 +200,11 @@ def test_regime_thresholds(op, dtype):
     p = P.plan(many, reg_cap + W, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].smem > 0
     assert cap == (4 if op in FWD and dtype != torch.float32 else 2) * reg_cap + P.ROW_MAX_THREADS * W  # + a slot
-    p = P.plan(many, cap, dtype, op, sms=SMS)
+    # one CTA holds up to cap; the backward's only up to one smem slot a thread (BWD_LEAN_SMEM_SLOTS: then 2 CTAs)
+    one = cap if op in FWD else reg_cap + P.BWD_LEAN_SMEM_SLOTS * P.ROW_MAX_THREADS * W
+    p = P.plan(many, one, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].cluster == 1
-    p = P.plan(many, cap + W, dtype, op, sms=SMS)
+    p = P.plan(many, one + W, dtype, op, sms=SMS)
     assert p.regime == "cluster" and p.launches[0].cluster == 2
     # the largest cluster, then split
     p = P.plan(4096, cmax * cap, dtype, op, sms=SMS)
@@ -221,8 +223,8 @@ def test_regime_thresholds(op, dtype):
         p = P.plan(M, N, dtype, op, sms=SMS)
         assert p.regime == "cluster" and M * p.launches[0].cluster >= min(SMS // 2, M * P.MAX_CLUSTER), (M, N, p)
     assert _regime(op, dtype, 1, 64 * cap) == "split"
-    # odd N: the window path (16-byte loads), clusters included; the scalar path (inputs' rows starting unalike)
-    # has no cluster: split beyond one CTA's registers
+    # odd N: the window path (16-byte loads), clusters included; the scalar path (inputs' rows starting unalike):
+    # few rows split
     p = P.plan(8, 131072 + 1, dtype, op, sms=SMS)
     assert (p.regime, p.W, p.window) == ("cluster", W, 1)
     assert _regime(op, dtype, 8, 131072 + 1, vec=False) == "split"
@@ -234,7 +236,11 @@ def test_regime_thresholds(op, dtype):
     assert P.plan(many, 4096, dtype, op, vec=True, sms=SMS).W == W
     scal_cap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, 1)
     assert _regime(op, dtype, many, scal_cap, vec=False) == "block"
-    assert _regime(op, dtype, many, scal_cap + 1, vec=False) == "split"
+    # beyond one CTA's registers, clusters of CTAs holding the row in registers only, then split
+    p = P.plan(many, scal_cap + 1, dtype, op, vec=False, sms=SMS)
+    assert (p.regime, p.W, p.launches[0].cluster, p.launches[0].smem) == ("cluster", 1, 2, 0)
+    assert _regime(op, dtype, many, P.max_cluster(op, dtype) * scal_cap, vec=False) == "cluster"
+    assert _regime(op, dtype, many, P.max_cluster(op, dtype) * scal_cap + 1, vec=False) == "split"
     assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1), vec=False) == "warp"
     assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1) + 1, vec=False) == "block"
 
@@ -250,7 +256,8 @@ def test_cluster_shares_are_balanced(op, dtype):
     rs, inputs = P.reg_slots(op, dtype, W), 2 if opdefs.OPS[op].backward else 1
     seen = set()
     for M in (1, 8, 32, 100, 4096):
-        for N in (P.FEW_ROWS_MIN_N, 20000 * W, cap - W, cap + W, 3 * cap, 100003, 128256, 262144):
+        for N in (P.FEW_ROWS_MIN_N, 20000 * W, P.ROW_MAX_THREADS * rs * W + W, cap - W, cap + W, 3 * cap, 100003,
+                  128256, 262144):
             for vec, window in ((N % W == 0, 1), (False, 1)):
                 p = P.plan(M, N, dtype, op, vec=vec, window=window, sms=SMS)
                 if p.regime not in ("cluster", "block") or p.W == 1:
@@ -494,15 +501,17 @@ def test_block_rules():
     assert P.block_threads("softmax", torch.float32, 4, 12289 + 3) == (416, 8)  # 3073: beyond 512 x 4
     assert P.block_threads("softmax", torch.float32, 4, 4096) == (352, 3)
     assert P.block_threads("softmax", torch.float32, 4, 8192) == (512, 4)
-    # backward and the scalar path: half the registers, pairs of warps
-    assert P.block_threads("softmax_backward", torch.bfloat16, 8, 4097 + 7) == (320, 2)
+    # backward: half the registers, whole warps (the scalar path: pairs of warps)
+    assert P.block_threads("softmax_backward", torch.bfloat16, 8, 4097 + 7) == (288, 2)  # 514 accesses
+    assert P.block_threads("log_softmax_backward", torch.bfloat16, 8, 1023 + 7) == (96, 2)  # 129 accesses
+    assert P.block_threads("softmax_backward", torch.bfloat16, 1, 1000) == (128, 8)
     assert P.block_threads("softmax", torch.float32, 1, 1000) == (128, 16)
     for op in P.ENGINE_OPS:
         for dtype in opdefs.GPU_DTYPES:
             W = P.vec_width(dtype)
             for N in (P.warp_max_n(op, dtype, W) + W, 4096, 8192, P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W):
                 threads, slots = P.block_threads(op, dtype, W, N)
-                low = P.ROW_MIN_THREADS if P.OPS[op].backward else P.FWD_ROW_MIN_THREADS
+                low = P.VEC_ROW_MIN_THREADS
                 assert low <= threads <= P.ROW_MAX_THREADS and threads % 32 == 0 and threads * slots * W >= N
 
 
@@ -609,8 +618,11 @@ def test_forced_regimes_refuse_with_reasons():
     f32 = torch.float32
     with pytest.raises(P.Unsupported, match="warp"):
         P.plan(4, 2048, f32, "softmax", regime="warp")
-    with pytest.raises(P.Unsupported, match="16-byte"):
-        P.plan(4, 4097, f32, "softmax", vec=False, regime="cluster")
+    p = P.plan(4, 4097, f32, "softmax", vec=False, regime="cluster")  # the scalar path: registers only
+    assert (p.W, p.launches[0].cluster, p.launches[0].smem) == (1, 2, 0)
+    with pytest.raises(P.Unsupported, match="CTAs per row"):
+        P.plan(4, 8 * P.ROW_MAX_THREADS * P.reg_slots("softmax", f32, 1) + 1, f32, "softmax", vec=False,
+               regime="cluster")
     with pytest.raises(P.Unsupported, match="fit one CTA"):
         P.plan(4, 40000, f32, "softmax", regime="block")
     assert P.plan(4, 8, f32, "softmax", regime="cluster").launches[0].cluster == 2  # forced: at least 2

@@ -14,7 +14,9 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
     block    one CTA (64..512 threads forward, 128..512 backward) per row, the row in registers
              (+ dynamic smem when SSLOTS > 0)
     cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
-             when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA
+             when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA; the
+             aligned backward spreads its row until a CTA parks at most one access a thread in smem; on the scalar
+             path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
     split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
              workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
@@ -61,7 +63,7 @@ WARP_THREADS = 256  # the same names in softmax.cu (an enum); the warp kernels' 
 ROW_MAX_THREADS = 512  # __launch_bounds__(512, 2): <= 64 registers, 2 CTAs/SM
 ROW_MIN_THREADS = 128
 FWD_ROW_SLOTS = 3  # the forward's row kernels on the 16-byte path: accesses per thread (block_threads)
-FWD_ROW_MIN_THREADS = 64
+VEC_ROW_MIN_THREADS = 64  # the 16-byte path's one-CTA-a-row kernels: the fewest threads (block_threads)
 SPLIT_THREADS = 256
 SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
@@ -85,6 +87,7 @@ FLAT_LANES = (4, 8, 16, 32)  # flat: lanes per row the kernels take (their LG = 
 FLAT_LANE_ELEMS = {"softmax": 8, "log_softmax": 8, "softmax_backward": 2, "log_softmax_backward": 4}
 FLAT_MAX_N = FLAT_LANES[-1] * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
+BWD_LEAN_SMEM_SLOTS = 1  # backward: a cluster wide enough that its CTAs park at most this many accesses in smem
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
 #                        are latency-bound either way
@@ -326,12 +329,17 @@ def block_threads(op: str, dtype, W: int, N: int) -> tuple[int, int]:
     81% (448 x 8 -> 416 x 8); fp32 1023 and 1025 stay at 97% (96 x 3), powers of two within a point.
 
     Otherwise (backward, scalar path): half the register budget per thread when the threads suffice (more CTAs per
-    SM, shorter per-thread chains), the whole budget up to 512 threads, the threads rounded up to a pair of warps."""
+    SM, shorter per-thread chains), the whole budget up to 512 threads; on the 16-byte path whole warps (64 threads
+    at least), on the scalar path pairs of warps (128 at least). Timed on the H200 (tune_rows.py,
+    h200-tune-bwd-clusters-d0620b9.txt): bf16 log-softmax backward 1023 / 1025, 128 x 2 (pairs of warps) 88 / 87% of
+    copy, 96 x 2 95 / 94%, 64 x 3 96 / 92%."""
     nv = cdiv(N, W)
     rs = reg_slots(op, dtype, W)
     if W > 1 and not OPS[op].backward:
         choices = sorted(s for s in {FWD_ROW_SLOTS, rs // 2, rs} if s >= FWD_ROW_SLOTS)
-        step, low = 32, FWD_ROW_MIN_THREADS
+        step, low = 32, VEC_ROW_MIN_THREADS
+    elif W > 1:
+        choices, step, low = (max(1, rs // 2), rs), 32, VEC_ROW_MIN_THREADS
     else:
         choices, step, low = (max(1, rs // 2), rs), 64, ROW_MIN_THREADS
     for slots in choices:
@@ -346,9 +354,22 @@ def row_capacity(op: str, dtype, W: int) -> int:
     return ROW_MAX_THREADS * (reg_slots(op, dtype, W) + smem_slots(op, dtype, W)) * W
 
 
-def cluster_size(op: str, dtype, W: int, N: int) -> int:
-    """CTAs per row: the smallest power of 2 whose CTAs hold the row (registers + smem)."""
-    return pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
+def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
+    """CTAs per row: the smallest power of 2 whose CTAs hold the row (registers + smem). Backward on the aligned
+    16-byte path (P = 0): the smallest up to PORTABLE_CLUSTER whose CTAs hold it in registers and at most
+    BWD_LEAN_SMEM_SLOTS shared-memory slots a thread, where there is one (shorter shares, few cp.async slots).
+    A/B on the H200 (benchmarks/ab.sh, h200-ab-bwd-lean-d0620b9.txt, % of copy, softmax / log-softmax backward,
+    the rule before -> this one): bf16 65536 96 / 89 -> 100 / 98 (2 CTAs with smem -> 4 without), 131072 95 / 91 ->
+    98 / 93 (4 -> 8); fp32 32768 99 / 99 -> 103 / 103, 65536 98 / 98 -> 102 / 99, 16384 +1. On the window path
+    (P = 1: every register slot masked, 698 SASS instructions a thread against 426 aligned for bf16 softmax's
+    cluster of 4 without smem) the same rule lost 3-17 points (bf16 50001 96 / 96 -> 89 / 84, fp32 12289 100 / 101
+    -> 91 / 97), so there it stays as it was."""
+    c = pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
+    if OPS[op].backward and W > 1 and P == 0:
+        lean = pow2ceil(cdiv(N, ROW_MAX_THREADS * (reg_slots(op, dtype, W) + BWD_LEAN_SMEM_SLOTS) * W))
+        if lean <= PORTABLE_CLUSTER:
+            return max(c, lean)
+    return c
 
 
 def max_cluster(op: str, dtype) -> int:
@@ -357,7 +378,7 @@ def max_cluster(op: str, dtype) -> int:
     return MAX_CLUSTER if (OPS[op].backward and dtype == torch.float32) else PORTABLE_CLUSTER
 
 
-def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int) -> tuple[int, int, int]:
+def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0) -> tuple[int, int, int]:
     """(C, threads, sslots) of the cluster regime. Many rows: the smallest cluster whose 512-thread CTAs hold the
     row in registers + shared memory. Few rows (M x C < SMs): a larger cluster (up to MAX_CLUSTER, at least
     ROW_MIN_THREADS x reg_slots accesses per CTA) so that the M x C CTAs give every SM about
@@ -365,7 +386,7 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int) -> tuple[in
     need shared memory keep the many-rows cluster. C == 1 means one CTA per row is as wide as it gets."""
     nv = cdiv(N, W)
     rs = reg_slots(op, dtype, W)
-    need = cluster_size(op, dtype, W, N)
+    need = cluster_size(op, dtype, W, N, P)
     c = need
     if M * need < sms:
         fill = min(MAX_CLUSTER, pow2floor(FEW_ROWS_CTAS_PER_SM * sms // M),
@@ -477,17 +498,22 @@ def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int
     return W, cdiv(cdiv(N, G), CHAN_CAP_STEP) * CHAN_CAP_STEP, G
 
 
-def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
+def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0) -> str:
     """Row layout: warp for short rows, then one CTA, then a cluster; when rows are too few to give every SM a CTA
     (and long enough to matter) a wider cluster on the 16-byte path, split on the scalar one; split when the row
-    is beyond the cluster capacity."""
+    is beyond the cluster capacity. The scalar path (a backward whose y and dy rows start at different offsets
+    from 16-byte boundaries, e.g. dy a padded vocabulary's view) holds the row in registers only: a CTA has 8192
+    elements, a cluster up to max_cluster times that. Timed on the H200 (tune_rows.py --clusters --dy-width,
+    h200-tune-bwd-clusters-d0620b9.txt, % of copy, split -> a cluster of 8): 2670 x 50257 fp32 softmax /
+    log-softmax backward 41 / 41 -> 90 / 82, bf16 36 / 38 -> 57 / 46; bf16 softmax backward 4194 x 32001 39 -> 61
+    (4 CTAs)."""
     if N <= warp_max_n(op, dtype, W):
         return "warp"
     ctas_per_row = None
     if cdiv(N, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
         ctas_per_row = 1
-    elif W > 1:
-        c = cluster_size(op, dtype, W, N)
+    else:
+        c = cluster_size(op, dtype, W, N, P)
         if c <= max_cluster(op, dtype):
             ctas_per_row = c
     if ctas_per_row is None:
@@ -495,7 +521,7 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int) -> str:
     if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
         if W == 1:
             return "split"
-        if cluster_config(op, dtype, W, M, N, sms)[0] > 1:
+        if cluster_config(op, dtype, W, M, N, sms, P)[0] > 1:
             return "cluster"
     return "block" if ctas_per_row == 1 else "cluster"
 
@@ -702,7 +728,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
                     rows=R)
     W, P, Nc = window_path(N, V, vec, window)  # Nc: the elements the rules make room for
-    chosen = regime or choose_regime(op, dtype, W, M, Nc, sms)
+    chosen = regime or choose_regime(op, dtype, W, M, Nc, sms, P)
     if chosen == "warp":
         lg, slots, rpt = warp_config(op, dtype, W, Nc)
         threads = warp_geometry(op, dtype)[0]
@@ -724,16 +750,12 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1,{P}>"
         return Plan("block", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), 1, smem),), P)
     if chosen == "cluster":
-        if W == 1:
-            raise Unsupported("the inputs' rows start at different offsets from 16-byte boundaries: the cluster "
-                              "regime needs 16-byte accesses (aligned, or one window for all inputs); such long rows "
-                              "go to the split regime")
-        if cluster_size(op, dtype, W, Nc) > max_cluster(op, dtype):
-            raise Unsupported(f"N = {N} needs {cluster_size(op, dtype, W, Nc)} CTAs per row "
+        if cluster_size(op, dtype, W, Nc, P) > max_cluster(op, dtype):
+            raise Unsupported(f"N = {N} needs {cluster_size(op, dtype, W, Nc, P)} CTAs per row "
                               f"(> {max_cluster(op, dtype)}); rows up to "
                               f"{max_cluster(op, dtype) * row_capacity(op, dtype, W) - (W - 1 if P else 0)} "
                               "elements")
-        c, threads, sslots = cluster_config(op, dtype, W, M, Nc, sms)
+        c, threads, sslots = cluster_config(op, dtype, W, M, Nc, sms, P)
         c = max(2, c)
         slots = reg_slots(op, dtype, W)
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c},{P}>"
