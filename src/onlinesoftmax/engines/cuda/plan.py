@@ -361,9 +361,9 @@ def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     A/B on the H200 (benchmarks/ab.sh, h200-ab-bwd-lean-d0620b9.txt, % of copy, softmax / log-softmax backward,
     the rule before -> this one): bf16 65536 96 / 89 -> 100 / 98 (2 CTAs with smem -> 4 without), 131072 95 / 91 ->
     98 / 93 (4 -> 8); fp32 32768 99 / 99 -> 103 / 103, 65536 98 / 98 -> 102 / 99, 16384 +1. On the window path
-    (P = 1: every register slot masked, 698 SASS instructions a thread against 426 aligned for bf16 softmax's
-    cluster of 4 without smem) the same rule lost 3-17 points (bf16 50001 96 / 96 -> 89 / 84, fp32 12289 100 / 101
-    -> 91 / 97), so there it stays as it was."""
+    (P = 1) the same rule lost 3-17 points (bf16 50001 96 / 96 -> 89 / 84, fp32 12289 100 / 101 -> 91 / 97), so
+    there it stays as it was. Why was not measured: the SASS does not tell (a window cluster without smem has 696
+    instructions against 424 aligned, but the window kernel with one smem slot has 952 and ran at 96% at 65537)."""
     c = pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
     if OPS[op].backward and W > 1 and P == 0:
         lean = pow2ceil(cdiv(N, ROW_MAX_THREADS * (reg_slots(op, dtype, W) + BWD_LEAN_SMEM_SLOTS) * W))
