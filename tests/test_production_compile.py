@@ -200,8 +200,9 @@ def test_regime_thresholds(op, dtype):
     p = P.plan(many, reg_cap + W, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].smem > 0
     assert cap == (4 if op in FWD and dtype != torch.float32 else 2) * reg_cap + P.ROW_MAX_THREADS * W  # + a slot
-    # one CTA holds up to cap; the backward's only up to one smem slot a thread (BWD_LEAN_SMEM_SLOTS: then 2 CTAs)
-    one = cap if op in FWD else reg_cap + P.BWD_LEAN_SMEM_SLOTS * P.ROW_MAX_THREADS * W
+    # one CTA holds up to cap; the aligned backward takes 2 CTAs (at most BWD_LEAN_SMEM_SLOTS smem slots a thread)
+    # from the first N whose halves fill their register slots
+    one = cap if op in FWD else (2 * P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) - 2) * W
     p = P.plan(many, one, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].cluster == 1
     p = P.plan(many, one + W, dtype, op, sms=SMS)

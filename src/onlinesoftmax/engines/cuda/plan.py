@@ -15,7 +15,8 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              (+ dynamic smem when SSLOTS > 0)
     cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
              when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA; the
-             aligned backward spreads its row until a CTA parks at most one access a thread in smem; on the scalar
+             aligned backward spreads its row until a CTA parks at most one access a thread in smem (where the
+             CTAs still fill their registers); on the scalar
              path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
     split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
              workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write
@@ -357,17 +358,21 @@ def row_capacity(op: str, dtype, W: int) -> int:
 def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     """CTAs per row: the smallest power of 2 whose CTAs hold the row (registers + smem). Backward on the aligned
     16-byte path (P = 0): the smallest up to PORTABLE_CLUSTER whose CTAs hold it in registers and at most
-    BWD_LEAN_SMEM_SLOTS shared-memory slots a thread, where there is one (shorter shares, few cp.async slots).
+    BWD_LEAN_SMEM_SLOTS shared-memory slots a thread, where there is one and its CTAs still fill their register
+    slots (shorter shares, few cp.async slots; a share that leaves the registers part empty keeps fewer CTAs).
     A/B on the H200 (benchmarks/ab.sh, h200-ab-bwd-lean-d0620b9.txt, % of copy, softmax / log-softmax backward,
     the rule before -> this one): bf16 65536 96 / 89 -> 100 / 98 (2 CTAs with smem -> 4 without), 131072 95 / 91 ->
     98 / 93 (4 -> 8); fp32 32768 99 / 99 -> 103 / 103, 65536 98 / 98 -> 102 / 99, 16384 +1. On the window path
     (P = 1) the same rule lost 3-17 points (bf16 50001 96 / 96 -> 89 / 84, fp32 12289 100 / 101 -> 91 / 97), so
     there it stays as it was. Why was not measured: the SASS does not tell (a window cluster without smem has 696
-    instructions against 424 aligned, but the window kernel with one smem slot has 952 and ran at 96% at 65537)."""
+    instructions against 424 aligned, but the window kernel with one smem slot has 952 and ran at 96% at 65537).
+    Where the lean CTAs would not fill their registers the rule loses on the aligned path too (h200-tune-bwd-lean-
+    fill-c1b46b3.txt: bf16 50000, 4 CTAs of 3.05 slots a thread 95 / 90 against 2 CTAs with smem 99 / 96)."""
     c = pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
     if OPS[op].backward and W > 1 and P == 0:
-        lean = pow2ceil(cdiv(N, ROW_MAX_THREADS * (reg_slots(op, dtype, W) + BWD_LEAN_SMEM_SLOTS) * W))
-        if lean <= PORTABLE_CLUSTER:
+        rs = reg_slots(op, dtype, W)
+        lean = pow2ceil(cdiv(N, ROW_MAX_THREADS * (rs + BWD_LEAN_SMEM_SLOTS) * W))
+        if lean <= PORTABLE_CLUSTER and cdiv(cdiv(N, W), lean) >= ROW_MAX_THREADS * rs:
             return max(c, lean)
     return c
 
