@@ -11,13 +11,13 @@ two applies (run.py decides the layout; plans take M rows of N, or (outer = M, N
 
 Regimes (row layout), picked by `choose_regime` from N, M and the register budget of the op and dtype:
     warp     N <= warp_max_n (1024 fwd; 512 fp32 bwd): 2^lg lanes per row, RPT rows per lane group in flight
-    block    one CTA (64..512 threads forward, 128..512 backward) per row, the row in registers
+    block    one CTA (64..512 threads; 128..512 on the scalar path) per row, the row in registers
              (+ dynamic smem when SSLOTS > 0)
     cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
              when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA; the
              aligned backward spreads its row until a CTA parks at most one access a thread in smem (where the
-             CTAs still fill their registers); on the scalar
-             path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
+             CTAs still fill their registers); on the scalar path (a backward whose y and dy start unalike) the
+             CTAs hold the row in registers only
     split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
              workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
