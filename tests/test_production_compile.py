@@ -201,8 +201,9 @@ def test_regime_thresholds(op, dtype):
     assert p.regime == "block" and p.launches[0].smem > 0
     assert cap == (4 if op in FWD and dtype != torch.float32 else 2) * reg_cap + P.ROW_MAX_THREADS * W  # + a slot
     # one CTA holds up to cap; the aligned backward takes 2 CTAs (at most BWD_LEAN_SMEM_SLOTS smem slots a thread)
-    # from the first N whose halves fill their register slots
-    one = cap if op in FWD else (2 * P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) - 2) * W
+    # from the first N whose halves fill BWD_LEAN_MIN_FILL of their register slots
+    fill = math.ceil(P.BWD_LEAN_MIN_FILL * P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W))
+    one = cap if op in FWD else (2 * fill - 2) * W
     p = P.plan(many, one, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].cluster == 1
     p = P.plan(many, one + W, dtype, op, sms=SMS)
@@ -615,10 +616,19 @@ def test_chan_rules():
         assert registry.get(f"cuda.{op}_chan").algo_bytes(64, 32, 2) == opdefs.OPS[op].ideal_bytes(64, 32, 2)
 
 
-def test_forced_regimes_refuse_with_reasons():
+def test_forced_regimes_refuse_with_reasons(monkeypatch):
     f32 = torch.float32
     with pytest.raises(P.Unsupported, match="warp"):
         P.plan(4, 2048, f32, "softmax", regime="warp")
+    # a geometry forced as benchmarks/tune_rows.py does, too small for the row: refused, not run on part of it
+    with monkeypatch.context() as m:
+        m.setattr(P, "cluster_config", lambda *a, **k: (2, 512, 5))
+        assert P.plan(4, 2 * 512 * 9 * 4, f32, "softmax_backward", regime="cluster").launches[0].cluster == 2
+        with pytest.raises(P.Unsupported, match="hold"):
+            P.plan(4, 2 * 512 * 9 * 4 + 4, f32, "softmax_backward", regime="cluster")
+        m.setattr(P, "block_threads", lambda *a, **k: (128, 4))
+        with pytest.raises(P.Unsupported, match="hold"):
+            P.plan(4, 128 * 4 * 4 + 4, f32, "softmax", regime="block")
     p = P.plan(4, 4097, f32, "softmax", vec=False, regime="cluster")  # the scalar path: registers only
     assert (p.W, p.launches[0].cluster, p.launches[0].smem) == (1, 2, 0)
     with pytest.raises(P.Unsupported, match="CTAs per row"):

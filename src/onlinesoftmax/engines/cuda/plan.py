@@ -88,7 +88,8 @@ FLAT_LANES = (4, 8, 16, 32)  # flat: lanes per row the kernels take (their LG = 
 FLAT_LANE_ELEMS = {"softmax": 8, "log_softmax": 8, "softmax_backward": 2, "log_softmax_backward": 4}
 FLAT_MAX_N = FLAT_LANES[-1] * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
-BWD_LEAN_SMEM_SLOTS = 1  # backward: a cluster wide enough that its CTAs park at most this many accesses in smem
+BWD_LEAN_SMEM_SLOTS = 1  # backward: a cluster wide enough that its CTAs park at most this many accesses in smem,
+BWD_LEAN_MIN_FILL = 7 / 8  # where each CTA's share fills at least this much of its register slots (cluster_size)
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
 #                        are latency-bound either way
@@ -358,21 +359,25 @@ def row_capacity(op: str, dtype, W: int) -> int:
 def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     """CTAs per row: the smallest power of 2 whose CTAs hold the row (registers + smem). Backward on the aligned
     16-byte path (P = 0): the smallest up to PORTABLE_CLUSTER whose CTAs hold it in registers and at most
-    BWD_LEAN_SMEM_SLOTS shared-memory slots a thread, where there is one and its CTAs still fill their register
-    slots (shorter shares, few cp.async slots; a share that leaves the registers part empty keeps fewer CTAs).
+    BWD_LEAN_SMEM_SLOTS shared-memory slots a thread, where there is one and its CTAs' shares fill at least
+    BWD_LEAN_MIN_FILL of their register slots (shorter shares, few cp.async slots; shares that leave the registers
+    partly empty keep fewer CTAs).
     A/B on the H200 (benchmarks/ab.sh, h200-ab-bwd-lean-d0620b9.txt, % of copy, softmax / log-softmax backward,
     the rule before -> this one): bf16 65536 96 / 89 -> 100 / 98 (2 CTAs with smem -> 4 without), 131072 95 / 91 ->
     98 / 93 (4 -> 8); fp32 32768 99 / 99 -> 103 / 103, 65536 98 / 98 -> 102 / 99, 16384 +1. On the window path
     (P = 1) the same rule lost 3-17 points (bf16 50001 96 / 96 -> 89 / 84, fp32 12289 100 / 101 -> 91 / 97), so
     there it stays as it was. Why was not measured: the SASS does not tell (a window cluster without smem has 696
     instructions against 424 aligned, but the window kernel with one smem slot has 952 and ran at 96% at 65537).
-    Where the lean CTAs would not fill their registers the rule loses on the aligned path too (h200-tune-bwd-lean-
-    fill-c1b46b3.txt: bf16 50000, 4 CTAs of 3.05 slots a thread 95 / 90 against 2 CTAs with smem 99 / 96)."""
+    Where the lean CTAs would leave their registers partly empty the rule loses on the aligned path too
+    (h200-tune-bwd-lean-fill-c1b46b3.txt: bf16 50000, 4 CTAs of 3.05 of 4 slots a thread 95 / 90 against 2 CTAs
+    with smem 99 / 96); filled to 92% or more it gains (h200-tune-bwd-lean-fill-61d2b5c.txt: bf16 60000, 4 CTAs of
+    3.66 slots 98 / 96 against 95 / 85; fp32 60000 99 / 95 against 98 / 97; bf16 128256, 8 CTAs of 3.9 slots 97 /
+    91 against 95 / 92)."""
     c = pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
     if OPS[op].backward and W > 1 and P == 0:
         rs = reg_slots(op, dtype, W)
         lean = pow2ceil(cdiv(N, ROW_MAX_THREADS * (rs + BWD_LEAN_SMEM_SLOTS) * W))
-        if lean <= PORTABLE_CLUSTER and cdiv(cdiv(N, W), lean) >= ROW_MAX_THREADS * rs:
+        if lean <= PORTABLE_CLUSTER and cdiv(cdiv(N, W), lean) >= BWD_LEAN_MIN_FILL * ROW_MAX_THREADS * rs:
             return max(c, lean)
     return c
 
@@ -677,6 +682,16 @@ def window_path(N: int, V: int, vec: bool, window: int) -> tuple[int, int, int]:
     return 1, 0, N
 
 
+def _check_holds(Nc: int, W: int, C: int, threads: int, slots: int, sslots: int) -> None:
+    """A row kernel holds its share of the row's accesses (softmax.cu's CH, of N + W - 1 elements on the window
+    path) or refuses: one that did not would leave part of the row unread and its outputs unwritten. The rules
+    never ask for that; a forced geometry (benchmarks/tune_rows.py --force) can."""
+    share = cdiv(cdiv(Nc, W), C)
+    if share > threads * (slots + sslots):
+        raise Unsupported(f"{C} CTA(s) of {threads} threads x {slots} + {sslots} slots hold {threads * (slots + sslots)}"
+                          f" accesses each, not the {share} of a row of {cdiv(Nc, W)}")
+
+
 def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, layout: str, sms: int,
           regime: Optional[str]) -> Plan:
     _check_op_dtype(op, dtype)
@@ -752,6 +767,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
             raise Unsupported(f"N = {N} does not fit one CTA ({ROW_MAX_THREADS * reg_slots(op, dtype, W) * W} "
                               f"elements in registers" + (f", {row_capacity(op, dtype, W)} with shared memory)"
                                                           if W > 1 else "; the scalar path has no smem slots)"))
+        _check_holds(Nc, W, 1, threads, slots, sslots)
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1,{P}>"
         return Plan("block", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), 1, smem),), P)
     if chosen == "cluster":
@@ -763,6 +779,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         c, threads, sslots = cluster_config(op, dtype, W, M, Nc, sms, P)
         c = max(2, c)
         slots = reg_slots(op, dtype, W)
+        _check_holds(Nc, W, c, threads, slots, sslots)
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c},{P}>"
         smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, c, threads, sslots))
         return Plan("cluster", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), c, smem),), P)
