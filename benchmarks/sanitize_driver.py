@@ -153,6 +153,9 @@ def run_window(dtype, failures: list) -> int:
             for what, d in (("backward", dy), ("backward, dy padded", padded)):
                 dx = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
                 plan = E.plan_for(op + "_backward", y, d, dim=1, out=dx)
+                if d is padded and N == 20001 and (plan.regime, plan.W) != ("cluster", 1):
+                    failures.append(f"window {M}x{N} {what} {dtype}: planned {plan.regime} W={plan.W}, not the scalar "
+                                    "path's cluster")
                 E.backward(y, d, dx, 1, log)
                 ins = (y, d)
                 dx_want = reference.reference(op + "_backward", ins)

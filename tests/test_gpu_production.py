@@ -409,7 +409,7 @@ def test_window_path_any_n_any_offset(dtype, log):
     shared-memory slots, clusters: the accesses a warp's last lane takes from the next warp or CTA), but the
     forward's short rows (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A
     dy that starts differently from y takes the scalar path, checked too: beyond one CTA's registers a cluster of
-    CTAs holding the row in registers (300 x 50257, a padded vocabulary's gradient), few rows split."""
+    CTAs holding the row in registers (asserted at 300 x 50257, a padded vocabulary's gradient)."""
     g = torch.Generator(device="cuda").manual_seed(7)
     op = "log_softmax" if log else "softmax"
     bop = op + "_backward"

@@ -200,8 +200,8 @@ def test_regime_thresholds(op, dtype):
     p = P.plan(many, reg_cap + W, dtype, op, sms=SMS)
     assert p.regime == "block" and p.launches[0].smem > 0
     assert cap == (4 if op in FWD and dtype != torch.float32 else 2) * reg_cap + P.ROW_MAX_THREADS * W  # + a slot
-    # one CTA holds up to cap; the aligned backward takes 2 CTAs (at most BWD_LEAN_SMEM_SLOTS smem slots a thread)
-    # from the first N whose halves fill BWD_LEAN_MIN_FILL of their register slots
+    # one CTA holds up to cap; the aligned backward takes 2 CTAs holding the row in registers from the first N whose
+    # halves fill BWD_LEAN_MIN_FILL of their register slots
     fill = math.ceil(P.BWD_LEAN_MIN_FILL * P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W))
     one = cap if op in FWD else (2 * fill - 2) * W
     p = P.plan(many, one, dtype, op, sms=SMS)
@@ -226,10 +226,19 @@ def test_regime_thresholds(op, dtype):
         assert p.regime == "cluster" and M * p.launches[0].cluster >= min(SMS // 2, M * P.MAX_CLUSTER), (M, N, p)
     assert _regime(op, dtype, 1, 64 * cap) == "split"
     # odd N: the window path (16-byte loads), clusters included; the scalar path (inputs' rows starting unalike):
-    # few rows split
+    # few rows split, also where a cluster would hold the row (50257)
     p = P.plan(8, 131072 + 1, dtype, op, sms=SMS)
     assert (p.regime, p.W, p.window) == ("cluster", W, 1)
     assert _regime(op, dtype, 8, 131072 + 1, vec=False) == "split"
+    assert _regime(op, dtype, 8, 50257, vec=False) == "split"
+    # the backward's registers-only clusters (cluster_size's lean rule) only on the aligned path: 65536 elements
+    # take as many CTAs as hold them in registers; 65536 - W + 1 (the window: the same 65536 / W accesses) the
+    # fewest with smem
+    if op not in FWD:
+        p = P.plan(many, 65536, dtype, op, sms=SMS)
+        assert (p.launches[0].cluster, p.launches[0].smem) == (65536 // reg_cap, 0)
+        p = P.plan(many, 65536 - W + 1, dtype, op, sms=SMS)
+        assert p.window == 1 and p.launches[0].cluster == P.pow2ceil(-(-65536 // cap)) < 65536 // reg_cap
     p = P.plan(many, wmax + W + 1, dtype, op, sms=SMS)
     assert (p.W, p.window) == (W, 1) and p.kernels[0].endswith(",1>")
     assert P.plan(many, wmax + W + 1, dtype, op, vec=False, window=2, sms=SMS).kernels[0].endswith(",2>")
@@ -238,10 +247,14 @@ def test_regime_thresholds(op, dtype):
     assert P.plan(many, 4096, dtype, op, vec=True, sms=SMS).W == W
     scal_cap = P.ROW_MAX_THREADS * P.reg_slots(op, dtype, 1)
     assert _regime(op, dtype, many, scal_cap, vec=False) == "block"
-    # beyond one CTA's registers, clusters of CTAs holding the row in registers only, then split
+    # beyond one CTA's registers: the backward on clusters of CTAs holding the row in registers only, then split;
+    # the forward (never scalar from run.py) splits
     p = P.plan(many, scal_cap + 1, dtype, op, vec=False, sms=SMS)
-    assert (p.regime, p.W, p.launches[0].cluster, p.launches[0].smem) == ("cluster", 1, 2, 0)
-    assert _regime(op, dtype, many, P.max_cluster(op, dtype) * scal_cap, vec=False) == "cluster"
+    if op in FWD:
+        assert p.regime == "split"
+    else:
+        assert (p.regime, p.W, p.launches[0].cluster, p.launches[0].smem) == ("cluster", 1, 2, 0)
+        assert _regime(op, dtype, many, P.max_cluster(op, dtype) * scal_cap, vec=False) == "cluster"
     assert _regime(op, dtype, many, P.max_cluster(op, dtype) * scal_cap + 1, vec=False) == "split"
     assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1), vec=False) == "warp"
     assert _regime(op, dtype, many, P.warp_max_n(op, dtype, 1) + 1, vec=False) == "block"
@@ -629,11 +642,13 @@ def test_forced_regimes_refuse_with_reasons(monkeypatch):
         m.setattr(P, "block_threads", lambda *a, **k: (128, 4))
         with pytest.raises(P.Unsupported, match="hold"):
             P.plan(4, 128 * 4 * 4 + 4, f32, "softmax", regime="block")
-    p = P.plan(4, 4097, f32, "softmax", vec=False, regime="cluster")  # the scalar path: registers only
+    p = P.plan(4, 4097, f32, "softmax_backward", vec=False, regime="cluster")  # the scalar path: registers only
     assert (p.W, p.launches[0].cluster, p.launches[0].smem) == (1, 2, 0)
     with pytest.raises(P.Unsupported, match="CTAs per row"):
-        P.plan(4, 8 * P.ROW_MAX_THREADS * P.reg_slots("softmax", f32, 1) + 1, f32, "softmax", vec=False,
-               regime="cluster")
+        P.plan(4, 16 * P.ROW_MAX_THREADS * P.reg_slots("softmax_backward", f32, 1) + 1, f32, "softmax_backward",
+               vec=False, regime="cluster")
+    with pytest.raises(P.Unsupported, match="backward only"):
+        P.plan(4, 4097, f32, "softmax", vec=False, regime="cluster")
     with pytest.raises(P.Unsupported, match="fit one CTA"):
         P.plan(4, 40000, f32, "softmax", regime="block")
     assert P.plan(4, 8, f32, "softmax", regime="cluster").launches[0].cluster == 2  # forced: at least 2

@@ -15,9 +15,8 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              (+ dynamic smem when SSLOTS > 0)
     cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
              when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA; the
-             aligned backward spreads its row until a CTA parks at most one access a thread in smem (where the
-             CTAs still fill their registers); on the scalar path (a backward whose y and dy start unalike) the
-             CTAs hold the row in registers only
+             aligned backward spreads its row over CTAs holding it in registers where they fill 7/8 of them; on
+             the scalar path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
     split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
              workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
@@ -88,8 +87,7 @@ FLAT_LANES = (4, 8, 16, 32)  # flat: lanes per row the kernels take (their LG = 
 FLAT_LANE_ELEMS = {"softmax": 8, "log_softmax": 8, "softmax_backward": 2, "log_softmax_backward": 4}
 FLAT_MAX_N = FLAT_LANES[-1] * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
-BWD_LEAN_SMEM_SLOTS = 1  # backward: a cluster wide enough that its CTAs park at most this many accesses in smem,
-BWD_LEAN_MIN_FILL = 7 / 8  # where each CTA's share fills at least this much of its register slots (cluster_size)
+BWD_LEAN_MIN_FILL = 7 / 8  # backward: a cluster whose CTAs hold the row in registers where their shares fill this much
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
 #                        are latency-bound either way
@@ -358,27 +356,25 @@ def row_capacity(op: str, dtype, W: int) -> int:
 
 def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     """CTAs per row: the smallest power of 2 whose CTAs hold the row (registers + smem). Backward on the aligned
-    16-byte path (P = 0): the smallest up to PORTABLE_CLUSTER whose CTAs hold it in registers and at most
-    BWD_LEAN_SMEM_SLOTS shared-memory slots a thread, where there is one and its CTAs' shares fill at least
-    BWD_LEAN_MIN_FILL of their register slots (shorter shares, few cp.async slots; shares that leave the registers
-    partly empty keep fewer CTAs).
+    16-byte path (P = 0): the smallest up to PORTABLE_CLUSTER whose CTAs hold the row in registers alone, where one
+    does and its CTAs' shares fill at least BWD_LEAN_MIN_FILL of their register slots (no cp.async slots, a shorter
+    share each; shares that leave the registers partly empty keep the fewer CTAs with smem).
     A/B on the H200 (benchmarks/ab.sh, h200-ab-bwd-lean-d0620b9.txt, % of copy, softmax / log-softmax backward,
     the rule before -> this one): bf16 65536 96 / 89 -> 100 / 98 (2 CTAs with smem -> 4 without), 131072 95 / 91 ->
-    98 / 93 (4 -> 8); fp32 32768 99 / 99 -> 103 / 103, 65536 98 / 98 -> 102 / 99, 16384 +1. On the window path
-    (P = 1) the same rule lost 3-17 points (bf16 50001 96 / 96 -> 89 / 84, fp32 12289 100 / 101 -> 91 / 97), so
-    there it stays as it was. Why was not measured: the SASS does not tell (a window cluster without smem has 696
-    instructions against 424 aligned, but the window kernel with one smem slot has 952 and ran at 96% at 65537).
-    Where the lean CTAs would leave their registers partly empty the rule loses on the aligned path too
-    (h200-tune-bwd-lean-fill-c1b46b3.txt: bf16 50000, 4 CTAs of 3.05 of 4 slots a thread 95 / 90 against 2 CTAs
-    with smem 99 / 96); filled to 92% or more it gains (h200-tune-bwd-lean-fill-61d2b5c.txt: bf16 60000, 4 CTAs of
-    3.66 slots 98 / 96 against 95 / 85; fp32 60000 99 / 95 against 98 / 97; bf16 128256, 8 CTAs of 3.9 slots 97 /
-    91 against 95 / 92)."""
+    98 / 93 (4 -> 8); fp32 32768 99 / 99 -> 103 / 103, 65536 98 / 98 -> 102 / 99, 16384 +1. Filled to 92-98% it
+    won or tied (h200-tune-bwd-lean-fill-61d2b5c.txt: bf16 60000, 4 CTAs of 3.66 slots a thread 98 / 96 against 95
+    / 85; fp32 60000 99 / 95 against 98 / 97; bf16 128256, 8 CTAs of 3.9 slots 97 / 91 against 95 / 92); filled to
+    76% it lost (h200-tune-bwd-lean-fill-c1b46b3.txt: bf16 50000, 95 / 90 against 99 / 96). The window path
+    (P = 1) keeps its plans: the A/B's first form of the rule (up to one smem slot a CTA, no fill condition) lost 3-17
+    points on odd N, at partly filled shares (12289, 50001, 100003: 3.0-3.05 slots) and at one smem slot used of
+    five (65537, 131071), and gained at fp32 32001; the registers-only form with the fill condition was not timed
+    there."""
     c = pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
     if OPS[op].backward and W > 1 and P == 0:
-        rs = reg_slots(op, dtype, W)
-        lean = pow2ceil(cdiv(N, ROW_MAX_THREADS * (rs + BWD_LEAN_SMEM_SLOTS) * W))
-        if lean <= PORTABLE_CLUSTER and cdiv(cdiv(N, W), lean) >= BWD_LEAN_MIN_FILL * ROW_MAX_THREADS * rs:
-            return max(c, lean)
+        full = ROW_MAX_THREADS * reg_slots(op, dtype, W)  # accesses a CTA holds in registers
+        lean = pow2ceil(cdiv(cdiv(N, W), full))
+        if c < lean <= PORTABLE_CLUSTER and cdiv(cdiv(N, W), lean) >= BWD_LEAN_MIN_FILL * full:
+            return lean
     return c
 
 
@@ -511,9 +507,10 @@ def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int
 def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0) -> str:
     """Row layout: warp for short rows, then one CTA, then a cluster; when rows are too few to give every SM a CTA
     (and long enough to matter) a wider cluster on the 16-byte path, split on the scalar one; split when the row
-    is beyond the cluster capacity. The scalar path (a backward whose y and dy rows start at different offsets
+    is beyond the cluster capacity. On the scalar path a backward (whose y and dy rows start at different offsets
     from 16-byte boundaries, e.g. dy a padded vocabulary's view) holds the row in registers only: a CTA has 8192
-    elements, a cluster up to max_cluster times that. Timed on the H200 (tune_rows.py --clusters --dy-width,
+    elements, a cluster up to max_cluster times that (56 registers, no spills: ptxas through NVRTC, and the
+    compile test); a forward there (never from run.py: one input always has a window) splits. Timed on the H200 (tune_rows.py --clusters --dy-width,
     h200-tune-bwd-clusters-d0620b9.txt, % of copy, split -> a cluster of 8): 2670 x 50257 fp32 softmax /
     log-softmax backward 41 / 41 -> 90 / 82, bf16 36 / 38 -> 57 / 46; bf16 softmax backward 4194 x 32001 39 -> 61
     (4 CTAs)."""
@@ -522,7 +519,7 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0) 
     ctas_per_row = None
     if cdiv(N, W) <= ROW_MAX_THREADS * reg_slots(op, dtype, W):
         ctas_per_row = 1
-    else:
+    elif W > 1 or OPS[op].backward:
         c = cluster_size(op, dtype, W, N, P)
         if c <= max_cluster(op, dtype):
             ctas_per_row = c
@@ -771,6 +768,9 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},1,{P}>"
         return Plan("block", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), 1, smem),), P)
     if chosen == "cluster":
+        if W == 1 and fwd:
+            raise Unsupported("the cluster regime's scalar path (W = 1) takes the backward only, whose y and dy may "
+                              "start at different offsets; a forward's one input always has a window")
         if cluster_size(op, dtype, W, Nc, P) > max_cluster(op, dtype):
             raise Unsupported(f"N = {N} needs {cluster_size(op, dtype, W, Nc, P)} CTAs per row "
                               f"(> {max_cluster(op, dtype)}); rows up to "
