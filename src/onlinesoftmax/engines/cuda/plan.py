@@ -510,10 +510,10 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0) 
     is beyond the cluster capacity. On the scalar path a backward (whose y and dy rows start at different offsets
     from 16-byte boundaries, e.g. dy a padded vocabulary's view) holds the row in registers only: a CTA has 8192
     elements, a cluster up to max_cluster times that (56 registers, no spills: ptxas through NVRTC, and the
-    compile test); a forward there (never from run.py: one input always has a window) splits. Timed on the H200 (tune_rows.py --clusters --dy-width,
-    h200-tune-bwd-clusters-d0620b9.txt, % of copy, split -> a cluster of 8): 2670 x 50257 fp32 softmax /
-    log-softmax backward 41 / 41 -> 90 / 82, bf16 36 / 38 -> 57 / 46; bf16 softmax backward 4194 x 32001 39 -> 61
-    (4 CTAs)."""
+    compile test); a forward there (never from run.py: one input always has a window) splits. Timed on the H200
+    (tune_rows.py --clusters --dy-width, h200-tune-bwd-clusters-d0620b9.txt, % of copy, split -> a cluster of 8):
+    2670 x 50257 fp32 softmax / log-softmax backward 41 / 41 -> 90 / 82, bf16 36 / 38 -> 57 / 46; bf16 softmax
+    backward 4194 x 32001 39 -> 61 (4 CTAs)."""
     if N <= warp_max_n(op, dtype, W):
         return "warp"
     ctas_per_row = None
