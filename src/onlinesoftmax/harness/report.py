@@ -107,6 +107,11 @@ def _short_of_neighbour(N: int, pct: dict) -> int | None:
     return k if k not in (None, N) and pct[N] < pct[k] - ODD_N_POINTS else None
 
 
+def _pct(cells: dict) -> dict:
+    """{N: % of copy} of one (op, dtype)'s cells of _grid."""
+    return {N: float(r["pct_copy"]) for N, (r, _) in cells.items()}
+
+
 def _grid(rows, ours: str, elements: int):
     """{(op, dtype): {N: (ours' row, torch's row or None)}} at M = elements // N."""
     torch_rows = {(r["op"], r["dtype"], r["M"], r["N"]): r for r in rows if r["variant"] == f"torch.{r['op']}"}
@@ -135,8 +140,7 @@ def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27)
            "|---|---|---:|---:|---|---|---:|---|"]
     for op, dtype in keys:
         mine = [r for r in rows if (r["op"], r["dtype"]) == (op, dtype) and r["variant"] == f"{ours}.{op}"]
-        full = grid.get((op, dtype), {})
-        pct = {N: float(r["pct_copy"]) for N, (r, _) in full.items()}
+        pct = _pct(grid.get((op, dtype), {}))
         low = min(pct, key=pct.get, default=None)
         worst = f"{pct[low]:.0f}% ({low})" if low else "–"
         target = TARGET_PCT.get(op, 0)
@@ -178,6 +182,7 @@ def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) ->
                     key=lambda d: SWEEP_DTYPES.index(d) if d in SWEEP_DTYPES else len(SWEEP_DTYPES))
     sides = (("fwd", ("softmax", "log_softmax")), ("bwd", ("softmax_backward", "log_softmax_backward")))
     ns = sorted({N for cells in grid.values() for N in cells})
+    pcts = {key: _pct(cells) for key, cells in grid.items()}
     out = ["| N | " + " | ".join(f"{dt} {side}" for dt in dtypes for side, _ in sides) + " |",
            "|---:|" + "---:|" * (2 * len(dtypes))]
     for N in ns:
@@ -188,16 +193,14 @@ def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) ->
                 if not got:
                     cells.append("–")
                     continue
-                pcts = [float(r["pct_copy"]) for _, (r, _) in got]
-                lo, hi = min(pcts), max(pcts)
+                lo, hi = min(pcts[(op, dt)][N] for op, _ in got), max(pcts[(op, dt)][N] for op, _ in got)
                 text = f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f}%"
                 ratios = [float(t["time_ms"]) / float(r["time_ms"]) for _, (r, t) in got if t]
                 if ratios:
                     text += f" ({min(ratios):.2f}×)"
-                if any(float(r["pct_copy"]) < TARGET_PCT[op] for op, (r, _) in got):
+                if any(pcts[(op, dt)][N] < TARGET_PCT[op] for op, _ in got):
                     text += " ✗"
-                if any(_short_of_neighbour(N, {n: float(r["pct_copy"]) for n, (r, _) in grid[(op, dt)].items()})
-                       for op, _ in got):
+                if any(_short_of_neighbour(N, pcts[(op, dt)]) for op, _ in got):
                     text += " ↓"
                 cells.append(text)
         out.append(f"| {N} | " + " | ".join(cells) + " |")
