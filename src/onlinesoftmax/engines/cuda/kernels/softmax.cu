@@ -46,7 +46,8 @@
 //
 // Forward arithmetic: each thread takes the max mt of its share, keeps e = exp(x - mt) (softmax; log_softmax keeps
 // x) and d_t = sum e; the (m, d) states merge (one exponential per merge, common.cuh's -inf guard); the outputs are
-// e * exp(mt - m) / d and (x - m) - log d. 16-bit data parked in shared memory is recomputed from x instead. The
+// e * exp(mt - m) / d and (x - m) - log d. 16-bit data parked in shared memory is recomputed from x instead, and
+// folds into the thread's (m, d) in one pass over the shared memory (os_fold_md). The
 // warp kernels reduce the row max first, then the sum of exp(x - max) (two butterflies without exponentials in the
 // merges: their rows are short, the merges' exponentials a large share of the work). The second passes of the split
 // and strided regimes read with ld.global.cs and all their stores are st.global.cs (evict-first), so the data their
@@ -776,12 +777,21 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                 }
             }
         }
+        // 16-bit data in shared memory (FOLD): its outputs are recomputed from x, and each access folds into the
+        // thread's pair as it comes (os_fold_md, from the registers' max on): one pass over the shared memory, not a
+        // pass for the max and one for the exponentials, each unpacking the data (the registers' exponentials then
+        // take the share's max as their shift). A/B on the H200 (h200-ab-fwd-fold-73f0fca.txt), 16-bit forward at
+        // 32001-262144: +0.6 to +3.9 points of copy. fp32 keeps the two passes (softmax writes its e back over x, one
+        // exponential an element; its unpacking costs nothing, and the fold's merges cost exponentials).
+        constexpr bool FOLD = DT != 0;
+        float d, ds = 0.0f;  // ds: the shared-memory accesses' sum of exp(x - mt) (their fold's)
         if constexpr (SSLOTS > 0) {
             os_cp_async_wait_all();  // each thread reads back only the vectors it copied itself
             row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo_last, N, [&](int j, int lo, int hi) {
                 float f[W];
                 op::unpack_x(smem_slots[IN * j * THREADS + t], f, lo, hi);
-                mt = fmaxf(mt, os_max_of<W>(f));
+                if constexpr (!FOLD) mt = fmaxf(mt, os_max_of<W>(f));
+                else os_fold_md<W>(mt, ds, f);
                 if constexpr (OP == OP_CE) {
                     if (ce.eps != 0.0f) {
 #pragma unroll
@@ -791,7 +801,6 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             });
         }
         const float st = os_safe_shift(mt);
-        float d;
         if constexpr (op::EXP) {
 #pragma unroll
             for (int j = 0; j < E; j++) v[j] = os_exp_diff(v[j], st);
@@ -806,15 +815,16 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             }
             d = d0 + d1;
         }
-        if constexpr (SSLOTS > 0) {
+        if constexpr (SSLOTS > 0 && FOLD) d += ds;
+        if constexpr (SSLOTS > 0 && !FOLD) {
             row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo_last, N, [&](int j, int lo, int hi) {
                 float f[W];
                 op::unpack_x(smem_slots[IN * j * THREADS + t], f, lo, hi);
 #pragma unroll
                 for (int u = 0; u < W; u++) f[u] = os_exp_diff(f[u], st);
                 d += os_sum_of<W>(f);
-                // fp32 softmax keeps e in place (one exponential per element); 16-bit data is recomputed.
-                if constexpr (op::EXP && DT == 0) smem_slots[IN * j * THREADS + t] = os_io<0, 4>::pack(f);
+                // fp32 softmax keeps e in place (one exponential per element)
+                if constexpr (op::EXP) smem_slots[IN * j * THREADS + t] = os_io<0, 4>::pack(f);
             });
         }
         pa = mt;
