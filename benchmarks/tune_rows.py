@@ -23,7 +23,8 @@ step's multiple nearest each: plan.flat_rows), all inputs
 the evidence for plan.flat_config.
 
 --force block:448x4 cluster:2x288x0 split ...: instead of every block shape, those (threads x slots of one CTA a row;
-CTAs a row, threads and shared-memory slots of a cluster; the split regime), each with its CTAs resident per SM.
+CTAs a row, threads and shared-memory slots of a cluster, the slots at most those the share fills: the plan's
+used_smem_slots; the split regime), each with its CTAs resident per SM.
 
 The block shapes, --clusters and --force take the backward ops too (x is then y, the forward's output, beside a random
 dy). --dy-width K: dy is the first N columns of a K-wide tensor (a padded vocabulary's gradient: its rows start
@@ -101,8 +102,9 @@ def lane_choices(N: int) -> list[int]:
 
 def cluster_choices(op: str, dtype, W: int, N: int) -> list:
     """(C, threads, sslots) for C = 1, 2, 4, ..., 16 CTAs per row: registers alone where a 512-thread CTA's share
-    fits them, else 512 threads with the shared-memory slots where that holds the share (W: the plan's access
-    width, 1 on the scalar path)."""
+    fits them, else 512 threads with the shared-memory slots the share fills, where that holds it (W: the plan's
+    access width, 1 on the scalar path). (The plans instantiate those slots, plan.used_smem_slots; before 2026-12-03
+    they took the most a CTA can hold, which this listed too.)"""
     nv = cdiv(N if N % W == 0 else N + W - 1, W)  # the window path sizes for N + W - 1
     rs, ss = P.reg_slots(op, dtype, W), P.smem_slots(op, dtype, W)
     out = []
@@ -111,7 +113,7 @@ def cluster_choices(op: str, dtype, W: int, N: int) -> list:
         if share <= P.ROW_MAX_THREADS * rs:
             out.append((c, min(P.ROW_MAX_THREADS, max(P.ROW_MIN_THREADS, P.pow2ceil(cdiv(share, rs)))), 0))
         elif share <= P.ROW_MAX_THREADS * (rs + ss):
-            out += [(c, P.ROW_MAX_THREADS, s) for s in sorted({cdiv(share, P.ROW_MAX_THREADS) - rs, ss})]
+            out.append((c, P.ROW_MAX_THREADS, cdiv(share, P.ROW_MAX_THREADS) - rs))
     return out
 
 

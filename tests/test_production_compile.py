@@ -264,8 +264,9 @@ def test_regime_thresholds(op, dtype):
 @pytest.mark.parametrize("op", list(P.ENGINE_OPS))
 def test_cluster_shares_are_balanced(op, dtype):
     """The row kernels' cluster CTAs share a row evenly (softmax.cu's CH: the accesses of the longest window over C):
-    every CTA holds its share (CH <= threads x (slots + sslots)), its dynamic smem is exactly the slots the share
-    fills beyond the registers, and a block CTA's smem the slots its row fills; aligned and through the window."""
+    every CTA holds its share (CH <= threads x (slots + sslots)); its kernel's shared-memory slots (SSLOTS) and its
+    dynamic smem are exactly the slots the share fills beyond the registers, and a block CTA's the slots its row
+    fills; aligned and through the window."""
     W = P.vec_width(dtype)
     cap = P.row_capacity(op, dtype, W)
     rs, inputs = P.reg_slots(op, dtype, W), 2 if opdefs.OPS[op].backward else 1
@@ -284,7 +285,7 @@ def test_cluster_shares_are_balanced(op, dtype):
                 ch = -(-acc // c) if c > 1 else threads * (slots + sslots)
                 assert ch <= threads * (slots + sslots), (op, dtype, M, N, l)
                 used = max(0, -(-min(ch, acc) // threads) - slots)
-                assert used <= sslots and l.smem == used * threads * 16 * inputs, (op, dtype, M, N, l)
+                assert used == sslots and l.smem == used * threads * 16 * inputs, (op, dtype, M, N, l)
                 seen.add((p.regime, sslots > 0))
     assert ("cluster", True) in seen and ("block", True) in seen
 

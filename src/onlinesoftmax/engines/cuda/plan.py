@@ -154,11 +154,17 @@ def smem_bytes(op: str, W: int, threads: int, sslots: int) -> int:
 
 
 def used_smem_slots(op: str, dtype, W: int, N: int, C: int, threads: int, sslots: int) -> int:
-    """Shared-memory slots a row kernel's CTA fills (its dynamic smem; at most its sslots): C CTAs share the row's
-    accesses evenly (softmax.cu's CH; N as the rules see it, N + W - 1 on the window path), each holding reg_slots
-    per thread in registers, the rest of its share in smem. Measured (benchmarks/results/h200-clusters-b45ee6e.txt): filling each
+    """Shared-memory slots a row kernel's CTA fills (at most sslots): C CTAs share the row's accesses evenly
+    (softmax.cu's CH; N as the rules see it, N + W - 1 on the window path), each holding reg_slots per thread in
+    registers, the rest of its share in smem. Measured (benchmarks/results/h200-clusters-b45ee6e.txt): filling each
     CTA to capacity before the next left clusters waiting on their first CTA, e.g. bf16 N = 100003 on 2 CTAs of
-    8704 + 3797 accesses ran at 67% of copy, 6251 each at 82%."""
+    8704 + 3797 accesses ran at 67% of copy, 6251 each at 82%.
+    The plans instantiate the kernels with these slots (SSLOTS), not the most a CTA can take, and size the dynamic
+    smem to them. The same geometry with the largest SSLOTS (the same bytes: the slots past the share are never
+    touched) ran slower on the H200 (tune_rows.py --clusters, h200-tune-sslots-73f0fca.txt, % of copy, used slots
+    against the most): fp32 softmax forward 50001 / 100003 / 200003 92.6 / 90.3 / 87.2 against 91.3 / 89.0 / 85.6,
+    bf16 100003 / 200003 84.2 / 82.2 against 83.2 / 80.9; bf16 softmax backward 50001 / 100003 / 200003 96.5 / 95.7 /
+    93.4 against 95.6 / 95.1 / 93.0, log-softmax 95.8 / 92.9 / 88.9 against 96.1 / 91.9 / 87.3."""
     share = cdiv(cdiv(N, W), C)
     return max(0, min(sslots, cdiv(share, threads) - reg_slots(op, dtype, W)))
 
@@ -758,8 +764,9 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
             threads, slots = block_threads(op, dtype, W, Nc)
             sslots = smem = 0
         elif W > 1 and Nc <= row_capacity(op, dtype, W):
-            threads, slots, sslots = ROW_MAX_THREADS, reg_slots(op, dtype, W), smem_slots(op, dtype, W)
-            smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, 1, threads, sslots))
+            threads, slots = ROW_MAX_THREADS, reg_slots(op, dtype, W)
+            sslots = used_smem_slots(op, dtype, W, Nc, 1, threads, smem_slots(op, dtype, W))
+            smem = smem_bytes(op, W, threads, sslots)
         else:
             raise Unsupported(f"N = {N} does not fit one CTA ({ROW_MAX_THREADS * reg_slots(op, dtype, W) * W} "
                               f"elements in registers" + (f", {row_capacity(op, dtype, W)} with shared memory)"
@@ -779,9 +786,10 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         c, threads, sslots = cluster_config(op, dtype, W, M, Nc, sms, P)
         c = max(2, c)
         slots = reg_slots(op, dtype, W)
+        sslots = used_smem_slots(op, dtype, W, Nc, c, threads, sslots)
         _check_holds(Nc, W, c, threads, slots, sslots)
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c},{P}>"
-        smem = smem_bytes(op, W, threads, used_smem_slots(op, dtype, W, Nc, c, threads, sslots))
+        smem = smem_bytes(op, W, threads, sslots)
         return Plan("cluster", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), c, smem),), P)
     if chosen == "split":
         W = 1 if P else W  # the split kernels read aligned rows or scalars
@@ -808,6 +816,8 @@ def _probe_ns(W: int, window: bool = False) -> list[int]:
         p = 1 << k
         ns.update({p - 1, p, p + 1, p + p // 2})
     ns.update(32 * k * s + d for k in range(2, 17) for s in (1, 2, 3, 4, 8, 16, 32) for d in (0, 1))  # block: warps
+    # row kernels with shared memory: every count of slots a CTA's share fills (used_smem_slots), 1..MAX_CLUSTER CTAs
+    ns.update(c * ROW_MAX_THREADS * r + d for c in (1, 2, 4, 8, 16) for r in range(1, 18) for d in (-1, 0, 1))
     ns.update(g * cap + d for g in (1, 2, 4, 8) for cap in range(CHAN_CAP_STEP, CHAN_BAND + 1, CHAN_CAP_STEP)
               for d in (0, 1))  # chan: every band and group (CHAN_MERGED_BAND x G among them)
     ns = {n * W for n in ns} | ns
