@@ -509,6 +509,31 @@ def test_short_unaligned_rows_take_the_scalar_warp_kernel():
         assert P.plan(many, 127, dtype, "softmax_backward", vec=False, window=1, sms=SMS).W == W
 
 
+def test_fp32_backward_wide_clusters():
+    """plan.wide_slots: fp32 backward rows beyond 8 CTAs of smem_slots take 8 CTAs with more shared-memory slots
+    (softmax up to 6: two CTAs an SM; log-softmax up to 12: one, where the grid has enough CTAs) before 16; few
+    rows keep 16 CTAs; 16-bit data and rows 8 CTAs hold at smem_slots are untouched."""
+    f32, many = torch.float32, 1 << 12
+    cap8 = P.PORTABLE_CLUSTER * P.row_capacity("softmax_backward", f32, 4)  # 147456
+
+    def geometry(op, N, M=many, dtype=f32):
+        (l,) = P.plan(M, N, dtype, op, sms=SMS).launches
+        return l.cluster, int(l.kernel[:-1].split(",")[5])  # (CTAs a row, SSLOTS)
+
+    for op in ("softmax_backward", "log_softmax_backward"):
+        assert geometry(op, cap8) == (8, P.smem_slots(op, f32, 4))
+        assert geometry(op, cap8 + 4) == (8, 6) and geometry(op, 163840) == (8, 6)
+        assert geometry(op, 163840, M=16)[0] == 16  # few rows: the wider cluster
+        assert geometry(op, 151936, dtype=torch.bfloat16)[1] <= P.smem_slots(op, torch.bfloat16, 8)
+    assert geometry("softmax_backward", 163844)[0] == 16
+    assert geometry("log_softmax_backward", 163844) == (8, 7)
+    assert geometry("log_softmax_backward", 262144) == (8, 12)
+    # one CTA an SM (beyond WIDE_TWO_CTA_SLOTS) only where the grid has WIDE_ONE_CTA_MIN_CTAS CTAs an SM
+    assert geometry("log_softmax_backward", 262144, M=64)[0] == 16 and geometry("log_softmax_backward", 163844, M=64) == (8, 7)
+    assert geometry("log_softmax_backward", 262144, M=263)[0] == 16 and geometry("log_softmax_backward", 262144, M=264) == (8, 12)
+    assert geometry("log_softmax_backward", 262143)[0] == 16  # through the window: 262146 elements
+
+
 def test_block_rules():
     # forward, 16-byte path: 3 accesses per thread, whole warps
     assert P.block_threads("softmax", torch.bfloat16, 8, 4097 + 7) == (192, 3)  # 513 accesses: 6 warps, not 16

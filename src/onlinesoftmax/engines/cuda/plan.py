@@ -13,7 +13,8 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
     warp     N <= warp_max_n (1024 fwd; 512 fp32 bwd): 2^lg lanes per row, RPT rows per lane group in flight
     block    one CTA (64..512 threads; 128..512 on the scalar path) per row, the row in registers
              (+ dynamic smem when SSLOTS > 0)
-    cluster  a cluster of C CTAs per row (C <= 8, 16 for fp32 backward above 131072), partials through DSMEM;
+    cluster  a cluster of C CTAs per row (C <= 8; fp32 backward: 8 CTAs with more smem each, wide_slots, then 16),
+             partials through DSMEM;
              when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA; the
              aligned backward spreads its row over CTAs holding it in registers where they fill 7/8 of them; on
              the scalar path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
@@ -88,7 +89,14 @@ FLAT_LANE_ELEMS = {"softmax": 8, "log_softmax": 8, "softmax_backward": 2, "log_s
 FLAT_MAX_N = FLAT_LANES[-1] * FLAT_SLOTS[-1]
 WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take the scalar warp kernel, not the window
 BWD_LEAN_MIN_FILL = 7 / 8  # backward: a cluster whose CTAs hold the row in registers where their shares fill this much
-MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward above 131072 only)
+MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward rows beyond wide_slots' reach only)
+# fp32 backward: the most shared-memory slots a CTA of a cluster of 8 takes before the plan goes to 16 CTAs
+# (wide_slots): up to WIDE_TWO_CTA_SLOTS two 512-thread CTAs fit an SM (7 x 16 KB of y and dy each, + 1 KB reserved:
+# 226 of its 228 KB), beyond it one (up to 192 KB), which cluster_config takes only where the grid has at least
+# WIDE_ONE_CTA_MIN_CTAS CTAs an SM
+BWD_WIDE_SLOTS = {"softmax_backward": 6, "log_softmax_backward": 12}
+WIDE_TWO_CTA_SLOTS = 7
+WIDE_ONE_CTA_MIN_CTAS = 16
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
 #                        are latency-bound either way
 FEW_ROWS_CTAS_PER_SM = 2  # few rows: clusters sized for about this many CTAs per SM
@@ -360,6 +368,20 @@ def row_capacity(op: str, dtype, W: int) -> int:
     return ROW_MAX_THREADS * (reg_slots(op, dtype, W) + smem_slots(op, dtype, W)) * W
 
 
+def wide_slots(op: str, dtype, W: int, N: int) -> int:
+    """Shared-memory slots a CTA of a cluster of PORTABLE_CLUSTER takes for an fp32 backward row beyond that cluster's
+    capacity at smem_slots (above 147456 elements), where at most BWD_WIDE_SLOTS[op] hold it; else 0 (16 CTAs, or
+    not such a row). Timed on the H200 (tune_rows.py --force, h200-tune-bwd-wide-3779569.txt, % of copy, softmax /
+    log-softmax backward, 16 CTAs -> 8): 151936 87 / 75 -> 93 / 93 (6 slots, two CTAs an SM); 150001 88 / 72 -> 94
+    / 93; with 8-12 slots, one CTA an SM, log-softmax +3 to +5.5 (262144 79 -> 85) but softmax -2 to +4 (196608 90
+    -> 88, 200003 90 -> 84, 262144 85 -> 88): softmax keeps 16 CTAs there. Clusters of 16 are resident 14 at a
+    time, 224 of the 264 CTA slots (docs/tuning.md)."""
+    if not (OPS[op].backward and dtype == torch.float32 and W > 1) or N <= PORTABLE_CLUSTER * row_capacity(op, dtype, W):
+        return 0
+    slots = cdiv(cdiv(cdiv(N, W), PORTABLE_CLUSTER), ROW_MAX_THREADS) - reg_slots(op, dtype, W)
+    return slots if slots <= BWD_WIDE_SLOTS[op] else 0
+
+
 def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     """CTAs per row: the smallest power of 2 whose CTAs hold the row (registers + smem). Backward on the aligned
     16-byte path (P = 0): the smallest up to PORTABLE_CLUSTER whose CTAs hold the row in registers alone, where one
@@ -375,6 +397,8 @@ def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     points on odd N, at partly filled shares (12289, 50001, 100003: 3.0-3.05 slots) and at one smem slot used of
     five (65537, 131071), and gained at fp32 32001; the registers-only form with the fill condition was not timed
     there."""
+    if wide_slots(op, dtype, W, N):
+        return PORTABLE_CLUSTER
     c = pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
     if OPS[op].backward and W > 1 and P == 0:
         full = ROW_MAX_THREADS * reg_slots(op, dtype, W)  # accesses a CTA holds in registers
@@ -386,7 +410,7 @@ def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
 
 def max_cluster(op: str, dtype) -> int:
     """Largest cluster a plan uses when rows are many: portable 8, except fp32 backward (y and dy: 16K elements per
-    CTA) up to 16 to reach N = 262144 with two CTAs per SM."""
+    CTA) up to 16 to reach N = 262144 with two CTAs per SM (where wide_slots' 8 CTAs do not hold the row)."""
     return MAX_CLUSTER if (OPS[op].backward and dtype == torch.float32) else PORTABLE_CLUSTER
 
 
@@ -409,7 +433,15 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0)
         return c, min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, pow2ceil(cdiv(per_cta, rs)))), 0
     # shares beyond the registers: 512-thread CTAs with shared memory, as few as hold the row (the CTAs share it
     # evenly; wider clusters with smem measured no faster: bf16 128256 on 4 CTAs 81% of copy, on 2 84%)
-    return need, ROW_MAX_THREADS, smem_slots(op, dtype, W)
+    # fp32 backward beyond 8 CTAs of smem_slots (wide_slots): few rows keep 16 CTAs of two an SM rather than 8 holding
+    # more each, and so does a grid of fewer than WIDE_ONE_CTA_MIN_CTAS CTAs an SM where the 8 would take one an SM
+    # (h200-tune-bwd-wide-3779569.txt, log-softmax backward, % of copy, 8 CTAs against 16: at 229376 / 262144, 10 / 12
+    # slots, 17 rows 41 / 43 against 47 / 49, 64-66 rows 61 / 61-62 against 66 / 66-67, 512-585 rows 83 / 83-85
+    # against 79-81; between 66 and 512 rows not timed. With 7 slots, two CTAs an SM, 66 rows of 163844 62 against 58)
+    wide = wide_slots(op, dtype, W, N)
+    if wide and (M * need < sms or wide > WIDE_TWO_CTA_SLOTS and M * need < WIDE_ONE_CTA_MIN_CTAS * sms):
+        return pow2ceil(cdiv(N, row_capacity(op, dtype, W))), ROW_MAX_THREADS, smem_slots(op, dtype, W)
+    return need, ROW_MAX_THREADS, wide or smem_slots(op, dtype, W)
 
 
 def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:
