@@ -193,12 +193,13 @@ def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) ->
                 if not got:
                     cells.append("–")
                     continue
-                lo, hi = min(pcts[(op, dt)][N] for op, _ in got), max(pcts[(op, dt)][N] for op, _ in got)
+                here = {op: pcts[(op, dt)][N] for op, _ in got}
+                lo, hi = min(here.values()), max(here.values())
                 text = f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f}%"
                 ratios = [float(t["time_ms"]) / float(r["time_ms"]) for _, (r, t) in got if t]
                 if ratios:
                     text += f" ({min(ratios):.2f}×)"
-                if any(pcts[(op, dt)][N] < TARGET_PCT[op] for op, _ in got):
+                if any(pct < TARGET_PCT[op] for op, pct in here.items()):
                     text += " ✗"
                 if any(_short_of_neighbour(N, pcts[(op, dt)]) for op, _ in got):
                     text += " ↓"

@@ -368,6 +368,11 @@ def row_capacity(op: str, dtype, W: int) -> int:
     return ROW_MAX_THREADS * (reg_slots(op, dtype, W) + smem_slots(op, dtype, W)) * W
 
 
+def smem_cluster(op: str, dtype, W: int, N: int) -> int:
+    """CTAs per row at row_capacity each (registers + smem_slots): the smallest power of 2 that holds the row."""
+    return pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
+
+
 def wide_slots(op: str, dtype, W: int, N: int) -> int:
     """Shared-memory slots a CTA of a cluster of PORTABLE_CLUSTER takes for an fp32 backward row beyond that cluster's
     capacity at smem_slots (above 147456 elements), where at most BWD_WIDE_SLOTS[op] hold it; else 0 (16 CTAs, or
@@ -376,7 +381,7 @@ def wide_slots(op: str, dtype, W: int, N: int) -> int:
     / 93; with 8-12 slots, one CTA an SM, log-softmax +3 to +5.5 (262144 79 -> 85) but softmax -2 to +4 (196608 90
     -> 88, 200003 90 -> 84, 262144 85 -> 88): softmax keeps 16 CTAs there. Clusters of 16 are resident 14 at a
     time, 224 of the 264 CTA slots (docs/tuning.md)."""
-    if not (OPS[op].backward and dtype == torch.float32 and W > 1) or N <= PORTABLE_CLUSTER * row_capacity(op, dtype, W):
+    if not (OPS[op].backward and dtype == torch.float32 and W > 1) or smem_cluster(op, dtype, W, N) <= PORTABLE_CLUSTER:
         return 0
     slots = cdiv(cdiv(cdiv(N, W), PORTABLE_CLUSTER), ROW_MAX_THREADS) - reg_slots(op, dtype, W)
     return slots if slots <= BWD_WIDE_SLOTS[op] else 0
@@ -399,7 +404,7 @@ def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     there."""
     if wide_slots(op, dtype, W, N):
         return PORTABLE_CLUSTER
-    c = pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
+    c = smem_cluster(op, dtype, W, N)
     if OPS[op].backward and W > 1 and P == 0:
         full = ROW_MAX_THREADS * reg_slots(op, dtype, W)  # accesses a CTA holds in registers
         lean = pow2ceil(cdiv(cdiv(N, W), full))
@@ -440,7 +445,7 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0)
     # against 79-81; between 66 and 512 rows not timed. With 7 slots, two CTAs an SM, 66 rows of 163844 62 against 58)
     wide = wide_slots(op, dtype, W, N)
     if wide and (M * need < sms or wide > WIDE_TWO_CTA_SLOTS and M * need < WIDE_ONE_CTA_MIN_CTAS * sms):
-        return pow2ceil(cdiv(N, row_capacity(op, dtype, W))), ROW_MAX_THREADS, smem_slots(op, dtype, W)
+        return smem_cluster(op, dtype, W, N), ROW_MAX_THREADS, smem_slots(op, dtype, W)
     return need, ROW_MAX_THREADS, wide or smem_slots(op, dtype, W)
 
 
@@ -848,8 +853,11 @@ def _probe_ns(W: int, window: bool = False) -> list[int]:
         p = 1 << k
         ns.update({p - 1, p, p + 1, p + p // 2})
     ns.update(32 * k * s + d for k in range(2, 17) for s in (1, 2, 3, 4, 8, 16, 32) for d in (0, 1))  # block: warps
-    # row kernels with shared memory: every count of slots a CTA's share fills (used_smem_slots), 1..MAX_CLUSTER CTAs
-    ns.update(c * ROW_MAX_THREADS * r + d for c in (1, 2, 4, 8, 16) for r in range(1, 18) for d in (-1, 0, 1))
+    # row kernels with shared memory: every count of slots a CTA's share fills (used_smem_slots, wide_slots), 1 to
+    # MAX_CLUSTER CTAs
+    most = max(reg_slots(op, dt, vec_width(dt)) + max(smem_slots(op, dt, vec_width(dt)), BWD_WIDE_SLOTS.get(op, 0))
+               for op in ENGINE_OPS for dt in GPU_DTYPES)
+    ns.update(c * ROW_MAX_THREADS * r + d for c in (1, 2, 4, 8, 16) for r in range(1, most + 1) for d in (-1, 0, 1))
     ns.update(g * cap + d for g in (1, 2, 4, 8) for cap in range(CHAN_CAP_STEP, CHAN_BAND + 1, CHAN_CAP_STEP)
               for d in (0, 1))  # chan: every band and group (CHAN_MERGED_BAND x G among them)
     ns = {n * W for n in ns} | ns
