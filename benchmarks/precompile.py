@@ -10,7 +10,7 @@ NVRTC version is the same; otherwise it compiles them, still in parallel).
                                                 test_gpu_concurrency.py's jobs and every chan and flat kernel: ~750
                                                 kernels, ~50 MB, ~3 minutes on 2 cores)
     python benchmarks/precompile.py --layouts    (instead: `onlinesoftmax extras`' layouts, and the strided kernels
-                                                probe_columns.py --strided forces there)
+                                                probe_columns.py forces there)
     python benchmarks/precompile.py --cross-entropy    (instead: the cross-entropy GPU tests' and benchmark's
                                                         kernels: ~110, ~12 MB, ~40 s on 2 cores)
 
@@ -114,7 +114,9 @@ def concurrency_kernels(sms: int) -> set:
 
 def layout_kernels(sms: int) -> set:
     """The kernels of `onlinesoftmax extras`' layouts (every op and dtype, the plan as shipped) and the strided
-    kernel of each, which benchmarks/probe_columns.py --strided forces: shape-only stand-ins (meta tensors)."""
+    kernel of each, which benchmarks/probe_columns.py --strided forces: shape-only stand-ins (meta tensors); and the
+    columns kernels probe_columns.py forces."""
+    import probe_columns  # benchmarks/, the script's folder
     from onlinesoftmax.harness.extras import LAYOUT_DTYPES, LAYOUT_OPS, LAYOUTS, layout_tensor
 
     names = set()
@@ -125,7 +127,7 @@ def layout_kernels(sms: int) -> set:
             out = torch.empty(x.shape, dtype=dtype, device="meta")
             for regime in (None, "strided"):
                 names.update(E.plan_for(op, *ins, dim=dim, regime=regime, out=out).kernels)
-    return names
+    return names | probe_columns.probe_kernels()
 
 
 def test_kernels(sms: int) -> set:

@@ -1,18 +1,21 @@
 """Long non-last dims (issue 12's layouts whose columns do not fit one CTA): what limits them?
 
-Default: softmax over dim 0 of 8192 x 8192 fp32 through the columns kernel in several tilings (lanes x 16-byte row
-pieces, rows of threads, slots in shared memory, cluster size), against the automatic plan.
+Default: the forward over dim 0 of 8192 x 8192 and channels C = 1000 (fp32, bf16) through the columns kernel in
+several tilings (lanes x 16-byte row pieces, rows of threads, slots in shared memory, cluster size), beside the
+automatic plan (kernels: benchmarks/precompile.py --layouts).
 --strided: the strided kernel (forward and backward) at every geometry (lanes x rows threads, grid) on dim 0 of
 8192 x 8192, dim 0 of 4097 x 1001 and channels C = 1000, beside the automatic plan and torch. The geometry is a
 launch parameter: one compiled kernel per (op, dtype, access width) serves every row of the table (kernels:
 benchmarks/precompile.py --layouts).
 
-    PYTHONPATH=src python benchmarks/probe_columns.py [--once]     (--once: one launch each, for ncu)
+    PYTHONPATH=src python benchmarks/probe_columns.py [--once] [--dtype float32 ...] [--op softmax ...]
+                                                          (--once: one launch each, for ncu)
     PYTHONPATH=src python benchmarks/probe_columns.py --strided [--dtype bfloat16 ...] [--op softmax_backward ...]
 """
 
 import argparse
 import dataclasses
+import math
 
 import torch
 
@@ -24,45 +27,84 @@ from onlinesoftmax.engines.cuda import run as E
 from onlinesoftmax.intmath import cdiv, pow2ceil
 from onlinesoftmax.ops import softmax as ops
 
-R = C_ = 8192
-# (lanes, smem slots, cluster): registers hold columns_slots (4) rows per thread
-TILINGS = [(4, 8, 8), (4, 4, 8), (2, 0, 8), (8, 12, 8), (8, 4, 16), (16, 12, 16), (1, 0, 4)]
-STRIDED_LAYOUTS = [lay for lay in LAYOUTS if lay[0] in
-                   ("dim 0 of 8192 x 8192", "dim 0 of an odd-width matrix", "channels, C = 1000")]
+# (layout, dtype) -> tilings (lanes, smem slots, cluster); registers hold columns_slots rows per thread. The long
+# layouts whose strips fit a CTA or a cluster with 128-byte row pieces (C = 1000: one CTA of 16 rows a thread in fp32).
+TILINGS = {
+    ("dim 0 of 8192 x 8192", torch.float32): [(8, 12, 8), (8, 4, 16), (8, 6, 16), (4, 12, 8), (16, 12, 16)],
+    ("dim 0 of 8192 x 8192", torch.bfloat16): [(4, 8, 8), (8, 8, 16), (8, 10, 16)],
+    ("channels, C = 1000", torch.float32): [(8, 0, 4), (8, 12, 1), (8, 4, 2), (8, 12, 2), (4, 12, 1), (16, 12, 2)],
+    ("channels, C = 1000", torch.bfloat16): [(8, 0, 8), (8, 8, 2), (8, 10, 2), (4, 8, 1), (8, 4, 4), (16, 8, 4)],
+}
+COLUMN_LAYOUTS = {lay[0]: lay for lay in LAYOUTS}
 
 
-def columns(once: bool):
-    x = torch.randn(R, C_, device="cuda")
-    want = torch.softmax(x.double(), 0)
-    out = torch.empty_like(x)
-    copy = None if once else copy_gbps("cuda")
-    auto = E.plan_for("softmax", x, dim=0)
-    print("automatic plan:", auto.launches)
-    rs = P.columns_slots("softmax", torch.float32, 4)
-    for lanes, ss, c in TILINGS:
+def column_launches(op: str, dtype, W: int, outer: int, N: int, inner: int, tilings) -> list:
+    """(lanes, sslots, C, Launch) of each tiling whose cluster covers N."""
+    rs, o, dt = P.columns_slots(op, dtype, W), int(op.startswith("log")), P.DT_CODE[dtype]
+    out = []
+    for lanes, ss, c in tilings:
         rows = P.ROW_MAX_THREADS // lanes
-        if c * rows * (rs + ss) < R:
-            print(f"lanes={lanes} ss={ss} C={c}: does not cover N")
+        if c * rows * (rs + ss) >= N:
+            strips = cdiv(cdiv(inner, W), lanes)
+            out.append((lanes, ss, c, P._launch(outer, f"fwd_cols<{o},{dt},{W},{rs},{ss},{c}>", (strips, 1, 0),
+                                                 (lanes, rows), c, P.smem_bytes(op, W, P.ROW_MAX_THREADS, ss),
+                                                 sig="strided")))
+    return out
+
+
+def probe_kernels() -> set:
+    """Every kernel columns() forces (benchmarks/precompile.py --layouts compiles them)."""
+    names = set()
+    for (label, dtype), tilings in TILINGS.items():
+        _, shape, dim, _ = COLUMN_LAYOUTS[label]
+        for op in ("softmax", "log_softmax"):
+            names.update(l.kernel for *_, l in column_launches(op, dtype, P.vec_width(dtype), 1, shape[dim],
+                                                                  math.prod(shape[dim + 1:]), tilings))
+    return names
+
+
+def columns(once: bool, dtypes, op_names):
+    copy = None if once else copy_gbps("cuda")
+    for (label, dtype), tilings in TILINGS.items():
+        if dtype not in dtypes:
             continue
-        strips = C_ // (4 * lanes)
-        launch = P.Launch(f"fwd_cols<0,0,4,{rs},{ss},{c}>", strips, (lanes, rows), c,
-                          P.smem_bytes("softmax", 4, P.ROW_MAX_THREADS, ss), sig="strided")
-        p = P.Plan("columns", "softmax", torch.float32, 1, R, 4, (launch,), inner=C_, strips=strips, items=strips)
-        try:
-            e = E._Entry(p, 0, False, (0,), 0)
-            run = lambda: e(x.data_ptr(), 0, out.data_ptr(), x.device)  # noqa: E731
-            out.fill_(float("nan"))
-            run()
-            torch.cuda.synchronize()
-        except Exception as exc:
-            print(f"lanes={lanes} ss={ss} C={c}: {type(exc).__name__}: {exc}")
-            continue
-        err = (out.double() - want).abs().max().item()
-        if once:
-            continue
-        ms = median_ms(run, "cuda")
-        print(f"lanes={lanes:2d} ({lanes * 16:3d} B pieces) rows={rows:3d} smem slots={ss:2d} C={c:2d}: {ms:.3f} ms "
-              f"{100 * gbps(2 * R * C_ * 4, ms) / copy:5.1f}% of copy, max err {err:.1e}")
+        _, shape, dim, view = COLUMN_LAYOUTS[label]
+        for op in [o for o in op_names if not o.endswith("_backward")]:
+            x, = _layout_inputs(op, shape, dim, view, dtype, torch.Generator(device="cuda").manual_seed(0))
+            want = _reference(op, (x,), dim)
+            scale = want.abs().max().item()
+            out = torch.empty_like(x)
+            N, inner = shape[dim], x.stride(dim)
+            outer = x.numel() // (N * inner)
+            auto = E.plan_for(op, x, dim=dim)
+            print(f"{op} {label} {str(dtype)[6:]}: automatic plan {auto.regime} {auto.launches[0].kernel} "
+                  f"block={auto.launches[0].block} cluster={auto.launches[0].cluster}")
+            nbytes = 2 * x.numel() * x.element_size()
+            if not once:
+                ms = median_ms(lambda: ops.forward(x, dim, op.startswith("log"), "cuda"), "cuda")
+                print(f"  {'automatic plan':48s}: {ms:.3f} ms {100 * gbps(nbytes, ms) / copy:5.1f}% of copy")
+            W = P.vec_width(dtype)
+            for lanes, ss, c, launch in column_launches(op, dtype, W, outer, N, inner, tilings):
+                strips = launch.per[0]
+                p = P.Plan("columns", op, dtype, outer, N, W, (launch,), inner=inner, strips=strips,
+                           items=outer * strips)
+                what = f"lanes={lanes:2d} ({lanes * 16:3d} B pieces) smem slots={ss:2d} C={c:2d}"
+                try:
+                    e = E._Entry(p, 0, False, (0,), 0)
+                    run = lambda: e(x.data_ptr(), 0, out.data_ptr(), x)  # noqa: E731
+                    out.fill_(float("nan"))
+                    run()
+                    torch.cuda.synchronize()
+                except Exception as exc:
+                    print(f"  {what}: {type(exc).__name__}: {exc}")
+                    continue
+                err = (out.double() - want).abs().max().item() / scale
+                if once:
+                    continue
+                ms = median_ms(run, "cuda")
+                print(f"  {what}: {ms:.3f} ms {100 * gbps(nbytes, ms) / copy:5.1f}% of copy, rel err {err:.1e}")
+            del x, want, out
+            torch.cuda.empty_cache()
 
 
 def _reference(op: str, ins: tuple, dim: int) -> torch.Tensor:
@@ -134,10 +176,11 @@ def main():
     ap.add_argument("--dtype", action="append", choices=SWEEP_DTYPES)
     ap.add_argument("--op", action="append", choices=LAYOUT_OPS)
     a = ap.parse_args()
+    dtypes = [parse_dtype(d) for d in a.dtype or ("float32", "bfloat16")]
     if a.strided:
-        strided([parse_dtype(d) for d in a.dtype or ("float32", "bfloat16")], a.op or LAYOUT_OPS)
+        strided(dtypes, a.op or LAYOUT_OPS)
     else:
-        columns(a.once)
+        columns(a.once, dtypes, a.op or LAYOUT_OPS)
 
 
 if __name__ == "__main__":
