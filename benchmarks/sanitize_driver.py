@@ -5,7 +5,7 @@ realigned stores), and the cross-entropy row kernel. A few launches each, every 
 float64, so a clean sanitizer run also computed right; exit status 1 on a wrong result or a regime that ran nothing.
 
     PYTHONPATH=src python benchmarks/sanitize_driver.py [--precompile] [--dtype float32 ...]
-                                                        [--cross-entropy | --window]
+                                                        [--cross-entropy | --window | --regime cluster]
 
 --precompile first compiles every instantiation the plans can pick, in parallel, into the NVRTC disk cache (what
 the warm-up run of sanitize.sh does), so the runs under a sanitizer load cubins and never compile.
@@ -54,11 +54,13 @@ def regime_cases(op: str, regime: str, dtype) -> list[tuple[int, int]]:
     }[regime]
 
 
-def run_regimes(dtype, failures: list) -> int:
+def run_regimes(dtype, failures: list, only=None) -> int:
     n = 0
     for name in V.VARIANT_NAMES:
         v = registry.get(name)
         regime = name.rsplit("_", 1)[1]
+        if only not in (None, regime):
+            continue
         ran = 0
         for M, N in regime_cases(v.op, regime, dtype):
             report = check_variant(v, M, N, dtype, KINDS[n % len(KINDS)], seed=n)
@@ -208,19 +210,23 @@ def main() -> int:
     ap.add_argument("--precompile", action="store_true", help="compile every instantiation first, in parallel")
     ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy cases only (no precompile)")
     ap.add_argument("--window", action="store_true", help="the sliced views' cases only (no precompile)")
+    ap.add_argument("--regime", choices=P.REGIMES, help="one forced regime's cases only (no precompile)")
     args = ap.parse_args()
-    if args.precompile and not (args.cross_entropy or args.window):
+    if args.precompile and not (args.cross_entropy or args.window or args.regime):
         t0 = time.perf_counter()
         names = P.instantiations()
         K.compile_all(names, nvrtc.current_arch(), batch=1, workers=os.cpu_count() or 1)
         print(f"precompiled {len(names)} instantiations in {time.perf_counter() - t0:.0f} s", flush=True)
     failures: list[str] = []
     for dtype in map(parse_dtype, args.dtype or SWEEP_DTYPES):
-        n = 0 if args.window else run_cross_entropy(dtype, failures)
-        if not args.cross_entropy:
-            n += run_window(dtype, failures)
-        if not (args.cross_entropy or args.window):
-            n += run_regimes(dtype, failures) + run_layouts(dtype, failures)
+        if args.regime:
+            n = run_regimes(dtype, failures, args.regime)
+        else:
+            n = 0 if args.window else run_cross_entropy(dtype, failures)
+            if not args.cross_entropy:
+                n += run_window(dtype, failures)
+            if not (args.cross_entropy or args.window):
+                n += run_regimes(dtype, failures) + run_layouts(dtype, failures)
         torch.cuda.synchronize()
         print(f"{dtype}: {n} cases", flush=True)
     for f in failures:
