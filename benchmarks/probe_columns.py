@@ -40,7 +40,7 @@ COLUMN_LAYOUTS = {lay[0]: lay for lay in LAYOUTS}
 
 def column_launches(op: str, dtype, W: int, outer: int, N: int, inner: int, tilings) -> list:
     """(lanes, sslots, C, Launch) of each tiling whose cluster covers N."""
-    rs, o, dt = P.columns_slots(op, dtype, W), int(op.startswith("log")), P.DT_CODE[dtype]
+    rs, o, dt = P.columns_slots(op, dtype, W), P.OPS[op].code, P.DT_CODE[dtype]
     out = []
     for lanes, ss, c in tilings:
         rows = P.ROW_MAX_THREADS // lanes
