@@ -3,7 +3,7 @@ module: the run-time cache entries), spread over the CPU cores. Without a GPU it
 run it here with ONLINESOFTMAX_CACHE pointing at a folder to carry, and the device finds the cubins (when its
 NVRTC version is the same; otherwise it compiles them, still in parallel).
 
-    python benchmarks/precompile.py [--workers 16] [--n N ...]    (default: the sweep's shapes)
+    python benchmarks/precompile.py [--workers 16] [--n N|MxN ...]    (default: the sweep's shapes)
     python benchmarks/precompile.py --n 33 63 127 129 199 255 --flat-lanes    (and the flat kernels tune_rows.py
                                                 --flat --lanes forces at those N: what its run loads)
     python benchmarks/precompile.py --tests    (instead: what tests/test_gpu_production.py's fixture compiles,
@@ -27,11 +27,18 @@ import torch
 
 from onlinesoftmax.engines.cuda import compiled as K
 from onlinesoftmax.engines.cuda import plan as P
-from onlinesoftmax.harness.suites import FEW_ROWS, SWEEP_DTYPES, SWEEP_ELEMENTS, SWEEP_N, SWEEP_OPS, parse_dtype
+from onlinesoftmax.harness.suites import (FEW_ROWS, SWEEP_DTYPES, SWEEP_ELEMENTS, SWEEP_N, SWEEP_OPS, parse_dtype,
+                                           parse_shape)
+
+
+def sweep_shape(text: str) -> tuple[int, int]:
+    """--n's item as the sweep reads it: N (M = SWEEP_ELEMENTS // N rows) or MxN."""
+    return parse_shape(text) if "x" in text.lower() else (SWEEP_ELEMENTS // int(text), int(text))
 
 
 def sweep_kernels(ns, sms: int) -> set:
-    shapes = [(SWEEP_ELEMENTS // n, n) for n in ns] + (FEW_ROWS if ns == SWEEP_N else [])
+    """The sweep's kernels at --n (each N or MxN; by default the sweep's lengths and its few-row shapes)."""
+    shapes = [sweep_shape(str(n)) for n in ns] + (FEW_ROWS if ns == SWEEP_N else [])
     names = set()
     for op in SWEEP_OPS:
         for dt in SWEEP_DTYPES:
@@ -170,7 +177,7 @@ def cross_entropy_kernels(sms: int) -> set:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--n", type=int, nargs="*", default=SWEEP_N)
+    ap.add_argument("--n", nargs="*", default=SWEEP_N, help="N (at M = 2^27 // N) or MxN; default: the sweep's")
     ap.add_argument("--tests", action="store_true", help="the production GPU tests' kernels instead of the sweep's")
     ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy tests' and benchmark's kernels")
     ap.add_argument("--layouts", action="store_true",
@@ -180,7 +187,7 @@ def main() -> None:
     sms = K.sms(0 if torch.cuda.is_available() else None)
     names = (test_kernels(sms) if args.tests else cross_entropy_kernels(sms) if args.cross_entropy
              else layout_kernels(sms) if args.layouts
-             else sweep_kernels(args.n, sms) | (flat_lanes_kernels(args.n) if args.flat_lanes else set()))
+             else sweep_kernels(args.n, sms) | (flat_lanes_kernels(sorted({sweep_shape(str(n))[1] for n in args.n})) if args.flat_lanes else set()))
     t = time.perf_counter()
     K.compile_all(names, batch=1, workers=args.workers)
     print(f"{len(names)} kernels ready in {time.perf_counter() - t:.1f} s ({args.workers} workers)")
