@@ -42,8 +42,8 @@ def regime_cases(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         # odd N; vector, registers only; vector with the first shared-memory slot
         "block": [(2, wmax + 1), (3, wmax + W), (3, P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W + W)],
         # 2 CTAs per row; an odd row through the window, shared evenly, the smem sized to the share; few rows:
-        # wide clusters (16 for fp32 backward)
-        "cluster": [(2, cap + W), (3, 100003), (1, 262144)],
+        # wide clusters (16 for fp32 backward), aligned and an odd row through the window
+        "cluster": [(2, cap + W), (3, 100003), (1, 262144), (4, 65537)],
         "split": [(3, 3001), (2, 20000)],
         "columns": [(3, 5), (2, 301)],
         "strided": [(3, 5), (2, 301)],
