@@ -364,12 +364,14 @@ __device__ __forceinline__ unsigned os_cluster_id() {
 }
 // The cluster barrier's arrive without release semantics: a release by every thread compiles to MEMBAR.ALL.GPU in
 // every warp. os_cluster_publish() makes this CTA's shared-memory writes (the caller's, or all its threads' after a
-// __syncthreads) visible to the cluster with one fence by thread 0 before the arrive.
+// __syncthreads) visible to the cluster with one fence by thread 0 before the arrive. The fence releases only
+// shared::cta operations (PTX 8.6's sync_restrict), all a partial is: MEMBAR.ALL.CTA, where fence.acq_rel.cluster
+// compiled to MEMBAR.ALL.GPU with ERRBAR, CGAERRBAR and CCTL.IVALL.
 __device__ __forceinline__ void os_cluster_arrive() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void os_cluster_publish() {
-    if (threadIdx.x == 0) asm volatile("fence.acq_rel.cluster;" ::: "memory");
+    if (threadIdx.x == 0) asm volatile("fence.release.sync_restrict::shared::cta.cluster;" ::: "memory");
     os_cluster_arrive();
 }
 __device__ __forceinline__ void os_cluster_wait() {
