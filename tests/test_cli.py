@@ -423,3 +423,27 @@ def test_report_takes_a_rerun_over_the_run_it_replaces(tmp_path, capsys):
     assert "| 128 | 99% (2.00×) | – |" in out
     code, out = run(capsys, "report", "--targets", first, rerun)
     assert "| 99% (128) |" in out and "2.00 (1048576×128)" in out
+
+
+def test_report_ab_compares_trees_against_the_first(tmp_path, capsys):
+    """benchmarks/ab.sh's CSVs (ab-NAME.csv, the base first): % of copy side by side with a wrong output marked, each
+    later tree's change against the base with long rows (M = 2^27 // N) and few rows apart, the cells that lost
+    most first, and the long cells at target per tree (92% forward, 96% backward); one CSV alone is refused."""
+    def rows(pcts, ok=True):
+        return [dict(op=op, variant=f"api.cuda.{op}", M=M, N=N, dtype="float32", time_ms=1.0, pct_copy=pct,
+                     ok=ok, copy_gbps=4200.0, device="GPU", commit="abc", group=f"{op} {M}x{N}")
+                for (op, M, N), pct in zip((("softmax", 2048, 65536), ("softmax_backward", 1024, 131072),
+                                            ("softmax", 32, 131072)), pcts)]
+    base = str(results.write_csv(rows((91.0, 97.0, 40.0)), tmp_path / "ab-base.csv"))
+    new = str(results.write_csv(rows((93.5, 95.0, 44.0)), tmp_path / "ab-new.csv"))
+    bad = str(results.write_csv(rows((91.0, 97.0, 40.0), ok=False), tmp_path / "ab-bad.csv"))
+    code, out = run(capsys, "report", "--ab", base, new, bad)
+    assert code == 0
+    assert "| op | dtype | M × N | base | new | bad |" in out
+    assert "| softmax | float32 | 2048 × 65536 | 91.0 | 93.5 | 91.0 ! |" in out
+    assert "**new against base**" in out and "**bad against base**" in out
+    assert "- long rows (M × N = 2^27): 2 cells, median +0.2, mean +0.25, -2.0 to +2.5" in out
+    assert out.index("-2.0: softmax_backward float32 1024 × 131072, 97.0 → 95.0") < out.index("+2.5: softmax")
+    assert "- few rows: 1 cells, median +4.0" in out
+    assert "of 2: base 1, new 1, bad 1" in out
+    assert "two or more CSVs" in run_bad(capsys, "report", "--ab", base)

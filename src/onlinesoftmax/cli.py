@@ -430,10 +430,10 @@ def _is_attention_sweep(csv_path) -> bool:
 
 def cmd_report(args) -> int:
     from .harness import attention_sweep
-    from .harness.report import grid_markdown, ladder_markdown, sweep_markdown, targets_markdown
+    from .harness.report import ab_markdown, grid_markdown, ladder_markdown, sweep_markdown, targets_markdown
 
-    if args.targets or args.grid:  # one table over every CSV given (a sweep writes one per dtype)
-        print((targets_markdown if args.targets else grid_markdown)(args.csv))
+    if args.targets or args.grid or args.ab:  # one table over every CSV given (a sweep writes one per dtype)
+        print((targets_markdown if args.targets else grid_markdown if args.grid else ab_markdown)(args.csv))
         return 0
     for path in args.csv:
         if args.attention or _is_attention_sweep(path):
@@ -557,7 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="GPU architecture to compile for, sm_XY for compute capability X.Y (default: sm_90, the H200)")
     sp.set_defaults(fn=cmd_inspect)
 
-    sp = sub.add_parser("report", help="Markdown tables from results CSVs (ladder layout, or --sweep, --targets, --grid)")
+    sp = sub.add_parser("report", help="Markdown tables from results CSVs (ladder layout, or --sweep, --targets, --grid, --ab)")
     sp.add_argument("csv", nargs="+", help="results CSVs written by bench, ladder, sweep, extras or attention-sweep")
     how = sp.add_mutually_exclusive_group()
     how.add_argument("--sweep", action="store_true", help="one table per (op, dtype), %% copy per implementation")
@@ -572,6 +572,10 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--grid", action="store_true",
                      help="sweep CSVs as one table: a row per N at M x N = 2^27, forward and backward %% of copy per "
                           "dtype (the lower of torch's time over ours in brackets), the misses marked")
+    how.add_argument("--ab", action="store_true",
+                     help="one sweep of ours over several source trees (benchmarks/ab.sh's ab-NAME.csv, the base "
+                          "first): %% of copy side by side, each tree's change against the base (long rows and few "
+                          "rows apart) and the long cells at target per tree")
     sp.set_defaults(fn=cmd_report)
 
     sp = sub.add_parser("plot", help="GB/s against N from a results CSV (PNG): a line per variant and problem size")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from ..errors import OnlineSoftmaxError
 from .results import copy_text, read_csv
 from .suites import SWEEP_DTYPES
@@ -205,4 +207,59 @@ def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) ->
                     text += " ↓"
                 cells.append(text)
         out.append(f"| {N} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _tree_name(path) -> str:
+    """An A/B tree's name from its CSV: benchmarks/ab.sh writes ab-NAME.csv."""
+    stem = str(path).replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return stem[3:] if stem.startswith("ab-") else stem
+
+
+def ab_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27, worst: int = 4) -> str:
+    """The same sweep of ours over several source trees (benchmarks/ab.sh: a CSV per tree, the base first): % of
+    copy side by side per (op, dtype, shape) ('!' = a wrong output), then per later tree its change against the first
+    over the long rows (M = elements // N) and the few-row shapes apart: cells, median, mean, range, the `worst`
+    cells that lost most and the two that gained most, and the long cells at issue 12's target (TARGET_PCT) per tree."""
+    paths = _paths(csv_paths)
+    if len(paths) < 2:
+        raise OnlineSoftmaxError("--ab compares trees: give two or more CSVs of the same sweep, the base first")
+    names = [_tree_name(p) for p in paths]
+    trees = []
+    for path in paths:
+        cells = {}
+        for r in read_csv(path):
+            if r["variant"] == f"{ours}.{r['op']}" and r["pct_copy"]:
+                cells[(r["op"], r["dtype"], int(r["M"]), int(r["N"]))] = (float(r["pct_copy"]), r["ok"] == "True")
+        trees.append(cells)
+    keys = sorted(set().union(*trees), key=lambda k: (k[0], k[1], k[2] * k[3] < elements // 2, k[3], k[2]))
+    if not keys:
+        raise OnlineSoftmaxError(f"{', '.join(map(str, paths))}: no timed rows of {ours}.<op>; --ab reads the CSVs "
+                                 "benchmarks/ab.sh writes (`onlinesoftmax sweep --ours-only`)")
+
+    def cell(t, k):
+        return "–" if k not in t else f"{t[k][0]:.1f}" + ("" if t[k][1] else " !")
+
+    out = ["| op | dtype | M × N | " + " | ".join(names) + " |", "|---|---|---:|" + "---:|" * len(names)]
+    out += [f"| {op} | {dt} | {M} × {N} | " + " | ".join(cell(t, (op, dt, M, N)) for t in trees) + " |"
+            for op, dt, M, N in keys]
+    long_ = [k for k in keys if k[2] == elements // k[3]]
+    kinds = (("long rows (M × N = 2^27)", long_), ("few rows", [k for k in keys if k not in long_]))
+    for name, tree in zip(names[1:], trees[1:]):
+        out += ["", f"**{name} against {names[0]}** (points of copy)", ""]
+        for kind, ks in kinds:
+            moved = sorted((tree[k][0] - trees[0][k][0], k) for k in ks if k in tree and k in trees[0])
+            if not moved:
+                continue
+            d = [x for x, _ in moved]
+            out.append(f"- {kind}: {len(d)} cells, median {statistics.median(d):+.1f}, mean {statistics.mean(d):+.2f}, "
+                       f"{d[0]:+.1f} to {d[-1]:+.1f}")
+            for x, (op, dt, M, N) in moved[:worst] + moved[-2:][::-1]:
+                out.append(f"  - {x:+.1f}: {op} {dt} {M} × {N}, {trees[0][(op, dt, M, N)][0]:.1f} → "
+                           f"{tree[(op, dt, M, N)][0]:.1f}")
+    if long_:
+        at = [sum(k in t and t[k][0] >= TARGET_PCT.get(k[0], 0) for k in long_) for t in trees]
+        out += ["", f"Long cells at issue 12's target (forward {TARGET_PCT['softmax']}%, backward "
+                    f"{TARGET_PCT['softmax_backward']}%), of {len(long_)}: "
+                    + ", ".join(f"{n} {a}" for n, a in zip(names, at))]
     return "\n".join(out) + "\n"
