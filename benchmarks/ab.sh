@@ -14,10 +14,11 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do trees+=("$1"); shift; done
 shift || true
 for t in "${trees[@]}"; do
   name=${t%%=*}; dir=${t#*=}
+  rm -f "$OUT/ab-$name.csv"  # never an earlier run's
   ONLINESOFTMAX_CACHE=/tmp/osm-cache-$name PYTHONPATH="$dir" \
     python3 -m onlinesoftmax sweep --ours-only --backend cuda --out "$OUT/ab-$name.csv" "$@" >"$OUT/ab-$name.txt" 2>&1 \
     || { echo "$name: sweep failed"; tail -20 "$OUT/ab-$name.txt"; }
 done
 csvs=()
-for t in "${trees[@]}"; do csvs+=("$OUT/ab-${t%%=*}.csv"); done
+for t in "${trees[@]}"; do [ -f "$OUT/ab-${t%%=*}.csv" ] && csvs+=("$OUT/ab-${t%%=*}.csv"); done  # the trees that ran
 PYTHONPATH="$PWD/src" python3 -m onlinesoftmax report --ab "${csvs[@]}" | tee "$OUT/ab.txt"  # this checkout's report

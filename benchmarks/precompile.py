@@ -33,7 +33,9 @@ from onlinesoftmax.harness.suites import (FEW_ROWS, SWEEP_DTYPES, SWEEP_ELEMENTS
 
 def sweep_shape(text: str) -> tuple[int, int]:
     """--n's item as the sweep reads it: N (M = SWEEP_ELEMENTS // N rows) or MxN."""
-    return parse_shape(text) if "x" in text.lower() else (SWEEP_ELEMENTS // int(text), int(text))
+    if any(c in text.lower() for c in "x×"):
+        return parse_shape(text)
+    return SWEEP_ELEMENTS // int(text), int(text)
 
 
 def sweep_kernels(ns, sms: int) -> set:
@@ -185,9 +187,10 @@ def main() -> None:
     ap.add_argument("--flat-lanes", action="store_true", help="with the sweep's: tune_rows --flat --lanes's at --n")
     args = ap.parse_args()
     sms = K.sms(0 if torch.cuda.is_available() else None)
+    flat_ns = sorted({sweep_shape(str(n))[1] for n in args.n}) if args.flat_lanes else []
     names = (test_kernels(sms) if args.tests else cross_entropy_kernels(sms) if args.cross_entropy
              else layout_kernels(sms) if args.layouts
-             else sweep_kernels(args.n, sms) | (flat_lanes_kernels(sorted({sweep_shape(str(n))[1] for n in args.n})) if args.flat_lanes else set()))
+             else sweep_kernels(args.n, sms) | (flat_lanes_kernels(flat_ns) if flat_ns else set()))
     t = time.perf_counter()
     K.compile_all(names, batch=1, workers=args.workers)
     print(f"{len(names)} kernels ready in {time.perf_counter() - t:.1f} s ({args.workers} workers)")

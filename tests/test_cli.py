@@ -444,6 +444,13 @@ def test_report_ab_compares_trees_against_the_first(tmp_path, capsys):
     assert "**new against base**" in out and "**bad against base**" in out
     assert "- long rows (M × N = 2^27): 2 cells, median +0.2, mean +0.25, -2.0 to +2.5" in out
     assert out.index("-2.0: softmax_backward float32 1024 × 131072, 97.0 → 95.0") < out.index("+2.5: softmax")
+    assert out.count("+2.5: softmax float32 2048 × 65536") == 1  # a cell among both the lost and gained: once
     assert "- few rows: 1 cells, median +4.0" in out
-    assert "of 2: base 1, new 1, bad 1" in out
+    # a wrong output is no change and no cell at target
+    assert "- long rows (M × N = 2^27), a wrong output (left out): softmax float32 2048 × 65536" in out
+    assert "right outputs only: base 1 of 2, new 1 of 2, bad 0 of 2" in out
     assert "two or more CSVs" in run_bad(capsys, "report", "--ab", base)
+    other = tmp_path / "other"
+    other.mkdir()
+    twin = str(results.write_csv(rows((91.0, 97.0, 40.0)), other / "ab-base.csv"))
+    assert "name the same tree" in run_bad(capsys, "report", "--ab", base, twin)

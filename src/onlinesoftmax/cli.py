@@ -432,7 +432,7 @@ def cmd_report(args) -> int:
     from .harness import attention_sweep
     from .harness.report import ab_markdown, grid_markdown, ladder_markdown, sweep_markdown, targets_markdown
 
-    if args.targets or args.grid or args.ab:  # one table over every CSV given (a sweep writes one per dtype)
+    if args.targets or args.grid or args.ab:  # one table over every CSV given (a sweep's per dtype; ab.sh's per tree)
         print((targets_markdown if args.targets else grid_markdown if args.grid else ab_markdown)(args.csv))
         return 0
     for path in args.csv:

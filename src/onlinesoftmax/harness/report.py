@@ -220,11 +220,15 @@ def ab_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27, wors
     """The same sweep of ours over several source trees (benchmarks/ab.sh: a CSV per tree, the base first): % of
     copy side by side per (op, dtype, shape) ('!' = a wrong output), then per later tree its change against the first
     over the long rows (M = elements // N) and the few-row shapes apart: cells, median, mean, range, the `worst`
-    cells that lost most and the two that gained most, and the long cells at issue 12's target (TARGET_PCT) per tree."""
+    cells that lost most and the two that gained most; a cell with a wrong output in either tree is left out of the
+    changes and named. Last, each tree's long cells at issue 12's target (TARGET_PCT), right outputs only."""
     paths = _paths(csv_paths)
     if len(paths) < 2:
         raise OnlineSoftmaxError("--ab compares trees: give two or more CSVs of the same sweep, the base first")
     names = [_tree_name(p) for p in paths]
+    if len(set(names)) < len(names):
+        raise OnlineSoftmaxError(f"--ab: two CSVs name the same tree ({', '.join(names)}): a tree is named by its file, "
+                                 "ab-NAME.csv")
     trees = []
     for path in paths:
         cells = {}
@@ -232,7 +236,11 @@ def ab_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27, wors
             if r["variant"] == f"{ours}.{r['op']}" and r["pct_copy"]:
                 cells[(r["op"], r["dtype"], int(r["M"]), int(r["N"]))] = (float(r["pct_copy"]), r["ok"] == "True")
         trees.append(cells)
-    keys = sorted(set().union(*trees), key=lambda k: (k[0], k[1], k[2] * k[3] < elements // 2, k[3], k[2]))
+
+    def is_long(k) -> bool:
+        return k[2] == elements // k[3]
+
+    keys = sorted(set().union(*trees), key=lambda k: (k[0], k[1], not is_long(k), k[3], k[2]))
     if not keys:
         raise OnlineSoftmaxError(f"{', '.join(map(str, paths))}: no timed rows of {ours}.<op>; --ab reads the CSVs "
                                  "benchmarks/ab.sh writes (`onlinesoftmax sweep --ours-only`)")
@@ -243,23 +251,32 @@ def ab_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27, wors
     out = ["| op | dtype | M × N | " + " | ".join(names) + " |", "|---|---|---:|" + "---:|" * len(names)]
     out += [f"| {op} | {dt} | {M} × {N} | " + " | ".join(cell(t, (op, dt, M, N)) for t in trees) + " |"
             for op, dt, M, N in keys]
-    long_ = [k for k in keys if k[2] == elements // k[3]]
-    kinds = (("long rows (M × N = 2^27)", long_), ("few rows", [k for k in keys if k not in long_]))
+    long_ = [k for k in keys if is_long(k)]
+    kinds = (("long rows (M × N = 2^27)", long_), ("few rows", [k for k in keys if not is_long(k)]))
+    base = trees[0]
     for name, tree in zip(names[1:], trees[1:]):
         out += ["", f"**{name} against {names[0]}** (points of copy)", ""]
         for kind, ks in kinds:
-            moved = sorted((tree[k][0] - trees[0][k][0], k) for k in ks if k in tree and k in trees[0])
-            if not moved:
+            both = [k for k in ks if k in tree and k in base]
+            moved = sorted((tree[k][0] - base[k][0], k) for k in both if tree[k][1] and base[k][1])
+            wrong = [k for k in both if not (tree[k][1] and base[k][1])]
+            if not moved and not wrong:
                 continue
-            d = [x for x, _ in moved]
-            out.append(f"- {kind}: {len(d)} cells, median {statistics.median(d):+.1f}, mean {statistics.mean(d):+.2f}, "
-                       f"{d[0]:+.1f} to {d[-1]:+.1f}")
-            for x, (op, dt, M, N) in moved[:worst] + moved[-2:][::-1]:
-                out.append(f"  - {x:+.1f}: {op} {dt} {M} × {N}, {trees[0][(op, dt, M, N)][0]:.1f} → "
-                           f"{tree[(op, dt, M, N)][0]:.1f}")
+            if moved:
+                d = [x for x, _ in moved]
+                out.append(f"- {kind}: {len(d)} cells, median {statistics.median(d):+.1f}, mean "
+                           f"{statistics.mean(d):+.2f}, {d[0]:+.1f} to {d[-1]:+.1f}")
+                shown = moved[:worst] + moved[max(worst, len(moved) - 2):][::-1]  # the most lost, then gained
+                for x, (op, dt, M, N) in shown:
+                    out.append(f"  - {x:+.1f}: {op} {dt} {M} × {N}, {base[(op, dt, M, N)][0]:.1f} → "
+                               f"{tree[(op, dt, M, N)][0]:.1f}")
+            if wrong:
+                out.append(f"- {kind}, a wrong output (left out): " + ", ".join(f"{op} {dt} {M} × {N}"
+                                                                                 for op, dt, M, N in wrong))
     if long_:
-        at = [sum(k in t and t[k][0] >= TARGET_PCT.get(k[0], 0) for k in long_) for t in trees]
+        at = [(sum(k in t and t[k][1] and t[k][0] >= TARGET_PCT.get(k[0], 0) for k in long_), sum(k in t for k in long_))
+              for t in trees]
         out += ["", f"Long cells at issue 12's target (forward {TARGET_PCT['softmax']}%, backward "
-                    f"{TARGET_PCT['softmax_backward']}%), of {len(long_)}: "
-                    + ", ".join(f"{n} {a}" for n, a in zip(names, at))]
+                    f"{TARGET_PCT['softmax_backward']}%), right outputs only: "
+                    + ", ".join(f"{n} {a} of {m}" for n, (a, m) in zip(names, at))]
     return "\n".join(out) + "\n"
