@@ -557,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="GPU architecture to compile for, sm_XY for compute capability X.Y (default: sm_90, the H200)")
     sp.set_defaults(fn=cmd_inspect)
 
-    sp = sub.add_parser("report", help="Markdown tables from results CSVs (ladder layout, or --sweep, --targets, --grid, --ab)")
+    sp = sub.add_parser("report",
+                        help="Markdown tables from results CSVs (ladder layout, or --sweep, --targets, --grid, --ab)")
     sp.add_argument("csv", nargs="+", help="results CSVs written by bench, ladder, sweep, extras or attention-sweep")
     how = sp.add_mutually_exclusive_group()
     how.add_argument("--sweep", action="store_true", help="one table per (op, dtype), %% copy per implementation")

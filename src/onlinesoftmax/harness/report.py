@@ -227,8 +227,8 @@ def ab_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27, wors
         raise OnlineSoftmaxError("--ab compares trees: give two or more CSVs of the same sweep, the base first")
     names = [_tree_name(p) for p in paths]
     if len(set(names)) < len(names):
-        raise OnlineSoftmaxError(f"--ab: two CSVs name the same tree ({', '.join(names)}): a tree is named by its file, "
-                                 "ab-NAME.csv")
+        raise OnlineSoftmaxError(f"--ab: two CSVs name the same tree ({', '.join(names)}): a tree is named by its "
+                                 "file, ab-NAME.csv")
     trees = []
     for path in paths:
         cells = {}
@@ -274,8 +274,8 @@ def ab_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27, wors
                 out.append(f"- {kind}, a wrong output (left out): " + ", ".join(f"{op} {dt} {M} × {N}"
                                                                                  for op, dt, M, N in wrong))
     if long_:
-        at = [(sum(k in t and t[k][1] and t[k][0] >= TARGET_PCT.get(k[0], 0) for k in long_), sum(k in t for k in long_))
-              for t in trees]
+        at = [(sum(k in t and t[k][1] and t[k][0] >= TARGET_PCT.get(k[0], 0) for k in long_),
+               sum(k in t for k in long_)) for t in trees]
         out += ["", f"Long cells at issue 12's target (forward {TARGET_PCT['softmax']}%, backward "
                     f"{TARGET_PCT['softmax_backward']}%), right outputs only: "
                     + ", ".join(f"{n} {a} of {m}" for n, (a, m) in zip(names, at))]
