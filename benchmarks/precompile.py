@@ -27,26 +27,19 @@ import torch
 
 from onlinesoftmax.engines.cuda import compiled as K
 from onlinesoftmax.engines.cuda import plan as P
-from onlinesoftmax.harness.suites import (FEW_ROWS, SWEEP_DTYPES, SWEEP_ELEMENTS, SWEEP_N, SWEEP_OPS, parse_dtype,
-                                           parse_shape)
-
-
-def sweep_shape(text: str) -> tuple[int, int]:
-    """--n's item as the sweep reads it: N (M = SWEEP_ELEMENTS // N rows) or MxN."""
-    if any(c in text.lower() for c in "x×"):
-        return parse_shape(text)
-    return SWEEP_ELEMENTS // int(text), int(text)
+from onlinesoftmax.harness.suites import (SWEEP_DTYPES, SWEEP_ELEMENTS, SWEEP_N, SWEEP_OPS, parse_dtype, parse_sweep_n,
+                                           sweep_shapes)
 
 
 def sweep_kernels(ns, sms: int) -> set:
-    """The sweep's kernels at --n (each N or MxN; by default the sweep's lengths and its few-row shapes)."""
-    shapes = [sweep_shape(str(n)) for n in ns] + (FEW_ROWS if ns == SWEEP_N else [])
+    """The sweep's kernels at its shapes (sweep_shapes: ns row lengths or (M, N); by default its lengths and its
+    few-row shapes)."""
     names = set()
     for op in SWEEP_OPS:
         for dt in SWEEP_DTYPES:
             dtype = parse_dtype(dt)
             V = P.vec_width(dtype)
-            for M, N in shapes:  # fresh contiguous tensors: aligned; rows N apart (the window path for N % V)
+            for M, N in sweep_shapes(ns):  # fresh contiguous tensors: aligned; rows N apart (the window path for N % V)
                 for flat in (True, False):  # the flat regime's, and what the rules pick without it (tune_rows)
                     p = P.plan(M, N, dtype, op, vec=N % V == 0 or M == 1, window=1, sms=sms, flat=flat)
                     names.update(p.kernels)
@@ -179,7 +172,8 @@ def cross_entropy_kernels(sms: int) -> set:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--n", nargs="*", default=SWEEP_N, help="N (at M = 2^27 // N) or MxN; default: the sweep's")
+    ap.add_argument("--n", nargs="*", type=parse_sweep_n, help="N (at M = 2^27 // N) or MxN, as the sweep's --n; "
+                    "default: the sweep's shapes")
     ap.add_argument("--tests", action="store_true", help="the production GPU tests' kernels instead of the sweep's")
     ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy tests' and benchmark's kernels")
     ap.add_argument("--layouts", action="store_true",
@@ -187,7 +181,7 @@ def main() -> None:
     ap.add_argument("--flat-lanes", action="store_true", help="with the sweep's: tune_rows --flat --lanes's at --n")
     args = ap.parse_args()
     sms = K.sms(0 if torch.cuda.is_available() else None)
-    flat_ns = sorted({sweep_shape(str(n))[1] for n in args.n}) if args.flat_lanes else []
+    flat_ns = sorted({N for _, N in sweep_shapes(args.n or SWEEP_N)}) if args.flat_lanes else []
     names = (test_kernels(sms) if args.tests else cross_entropy_kernels(sms) if args.cross_entropy
              else layout_kernels(sms) if args.layouts
              else sweep_kernels(args.n, sms) | (flat_lanes_kernels(flat_ns) if flat_ns else set()))

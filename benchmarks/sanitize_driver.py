@@ -208,9 +208,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", action="append", choices=SWEEP_DTYPES, help="default: all three")
     ap.add_argument("--precompile", action="store_true", help="compile every instantiation first, in parallel")
-    ap.add_argument("--cross-entropy", action="store_true", help="the cross-entropy cases only (no precompile)")
-    ap.add_argument("--window", action="store_true", help="the sliced views' cases only (no precompile)")
-    ap.add_argument("--regime", choices=P.REGIMES, help="one forced regime's cases only (no precompile)")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--cross-entropy", action="store_true", help="the cross-entropy cases only (no precompile)")
+    only.add_argument("--window", action="store_true", help="the sliced views' cases only (no precompile)")
+    only.add_argument("--regime", choices=P.REGIMES, help="one forced regime's cases only (no precompile)")
     args = ap.parse_args()
     if args.precompile and not (args.cross_entropy or args.window or args.regime):
         t0 = time.perf_counter()

@@ -26,7 +26,7 @@ from .harness.bench import copy_gbps
 from .harness.inputs import KINDS
 from .harness.runs import dtype_name, run_checks, run_groups
 from .harness.suites import (CPU_BENCH, GPU_LADDER, SWEEP_DTYPES, SWEEP_OPS, Group,
-                             parse_dtype, parse_shape, sweep_groups)
+                             parse_dtype, parse_shape, parse_sweep_n, sweep_groups)
 from .install import pip_line
 from .opdefs import OPS
 from .runtime import DEFAULT_ARCH
@@ -288,7 +288,7 @@ def cmd_bench(args) -> int:
 
 def cmd_sweep(args) -> int:
     _require_cuda("sweep")
-    ns = [parse_shape(n) if "x" in n.lower() else int(n) for n in args.n] if args.n else None
+    ns = [parse_sweep_n(n) for n in args.n] if args.n else None
     groups = sweep_groups(tuple(args.op or SWEEP_OPS), tuple(args.dtype or SWEEP_DTYPES), ns, tuple(args.backend or ()),
                           compare=not args.ours_only)
     rows = _run_groups(groups, "cuda")

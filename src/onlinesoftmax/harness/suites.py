@@ -119,11 +119,22 @@ SWEEP_N = sorted(POW2_N + ODD_N)
 FEW_ROWS = [(M, N) for N in (32768, 131072, 262144, 1000003) for M in (1, 2, 7, 16, 64)] + [(32, 131072)]
 
 
-def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None, backends=(), compare=True) -> list[Group]:
-    """backends: which of ours to time ("cuda", "triton"; empty = both); compare: the baselines too; ns: row lengths N
-    (M = SWEEP_ELEMENTS / N) or (M, N) shapes (default: SWEEP_N and the FEW_ROWS shapes)."""
+def parse_sweep_n(text: str):
+    """One --n item of a sweep: a row length N (an int; M = SWEEP_ELEMENTS // N) or an MxN shape (a tuple)."""
+    return parse_shape(text) if any(c in text.lower() for c in "x×") else int(text)
+
+
+def sweep_shapes(ns=None) -> list[tuple[int, int]]:
+    """The sweep's (M, N): ns row lengths N (M = SWEEP_ELEMENTS / N) or (M, N) shapes (default: SWEEP_N and the
+    FEW_ROWS shapes)."""
     shapes = [n if isinstance(n, tuple) else (SWEEP_ELEMENTS // n, n) for n in (ns or SWEEP_N)]
-    shapes += [] if ns else FEW_ROWS
+    return shapes + ([] if ns else FEW_ROWS)
+
+
+def sweep_groups(ops=SWEEP_OPS, dtypes=SWEEP_DTYPES, ns=None, backends=(), compare=True) -> list[Group]:
+    """backends: which of ours to time ("cuda", "triton"; empty = both); compare: the baselines too; ns: as
+    sweep_shapes'."""
+    shapes = sweep_shapes(ns)
     return [
         Group(f"{op} {dt} {M} x {N}", op, M, N, backends, parse_dtype(dt), sweep=True, compare=compare)
         for op in ops for dt in dtypes for M, N in shapes
