@@ -49,8 +49,9 @@ def regime_cases(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "strided": [(3, 5), (2, 301)],
         # (M, N) as (outer = M, N, inner = 1): a thread a row; G = 8 threads a row, an empty last band
         "chan": [(37, 19), (2, 129)],
-        # contiguous rows staged in shared memory: a row per lane group and a partial last CTA; 32 lanes a row
-        "flat": [(37, 33), (19, 1023)],
+        # contiguous rows staged in shared memory: a row per lane group and a partial last CTA; rows sharing their
+        # first and last 16-byte access with their neighbours over several passes and a partial one; 32 lanes a row
+        "flat": [(37, 33), (301, 129), (19, 1023)],
     }[regime]
 
 
