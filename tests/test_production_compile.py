@@ -76,10 +76,9 @@ def _block_of(name: str) -> int:
 
 def test_occupancy_targets(inst, report):
     """Launch bounds hold: warp kernels 4 CTAs/SM (the warp kernels of P = 2, realigned stores: 3), flat kernels 4
-    (16-bit: 6 backward, and forward up to 12 slots a lane), row
-    kernels 1024 threads/SM, or as near as whole CTAs get (two 512-thread CTAs per SM for the block/cluster rows),
-    strided 2 CTAs/SM; dynamic + static smem of two row CTAs fits an SM, and of four flat CTAs with the largest
-    chunk the plans give."""
+    (16-bit data 6: backward, and forward up to 12 slots a lane), row kernels 1024 threads/SM, or as near as whole
+    CTAs get (two 512-thread CTAs per SM for the block/cluster rows), strided 2 CTAs/SM; dynamic + static smem of two
+    row CTAs fits an SM, and of four flat CTAs with the largest chunk the plans give."""
     for k, r in report.items():
         fam = k.split("<")[0].split("_", 1)[1]
         if fam not in ("warp", "row", "cols", "strided", "chan", "flat"):  # not cross-entropy's small launches
@@ -88,9 +87,9 @@ def test_occupancy_targets(inst, report):
         # a row CTA of THREADS not a power of 2 (block_threads: whole warps) gets 1024 // THREADS per SM; chan: one
         # CTA at least (its registers hold whole columns: occupancy follows CAP)
         realigned = fam == "warp" and k[:-1].split(",")[5] == "2"  # <OP,DT,W,SLOTS,RPT,P[,DTO]>
-        # flat: 16-bit data 6 CTAs (the forward up to 12 slots a lane), else 4 (<OP,DT,SLOTS,LG[,SURE]>)
+        # flat <OP,DT,SLOTS,LG[,SURE]>: 16-bit data 6 CTAs (the forward up to 12 slots a lane), else 4
         args = k[:-1].split("<")[1].split(",")
-        flat = 6 if args[1] != "0" and (fam == "flat" and (k.startswith("bwd") or int(args[2]) <= 12)) else 4
+        flat = 6 if fam == "flat" and args[1] != "0" and (k.startswith("bwd") or int(args[2]) <= 12) else 4
         per_sm = {"warp": (3 if realigned else 4) * threads, "row": 1024 // threads * threads, "cols": 1024,
                   "strided": 2 * threads, "chan": threads, "flat": flat * threads}
         if fam in per_sm:
