@@ -86,9 +86,9 @@ def test_occupancy_targets(inst, report):
         threads = _block_of(k)
         # a row CTA of THREADS not a power of 2 (block_threads: whole warps) gets 1024 // THREADS per SM; chan: one
         # CTA at least (its registers hold whole columns: occupancy follows CAP)
-        realigned = fam == "warp" and k[:-1].split(",")[5] == "2"  # <OP,DT,W,SLOTS,RPT,P[,DTO]>
-        # flat <OP,DT,SLOTS,LG[,SURE]>: 16-bit data 6 CTAs (the forward up to 12 slots a lane), else 4
         args = k[:-1].split("<")[1].split(",")
+        realigned = fam == "warp" and args[5] == "2"  # <OP,DT,W,SLOTS,RPT,P[,DTO]>
+        # flat <OP,DT,SLOTS,LG[,SURE]>: 16-bit data 6 CTAs (the forward up to 12 slots a lane), else 4
         flat = 6 if fam == "flat" and args[1] != "0" and (k.startswith("bwd") or int(args[2]) <= 12) else 4
         per_sm = {"warp": (3 if realigned else 4) * threads, "row": 1024 // threads * threads, "cols": 1024,
                   "strided": 2 * threads, "chan": threads, "flat": flat * threads}

@@ -572,19 +572,24 @@ __device__ __forceinline__ void flat_body(const void* __restrict__ a, const void
     if (threadIdx.x < tail) go[nv * W + threadIdx.x] = sa[nv * W + threadIdx.x];
 }
 
-// CTAs per SM: 16-bit data 6 (40 registers; 6 chunks of 32 KB fit an SM's shared memory), but the forward beyond 12
-// slots a lane (fp16 in 16 spilled 8 bytes at 40 registers), and fp32 4. ncu at 4 (bf16 softmax 1040447 x 129,
-// h200-ncu-misses-4651798.txt): 64 registers, 8 warps a scheduler, 57% of issue slots, stalls mostly on shared-memory
-// loads, 85% of copy. At 6, A/B on the H200 (h200-ab-flat-ctas-4651798.txt, 16-bit, every op, N = 33-255): a median
-// of +5.3 points of copy, 127 / 129 softmax 88 / 85 -> 94 / 92, their softmax backward 98 / 91 -> 99 / 99.
+// The flat kernels' CTAs per SM: 16-bit data 6 (40 registers; 6 chunks of 32 KB fit an SM's shared memory), but the
+// forward beyond 12 slots a lane (fp16 in 16 spilled 8 bytes at 40 registers), and fp32 4. ncu at 4 (bf16 softmax
+// 1040447 x 129, h200-ncu-misses-4651798.txt): 64 registers, 8 warps a scheduler, 57% of issue slots, stalls mostly on
+// shared-memory loads, 85% of copy. At 6, A/B on the H200 (h200-ab-flat-ctas-4651798.txt, 16-bit, every op, N =
+// 33-255): a median of +5.3 points of copy, 127 / 129 softmax 88 / 85 -> 94 / 92, their softmax backward 98 / 91 ->
+// 99 / 99.
+template <bool FWD, int DT, int SLOTS> __host__ __device__ constexpr int flat_ctas() {
+    return DT != 0 && (!FWD || SLOTS <= 12) ? 6 : 4;
+}
+
 template <int OP, int DT, int SLOTS, int LG, int SURE>
-__global__ void __launch_bounds__(FLAT_THREADS, DT != 0 && SLOTS <= 12 ? 6 : 4)
+__global__ void __launch_bounds__(FLAT_THREADS, flat_ctas<true, DT, SLOTS>())
 fwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N, int R) {
     flat_body<fwd_op<OP>::value, DT, SLOTS, LG, SURE>(a, b, out, M, N, R);
 }
 
 template <int OP, int DT, int SLOTS, int LG>
-__global__ void __launch_bounds__(FLAT_THREADS, DT != 0 ? 6 : 4)
+__global__ void __launch_bounds__(FLAT_THREADS, flat_ctas<false, DT, SLOTS>())
 bwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N, int R) {
     flat_body<bwd_op<OP>::value, DT, SLOTS, LG, 0>(a, b, out, M, N, R);
 }
