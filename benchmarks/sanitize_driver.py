@@ -129,15 +129,16 @@ def run_window(dtype, failures: list) -> int:
     """Sliced rows x[:, 1:] (every offset from a 16-byte boundary) into fresh outputs, forward, and y and dy so
     sliced into a fresh dx: the window path with out rows of their own (P = 2: realigned stores, the access a warp's
     last lane takes from the next warp through shared memory or from the next CTA of a cluster), in the warp regime,
-    one CTA, with shared-memory slots and on a cluster; the first row all -inf. Then the backward again with dy the
+    one CTA (registers only: outputs realigned behind a barrier), with shared-memory slots (inputs realigned) and on
+    a cluster; the first row all -inf. Then the backward again with dy the
     first N columns of wider aligned rows (a padded vocabulary's gradient: y and dy start at different offsets, the
     scalar path; 48 x 20001 on a cluster of CTAs holding the row in registers). (Each tensor ends its allocation:
     initcheck reports the window's loads of the last row's last access, whose bytes past the row are never used.)"""
     g = torch.Generator(device="cuda").manual_seed(2)
     W = P.vec_width(dtype)
     n = 0
-    for M, N in ((37, 200), (40, 1000), (6, P.ROW_MAX_THREADS * P.reg_slots("softmax", dtype, W) * W + W),
-                 (3, 100003), (48, 20001)):
+    for M, N in ((37, 200), (40, 1000), (40, 4097), (6, P.ROW_MAX_THREADS * P.reg_slots("softmax", dtype, W) * W + W),
+                 (3, 100003), (48, 20001), (100, 50257)):
         def sliced(masked=True):
             t = torch.randn(M, N + 1, device="cuda", generator=g).to(dtype)[:, 1:]
             return _masked(t, 1) if masked else t

@@ -143,6 +143,22 @@ template <int DT, int W> struct os_io {
             }
         }
     }
+    // The same from an access already packed (16-byte accesses: the realigned outputs of the out rows' own window)
+    static __device__ __forceinline__ void store_raw_part(elem* p, long long i, const raw& r, int lo, int hi) {
+        static_assert(W * sizeof(elem) == 16, "a 16-byte access");
+        if (lo <= 0 && hi >= W) {
+            *reinterpret_cast<raw*>(p + i * W) = r;
+            return;
+        }
+        const unsigned u[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            if (j >= lo && j < hi) {
+                if constexpr (DT == 0) p[i * W + j] = __uint_as_float(u[j]);
+                else p[i * W + j] = (unsigned short)(u[j / 2] >> (j & 1) * 16);
+            }
+        }
+    }
     static __device__ __forceinline__ raw load_last(const elem* p, long long i) {
         return os_ldcs(reinterpret_cast<const raw*>(p + i * W));
     }

@@ -653,10 +653,15 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     const int sho = P == 2 ? os_shift<DT, W>(static_cast<const elem*>(out) + row * so) : 0;
     const int ru = sh < sho, rs = sh - sho + ru * W;
     // A warp's last lane's next access is not lane + 1's but the next warp's lane 0's: lane 0 leaves its accesses
-    // in xch ([input][slot][warp]) before the reduction's barrier. A cluster's CTA ends its share anywhere: the
-    // next CTA's first access is copied to xch's end (XN) with the loads.
+    // in xch ([input][slot][warp]; REG_OUTS: its register slots' outputs, [slot][warp]). A cluster's CTA ends its
+    // share anywhere: the next CTA's first access (its inputs) is copied to xch's end (XN) with the loads.
+    // REG_OUTS (P = 2, the row in registers): the register slots' outputs are realigned, packed as their inputs were
+    // read (one exponential a forward element, one access to realign and shuffle, not the backward's two): 16-bit
+    // x[:, 1:] of 32768 x 4097, 74 -> 82% of copy forward, 91 -> 96% backward. With shared-memory slots the inputs
+    // are, as the slots' are: there the outputs' barrier cost 2-6 points (h200-ab-realign-outputs-463c65c.txt).
+    constexpr bool REG_OUTS = P == 2 && SSLOTS == 0;
     const bool last_lane = (t & 31) == 31;
-    constexpr int NW = THREADS / 32, XN = IN * SLOTS * NW;
+    constexpr int NW = THREADS / 32, XN = (REG_OUTS ? 1 : IN) * SLOTS * NW;
     __shared__ raw xch[P == 2 ? XN + IN : 1];
 
     raw ra[SLOTS], rb[SLOTS];
@@ -711,9 +716,10 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     // the sums of even and odd elements (a0, a1: two dependency chains) and the flag b0. (a0, a1, b0 declared
     // first: declared in the backward branch, they swap registers in the softmax backward kernels.)
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-    float v[op::FWD && P != 2 ? E : 1], mt, pa, pb;
-    if constexpr (op::FWD && P == 2) {
-        // one pass, access by access (os_fold_md): the stores realign ra, and recompute y from it
+    float v[op::FWD && !(P == 2 && !REG_OUTS) ? E : 1], mt, pa, pb;
+    if constexpr (op::FWD && P == 2 && !REG_OUTS) {
+        // the out rows' own window with shared-memory slots (REG_OUTS false): one pass, access by access
+        // (os_fold_md); the stores realign ra and the slots, and recompute y from them
         float d = 0.0f;
         mt = OS_NEG_INF;
         auto fold = [&](const raw& r, int i) {
@@ -858,7 +864,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         pb = b0;
     }
     if constexpr (P == 2) {
-        if ((t & 31) == 0) {
+        if (!REG_OUTS && (t & 31) == 0) {  // (REG_OUTS: lane 0 leaves the outputs, after the reduction)
 #pragma unroll
             for (int k = 0; k < SLOTS; k++) {
                 xch[k * NW + (t >> 5)] = ra[k];
@@ -901,44 +907,91 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             gt = g(os_exp_diff(xt, lse)) - scale * (1.0f - ce.eps);
         }
     }
+    // the forward's outputs of register slot k, from v (softmax: its exponentials)
+    auto reg_y = [&](int k, float* y) {
+        if constexpr (op::FWD) {
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                if constexpr (OP == OP_CE) y[j] = ge(v[k * W + j]);
+                else y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+            }
+        }
+    };
     if constexpr (P == 2) {
-        // the out row's own window: out access first + ru + i (at ro + i * W) from input accesses i and i + 1,
-        // realigned; the forward's y recomputed from x. Every lane shuffles (lane + 1's access); the last lane takes
-        // its next one from shared memory (xch, or the slots'); so does the one whose next access is the next CTA's.
+        // the out row's own window: out access first + ru + i (at ro + i * W) from accesses i and i + 1, realigned
+        // (REG_OUTS: the register slots' outputs; else, and always the shared-memory slots', their inputs, then y
+        // recomputed from x). Every lane shuffles (lane + 1's access); the last lane takes its next one from shared
+        // memory (xch, or the slots'); so does the one whose next access is the next CTA's (its inputs).
         auto of_x = [&](float x) {
             if constexpr (OP == OP_CE) return gx(os_exp_diff(x, o.s));
             else if constexpr (op::FWD) return o.of_x(x);
             else return x;
         };
         typename op::out_elem* const ro = dst + (long long)(sh + ru * W - sho);
-        auto store = [&](const raw& xa, const raw& xb, const raw& ma, const raw& mb, int i) {
+        auto store_in = [&](const raw& xa, const raw& xb, const raw& ma, const raw& mb, int i) {  // from inputs
             float y[W];
             op::out_of(os_realign<DT>(xa, ma, rs), os_realign<DT>(xb, mb, rs), pa, pb, of_x, y);
             const int lo = sho - (first + ru + i) * W;
             op::out::store_part(ro, i, y, lo, lo + N);
         };
+        auto store_out = [&](const raw& ya, const raw& ma, int i) {  // from outputs (packed)
+            const int lo = sho - (first + ru + i) * W;
+            op::io::store_raw_part(ro, i, os_realign<DT>(ya, ma, rs), lo, lo + N);
+        };
+        auto out_raw = [&](const raw& xa, const raw& xb) {  // an access's outputs from its inputs, packed
+            float y[W];
+            op::out_of(xa, xb, pa, pb, of_x, y);
+            return op::io::pack(y);
+        };
+        // REG_OUTS: the slots' outputs packed (into ra) before one barrier, lane 0's into xch: all of up to 4 slots;
+        // fp32's 8 in rounds of 2 (ptxas, at 64 registers: all 8 at once spilled in 97 kernels, rounds of 4 in 6 of
+        // them, rounds of 3 in 4, of 2 in none). Each round packs the next one's first slot too (the last warp's last
+        // lane takes warp 0's).
+        constexpr int HOLD = REG_OUTS && SLOTS > 4 ? 2 : SLOTS;
 #pragma unroll
-        for (int k = 0; k < SLOTS; k++) {
-            const int i = k * THREADS;
-            raw ma = os_shfl(ra[k], t + 1), mb = op::FWD ? ma : os_shfl(rb[k], t + 1);
-            if (i + 1 >= lim) {  // the next CTA's (C > 1), or past the row
-                if (C > 1 && i + 1 < end - first) {
-                    ma = xch[XN];
-                    if constexpr (!op::FWD) mb = xch[XN + 1];
+        for (int k0 = 0; k0 < SLOTS; k0 += HOLD) {
+            if constexpr (REG_OUTS) {
+#pragma unroll
+                for (int k = k0 == 0 ? 0 : k0 + 1; k < k0 + HOLD + 1 && k < SLOTS; k++) {
+                    if constexpr (op::FWD) {
+                        float y[W];
+                        reg_y(k, y);
+                        ra[k] = op::io::pack(y);
+                    } else {
+                        ra[k] = out_raw(ra[k], rb[k]);
+                    }
+                    if ((t & 31) == 0) xch[k * NW + (t >> 5)] = ra[k];
                 }
-            } else if (last_lane) {
-                const int w = (t >> 5) + 1, kn = w < NW ? k : k + 1;  // the next warp's lane 0, or warp 0's next slot
-                if (kn < SLOTS) {
-                    ma = xch[kn * NW + (w < NW ? w : 0)];
-                    if constexpr (!op::FWD) mb = xch[(SLOTS + kn) * NW + (w < NW ? w : 0)];
-                } else if (SSLOTS > 0) {  // thread 0's first shared-memory slot
-                    ma = smem_slots[0];
-                    if constexpr (!op::FWD) mb = smem_slots[THREADS];
+                __syncthreads();
+            }
+#pragma unroll
+            for (int k = k0; k < k0 + HOLD && k < SLOTS; k++) {
+                const int i = k * THREADS;
+                raw ma = os_shfl(ra[k], t + 1), mb = REG_OUTS || op::FWD ? ma : os_shfl(rb[k], t + 1);
+                if (i + 1 >= lim) {  // the next CTA's (C > 1), or past the row
+                    if (C > 1 && i + 1 < end - first) {
+                        if constexpr (REG_OUTS) ma = out_raw(xch[XN], xch[XN + IN - 1]);
+                        else ma = xch[XN], mb = xch[XN + IN - 1];
+                    }
+                } else if (last_lane) {
+                    const int w = (t >> 5) + 1, kn = w < NW ? k : k + 1;  // the next warp's lane 0, or warp 0's next
+                    if (kn < SLOTS) {
+                        ma = xch[kn * NW + (w < NW ? w : 0)];
+                        if constexpr (!REG_OUTS && !op::FWD) mb = xch[(SLOTS + kn) * NW + (w < NW ? w : 0)];
+                    } else if (SSLOTS > 0) {  // thread 0's first shared-memory slot
+                        ma = smem_slots[0];
+                        mb = smem_slots[(IN - 1) * THREADS];
+                    }
+                }
+                if constexpr (REG_OUTS) {
+                    if (i < lim) store_out(ra[k], ma, i);
+                    if (k == 0 && ru && first == 0) store_out(ra[0], ra[0], -1);  // out access 0, before input 0
+                } else {
+                    if (i < lim) store_in(ra[k], rb[k], ma, mb, i);
+                    if (k == 0 && ru && first == 0) store_in(ra[0], rb[0], ra[0], rb[0], -1);
                 }
             }
-            if (i < lim) store(ra[k], rb[k], ma, mb, i);
         }
-        if (ru && first == 0) store(ra[0], rb[0], ra[0], rb[0], -1);  // out access 0, before input access 0
         if constexpr (SSLOTS > 0) {
 #pragma unroll 1
             for (int j = 0; j < SSLOTS; j++) {
@@ -957,7 +1010,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
                     ma = smem_slots[nx];
                     if constexpr (!op::FWD) mb = smem_slots[nx + THREADS];
                 }
-                if (i < lim) store(xa, xb, ma, mb, i);
+                if (i < lim) store_in(xa, xb, ma, mb, i);
             }
         }
     } else {
@@ -966,11 +1019,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             BOUNDS(k * THREADS);
             if constexpr (op::FWD) {
                 float y[W];
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    if constexpr (OP == OP_CE) y[j] = ge(v[k * W + j]);
-                    else y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
-                }
+                reg_y(k, y);
                 if (k * THREADS < lim) op::out::store_part(dst, k * THREADS, y, lo, hi);
             } else if (k * THREADS < lim) {
                 float dx[W];
@@ -1016,10 +1065,11 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 // slots, one CTA a row, takes the same bound (in a cluster it spilled): with row_body's masks APART its odd rows took
 // 47 registers (3 slots, 7 CTAs of 192 instead of 8) and 52-54 (4 slots, 2 CTAs of 416 instead of 3); bound, 40 and
 // 48, no spills, every load still at the start (N = 4095 / 4097: 90% of copy unbound, 94.5% bound;
-// h200-window-masks-ab-154ead7.txt).
+// h200-window-masks-ab-154ead7.txt). The out rows' own window (P = 2) in registers alone, its outputs realigned
+// (REG_OUTS), takes it too: 39-40 registers, no spills.
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P>
 __host__ __device__ constexpr int fwd_row_ctas() {
-    if ((OP == 1 && SLOTS <= 3 || OP <= 1 && SLOTS <= 4 && C == 1) && DT != 0 && SSLOTS == 0 && P != 2) {
+    if ((OP == 1 && SLOTS <= 3 || OP <= 1 && SLOTS <= 4 && C == 1) && DT != 0 && SSLOTS == 0) {
         int c = 2048 / THREADS;
         while (c > 1 && 16384 / (32 * ((c * THREADS / 32 + 3) / 4)) / 8 * 8 < 16 + SLOTS * W) c--;
         return c;
