@@ -10,13 +10,13 @@ median time and the ratio to torch's. "masked" inputs have every 64th row all -i
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
 
 import torch
 
 import onlinesoftmax as osm
+from onlinesoftmax.harness.results import write_csv
 
 
 def _impls(log: bool) -> dict:
@@ -79,10 +79,7 @@ def main() -> None:
                     rows.append(dict(case=case, impl=name, n=args.n, ms=round(ms, 3), ratio=round(ratio, 3),
                                      threads=torch.get_num_threads(), torch=torch.__version__))
     if args.out:
-        with open(args.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(rows, args.out, list(rows[0]))
 
 
 if __name__ == "__main__":

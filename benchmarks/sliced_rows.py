@@ -14,13 +14,13 @@ benchmarks/ab.sh runs the sweep.
 from __future__ import annotations
 
 import argparse
-import csv
 
 import torch
 
 from onlinesoftmax.engines.cuda import run as E
 from onlinesoftmax.harness.bench import copy_gbps, gbps, median_ms
 from onlinesoftmax.harness.check import compare, error_scale
+from onlinesoftmax.harness.results import write_csv
 from onlinesoftmax.ops import softmax as ops
 from onlinesoftmax.reference import reference
 
@@ -73,10 +73,7 @@ def main() -> None:
                                  time_ms=ms, ok=rep.ok, kernels=kernels, copy_gbps=round(copy)))
             del x
             torch.cuda.empty_cache()
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(rows, args.out, list(rows[0]))
 
 
 if __name__ == "__main__":

@@ -716,7 +716,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     // the sums of even and odd elements (a0, a1: two dependency chains) and the flag b0. (a0, a1, b0 declared
     // first: declared in the backward branch, they swap registers in the softmax backward kernels.)
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
-    float v[op::FWD && !(P == 2 && !REG_OUTS) ? E : 1], mt, pa, pb;
+    float v[op::FWD && (P != 2 || REG_OUTS) ? E : 1], mt, pa, pb;
     if constexpr (op::FWD && P == 2 && !REG_OUTS) {
         // the out rows' own window with shared-memory slots (REG_OUTS false): one pass, access by access
         // (os_fold_md); the stores realign ra and the slots, and recompute y from them
