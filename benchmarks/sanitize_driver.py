@@ -132,10 +132,15 @@ def run_window(dtype, failures: list) -> int:
     one CTA (registers only: outputs realigned behind a barrier), with shared-memory slots (inputs realigned) and on
     a cluster; the first row all -inf. Then the backward again with dy the
     first N columns of wider aligned rows (a padded vocabulary's gradient: y and dy start at different offsets, the
-    scalar path; 48 x 20001 on a cluster of CTAs holding the row in registers). (Each tensor ends its allocation:
-    initcheck reports the window's loads of the last row's last access, whose bytes past the row are never used.)"""
+    scalar path; 48 x 20001 on a cluster of CTAs holding the row in registers), and with y a fresh tensor (as torch
+    returns the op of a view: its rows start as dx's) and dy sliced or padded to an odd width (its rows drift from
+    y's): dy's own window realigned to y's
+    (P = 3; the access after a warp's last lane's copied by that lane, the next CTA's included). (Each tensor ends
+    its allocation: initcheck reports the window's loads of the last row's last access, whose bytes past the row
+    are never used.)"""
     g = torch.Generator(device="cuda").manual_seed(2)
     W = P.vec_width(dtype)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     n = 0
     for M, N in ((37, 200), (40, 1000), (40, 4097), (6, P.ROW_MAX_THREADS * P.reg_slots("softmax", dtype, W) * W + W),
                  (3, 100003), (48, 20001), (100, 50257)):
@@ -151,17 +156,24 @@ def run_window(dtype, failures: list) -> int:
             y, dy = sliced(), sliced(masked=False)
             y.copy_(torch.from_numpy(want))
             padded = torch.randn(M, N + 8 * W, device="cuda", generator=g).to(dtype)[:, :N]
+            odd = torch.randn(M, N + 8 * W + 1, device="cuda", generator=g).to(dtype)[:, :N]  # rows drift from y's
             plan = E.plan_for(op, x, dim=1, out=out)
             E.forward(x, out, 1, log)
             checks = [("forward", plan, compare(out, want, dtype))]
-            for what, d in (("backward", dy), ("backward, dy padded", padded)):
+            fresh = y.contiguous()
+            for what, yy, d in (("backward", y, dy), ("backward, dy padded", y, padded),
+                                ("backward, y fresh, dy sliced", fresh, dy),
+                                ("backward, y fresh, dy padded to an odd width", fresh, odd)):
                 dx = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-                plan = E.plan_for(op + "_backward", y, d, dim=1, out=dx)
-                if d is padded and N == 20001 and (plan.regime, plan.W) != ("cluster", 1):
+                plan = E.plan_for(op + "_backward", yy, d, dim=1, out=dx)
+                if what == "backward, dy padded" and N == 20001 and (plan.regime, plan.W) != ("cluster", 1):
                     failures.append(f"window {M}x{N} {what} {dtype}: planned {plan.regime} W={plan.W}, not the scalar "
                                     "path's cluster")
-                E.backward(y, d, dx, 1, log)
-                ins = (y, d)
+                if yy is fresh and P.dy_window(op + "_backward", dtype, M, N, sms) and (plan.W, plan.window) != (W, 3):
+                    failures.append(f"window {M}x{N} {what} {dtype}: planned {plan.regime} W={plan.W} "
+                                    f"P={plan.window}, not dy's own window")
+                E.backward(yy, d, dx, 1, log)
+                ins = (yy, d)
                 dx_want = reference.reference(op + "_backward", ins)
                 checks.append((what, plan, compare(dx, dx_want, dtype, error_scale(op + "_backward", ins, dx_want))))
             for what, got, r in checks:

@@ -2,9 +2,12 @@
 inputs' (plan window 2, the kernels' P = 2: x[:, 1:] of a wider tensor, a padded vocabulary's x[:, :V]).
 
     PYTHONPATH=src python benchmarks/sliced_rows.py [--out sliced.csv] [--dtype bfloat16 ...] [--shape M N WIDTH FIRST ...]
+                                                    [--y fresh]
 
 Each shape is the columns FIRST .. FIRST + N of an (M, WIDTH) tensor; forward ops read x so sliced, backward ops y
-and dy sliced alike (y the op's output of x), every output a fresh contiguous (M, N) tensor. Each cell is the CUDA
+and dy sliced alike (y the op's output of x), or with --y fresh y a fresh contiguous tensor (what torch returns for
+the op of a view; its rows start elsewhere than dy's: the kernels' P = 3, dy realigned to y), every output a fresh
+contiguous (M, N) tensor. Each cell is the CUDA
 backend's public op (ops.softmax forward / backward), timed with triton.testing.do_bench (median, L2 flushed) and
 given as % of a copy measured in the same run (one read + one write forward, two reads + one write backward); its
 first 64 rows are checked against float64. For an A/B, run it once per source tree (PYTHONPATH), as
@@ -38,6 +41,8 @@ def main() -> None:
     ap.add_argument("--dtype", action="append", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--op", action="append", choices=OPS)
     ap.add_argument("--shape", action="append", nargs=4, type=int, metavar=("M", "N", "WIDTH", "FIRST"))
+    ap.add_argument("--y", choices=("sliced", "fresh"), default="sliced",
+                    help="the backward's y: sliced as dy, or fresh")
     args = ap.parse_args()
     copy = copy_gbps("cuda")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, copy {copy:.0f} GB/s", flush=True)
@@ -53,7 +58,8 @@ def main() -> None:
             for op in args.op or OPS:
                 log = op.startswith("log")
                 if op.endswith("backward"):
-                    y, dy = sliced(), sliced()
+                    y = sliced() if args.y == "sliced" else torch.empty(M, N, device="cuda", dtype=dtype)
+                    dy = sliced()
                     y.copy_((torch.log_softmax if log else torch.softmax)(x.float(), 1))
                     ins = (y, dy)
                     fn = lambda: ops.backward(y, dy, 1, log, "cuda")  # noqa: E731
@@ -69,7 +75,8 @@ def main() -> None:
                 kernels = " ".join(launch.kernel for launch in plan.launches)
                 print(f"{name:9s} {M:>6} x {N:>6} (rows {width} apart, from {first}) {op:21s} {pct:6.1f}% "
                       f"{'ok' if rep.ok else 'WRONG: ' + rep.message}  {kernels}", flush=True)
-                rows.append(dict(dtype=name, M=M, N=N, width=width, first=first, op=op, pct_copy=round(pct, 2),
+                rows.append(dict(dtype=name, M=M, N=N, width=width, first=first, op=op, y=args.y,
+                                 pct_copy=round(pct, 2),
                                  time_ms=ms, ok=rep.ok, kernels=kernels, copy_gbps=round(copy)))
             del x
             torch.cuda.empty_cache()

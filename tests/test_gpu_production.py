@@ -401,6 +401,17 @@ def _out_at(x, offset):
     return buf[offset:].view(x.shape)
 
 
+def _dy_like(x, kind, x_off, g):
+    """dy for the window tests: "alike" starts as y (x_off); "after" and "before" one element after and V - 1 elements
+    after it (dy's rows one element further into their first access, or V - 1: dy access i - 1 and i realigned to
+    y's i); "stride" rows N + 1 apart, two elements after y's first: each row's distance from y's its own."""
+    M, N = x.shape
+    V = P.vec_width(x.dtype)
+    if kind == "stride":
+        return _at_offset(M, N + 1, x.dtype, x_off + 2, g)[:, :N]
+    return _at_offset(M, N, x.dtype, x_off + {"alike": 0, "after": 1, "before": V - 1}[kind], g)
+
+
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 def test_window_path_any_n_any_offset(dtype, log):
@@ -408,22 +419,25 @@ def test_window_path_any_n_any_offset(dtype, log):
     rows elsewhere, before and after them: realigned 16-byte stores), forward and backward, every regime (one CTA,
     shared-memory slots, clusters: the accesses a warp's last lane takes from the next warp or CTA), but the
     forward's short rows (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A
-    dy that starts differently from y takes the scalar path, checked too: beyond one CTA's registers a cluster of
-    CTAs holding the row in registers (asserted at 300 x 50257, a padded vocabulary's gradient)."""
+    dy that starts differently from y (after it, before it, rows at other distances) takes dy's own window realigned
+    to y's (P = 3) where the out rows start as y's, aligned y included (fp32: where plan.dy_window picks it), and the
+    scalar path otherwise: beyond one
+    CTA's registers a cluster of CTAs holding the row in registers (asserted at 300 x 50257, a padded vocabulary's
+    gradient)."""
     g = torch.Generator(device="cuda").manual_seed(7)
     op = "log_softmax" if log else "softmax"
     bop = op + "_backward"
+    V = P.vec_width(dtype)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     failures = []
     for M, N, regime in _window_shapes(op, dtype):
         for x_off, o_off, want_p in ((0, 0, 1), (3, 3, 1), (1, 0, 2), (0, 5, 2)):
-            if N % P.vec_width(dtype) == 0 and x_off == o_off == 0:
-                continue
+            aligned = N % V == 0 and x_off == o_off == 0  # the forward's aligned path: only dy unlike y is new here
             x = _at_offset(M, N, dtype, x_off, g)
             out = _out_at(x, o_off)
             p = E.plan_for(op, x, dim=1, out=out)
-            want = (1, 0) if P.scalar_short_rows(op, N, P.vec_width(dtype), False, want_p) else \
-                (P.vec_width(dtype), want_p)
-            if (p.W, p.window) != want or (regime and p.regime != regime):
+            want = (1, 0) if P.scalar_short_rows(op, N, V, False, want_p) else (V, 0 if aligned else want_p)
+            if (p.W, p.window) != want or (regime and not aligned and p.regime != regime):
                 failures.append(f"({M}, {N}) offsets {x_off}/{o_off}: plan {p.regime} W={p.W} P={p.window}")
                 continue
             E.forward(x, out, 1, log)
@@ -431,14 +445,16 @@ def test_window_path_any_n_any_offset(dtype, log):
             rep = compare(out, _ref_forward(x, 1, log).numpy(), dtype)
             if not rep.ok:
                 failures.append(f"forward ({M}, {N}) offsets {x_off}/{o_off}: {rep.message}")
-            y = _out_at(x, x_off)  # y and dy start alike: the window path
+            y = _out_at(x, x_off)  # y starts as x
             y.copy_(out)
-            for dy_off, want_bp in ((x_off, want_p), (x_off + 1, 0)):
-                dy = _at_offset(M, N, dtype, dy_off, g)
+            for kind in ("after", "before", "stride") if aligned else ("alike", "after", "before", "stride"):
+                dy_window = x_off == o_off and P.dy_window(bop, dtype, M, N, sms)
+                want_bp = want_p if kind == "alike" else 3 if dy_window else 0
+                dy = _dy_like(x, kind, x_off, g)
                 dx = _out_at(x, o_off)
                 bp = E.plan_for(bop, y, dy, dim=1, out=dx)
                 if bp.window != want_bp or (want_bp and bp.W == 1) or (N == 50257 and bp.regime != "cluster"):
-                    failures.append(f"({M}, {N}) backward offsets {x_off}/{dy_off}/{o_off}: plan {bp.regime} "
+                    failures.append(f"({M}, {N}) backward offsets {x_off}/{kind}/{o_off}: plan {bp.regime} "
                                     f"W={bp.W} P={bp.window}")
                 E.backward(y, dy, dx, 1, log)
                 torch.cuda.synchronize()
@@ -446,7 +462,7 @@ def test_window_path_any_n_any_offset(dtype, log):
                 scale = np.maximum(np.abs(np.nan_to_num(ref)), np.abs(dy.double().cpu().numpy())).max(initial=0.0)
                 rep = compare(dx, ref, dtype, np.full(ref.shape, scale))
                 if not rep.ok:
-                    failures.append(f"backward ({M}, {N}) offsets {x_off}/{dy_off}/{o_off}: {rep.message}")
+                    failures.append(f"backward ({M}, {N}) offsets {x_off}/{kind}/{o_off}: {rep.message}")
     assert not failures, "\n".join(failures)
 
 

@@ -330,7 +330,8 @@ def test_fused_cast_plans():
 
 def test_row_access_from_pointers():
     """run.py's verdict on the pointers (_alignment) and row strides: aligned (P = 0), window 1 (the out rows start
-    as the inputs'), window 2 (out rows elsewhere), scalar (the inputs' rows start unalike)."""
+    as the inputs'), window 2 (out rows elsewhere), window 3 (a backward's dy rows unlike y's, the out rows as y's),
+    scalar (the inputs' rows start unalike and the out rows unlike the first input's)."""
     al = E._alignment
     V = 4
     assert E._row_access(al(4096, 0, 8192), 10, 64, V, (64,)) == (True, 1)
@@ -338,8 +339,11 @@ def test_row_access_from_pointers():
     assert E._row_access(al(4100, 0, 8196), 10, 64, V, (64,)) == (False, 1)  # both 4 bytes in
     assert E._row_access(al(4100, 0, 8192), 10, 64, V, (64,)) == (False, 2)  # x[:, 1:]-like base, fresh out
     assert E._row_access(al(4100, 0, 8192), 10, 63, V, (64,)) == (False, 2)  # sliced rows: stride 64, out 63
-    assert E._row_access(al(4096, 4100, 8192), 10, 64, V, (64, 64)) == (False, 0)  # dy starts unlike y
-    assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 66)) == (False, 0)  # dy's rows drift
+    assert E._row_access(al(4096, 4100, 8192), 10, 64, V, (64, 64)) == (False, 3)  # dy starts unlike y
+    assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 66)) == (False, 3)  # dy's rows drift
+    assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 66), 66) == (False, 0)  # and the out rows unlike y's
+    assert E._row_access(al(4100, 4096, 8192), 10, 64, V, (64, 64)) == (False, 0)  # y and out 4 bytes apart
+    assert E._row_access(al(4100, 4096, 8196), 1, 64, V, (64, 64)) == (False, 3)  # one row: dy's start alone
     assert E._row_access(al(4096, 4112, 8192), 1, 64, V, (64, 66)) == (True, 1)  # one row: strides do not matter
     assert E._row_access(al(4096, 4112, 8192), 10, 64, V, (64, 68)) == (True, 1)
 

@@ -33,8 +33,10 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              one merge of the bands' pairs through shared memory
 The 16-byte path (W = vector). Aligned: N (inner for strided), every row stride and every pointer multiples of
 16 bytes. Window (warp, block, cluster; window_path): any N, rows starting anywhere as long as the inputs' rows
-start alike modulo 16 bytes; each row is read through the aligned accesses covering it. Otherwise the plan picks
-the scalar instantiations (W = 1) of the same kernels.
+start alike modulo 16 bytes; each row is read through the aligned accesses covering it; a backward whose dy rows
+start otherwise (its out rows as y's) reads dy through a window of its own, realigned to y's (window 3; dy_window:
+fp32 only where its scalar plan takes 8 CTAs or more). Otherwise the plan picks the scalar instantiations (W = 1) of
+the same kernels.
 """
 
 from __future__ import annotations
@@ -232,6 +234,20 @@ def scalar_short_rows(op: str, N: int, V: int, vec: bool, window: int) -> bool:
     129 65 (87) -> 95, 255 68 (81) -> 86."""
     return (not OPS[op].backward and bool(window) and not (vec and N % V == 0)
             and 32 < N <= WARP_SCALAR_MAX_N)
+
+
+def dy_window(op: str, dtype, M: int, N: int, sms: int) -> bool:
+    """A backward whose dy rows start unlike y's (the out rows as y's): dy's own window realigned to y's (window 3,
+    the kernels' P = 3) rather than the scalar path. Timed on the H200 (benchmarks/sliced_rows.py --y fresh per tree,
+    h200-dy-window-550b7dd.txt, % of copy, scalar -> P = 3): 16-bit everywhere (padded vocabulary 2560 x 50257
+    48-61 -> 88-94, 131072 x 1000 85-88 -> 99-100, 1024 x 131072 39-40 -> 88-93); fp32 only where the scalar plan
+    spreads the row over 8 CTAs or more (or splits it): its 4-byte scalar accesses are whole words, level or ahead
+    below that (16384 and 32000: 101-103 against 90-100), behind from there (50257 86-95 -> 95-97, 131072 68-89 ->
+    92-93)."""
+    if dtype != torch.float32:
+        return True
+    p = _plan(M, N, dtype, op, False, 0, 1, "rows", sms, None)
+    return p.regime == "split" or p.launches[0].cluster >= 8
 
 
 def flat_slots(N: int, lanes: int) -> int:
@@ -651,13 +667,16 @@ def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window
     """The launch plan for `op` on M rows of N (layout "rows"), or on (outer=M, N, inner) (layout "strided").
     vec: every pointer is 16-byte aligned and every row stride a multiple of the vector (the plan checks N / inner).
     window: the rows of the inputs start alike modulo 16 bytes, aligned or not: 1, the out rows too; 2, the out
-    rows otherwise (implied: 1 by vec). The row kernels then read any N with 16-byte accesses (window_path).
+    rows otherwise (implied: 1 by vec); 3 (backward), the out rows start as y's and dy's otherwise. The row kernels
+    then read any N with 16-byte accesses (window_path).
     regime: force one (the registry variants do); raises Unsupported if it cannot take the shape.
     out_dtype: float32 for 16-bit data, forward: the cast fused into the stores (rows in the warp, block and
     cluster regimes, out rows starting as the inputs'); Unsupported elsewhere (the caller casts first).
     flat: every tensor is one contiguous block of M rows N apart starting on a 16-byte boundary (the flat regime's
     condition; use_flat decides where it is picked)."""
     window = window or int(vec)
+    if window == 3 and layout == "rows" and regime is None and not dy_window(op, dtype, M, N, sms):
+        window = 0
     if out_dtype is None and layout == "rows" and regime is None:
         if flat and use_flat(op, dtype, M, N, sms):
             regime = "flat"
@@ -712,9 +731,10 @@ def cross_entropy_helpers() -> tuple:
 def window_path(N: int, V: int, vec: bool, window: int) -> tuple[int, int, int]:
     """(W, P, capacity) of a rows plan: 16-byte accesses (W = V, P = 0) when the data is aligned and N a multiple of
     V; else, when the inputs' rows start alike modulo 16 bytes, 16-byte loads through an aligned window around each
-    row (P = 1; P = 2 when the out rows start elsewhere: each 16-byte store realigned from two input accesses). A row
-    then starts up to V - 1 elements into its first access, so the rules size for N + V - 1. Scalar accesses
-    otherwise."""
+    row (P = 1; P = 2 when the out rows start elsewhere: each 16-byte store realigned from two input accesses; P = 3,
+    a backward whose dy rows start elsewhere than y's and the out rows': dy through its own window, each access
+    realigned to y's before the fold). A row then starts up to V - 1 elements into its first access, so the rules
+    size for N + V - 1. Scalar accesses otherwise."""
     if vec and N % V == 0:
         return V, 0, N
     if window:
@@ -743,6 +763,8 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     o, dt = OPS[op].code, DT_CODE[dtype]
     fwd = not OPS[op].backward
     pre = "fwd" if fwd else "bwd"
+    if window == 3 and fwd:
+        raise Unsupported(f"{op}: window 3 (dy's rows unlike y's) is the backward's")
     if layout == "strided" or regime in ("columns", "strided", "chan"):
         if layout == "rows":  # a (M, N) row input through the strided kernels: (outer=M, N, inner=1)
             inner = 1
@@ -895,7 +917,7 @@ def _probe_instantiations() -> dict[str, set]:
     rows = (1, 9, 17, 33, 64, 1 << 20)  # few rows: every cluster width of cluster_config; many rows
     for op in ENGINE_OPS:
         for dtype in GPU_DTYPES:
-            for vec, window in ((True, 0), (False, 1), (False, 2), (False, 0)):
+            for vec, window in ((True, 0), (False, 1), (False, 2), (False, 3), (False, 0)):
                 W = vec_width(dtype) if (vec or window) else 1
                 for N in _probe_ns(W, window):
                     for M in rows:

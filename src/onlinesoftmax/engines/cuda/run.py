@@ -240,13 +240,15 @@ def _row_access(al: int, M: int, N: int, V: int, rss: tuple, so: Optional[int] =
     """(vec, window) for plan() of rows with these input row strides (out rows so apart, N by default), from the
     pointers' _alignment: vec, every pointer aligned and every stride a multiple of the vector; window 1, every row
     of every tensor starts as far from a 16-byte boundary as its out row; 2, the inputs' rows alike, the out rows
-    otherwise; 0, the inputs' rows start differently."""
+    otherwise; 3, a backward's y and out rows alike, dy's otherwise; 0, the inputs' rows start differently and the
+    out rows unlike the first's."""
     one = M == 1
     so = N if so is None else so
     vec = al & 15 == 0 and (one or all(rs % V == 0 for rs in rss + (so,)))
+    out_alike = al >> 4 & 15 == 0 and (one or (rss[0] - so) % V == 0)
     if al >> 8 or not (one or all((rs - rss[0]) % V == 0 for rs in rss)):
-        return vec, 0
-    return vec, 1 if (al >> 4 & 15 == 0 and (one or (rss[0] - so) % V == 0)) else 2
+        return vec, 3 if len(rss) == 2 and out_alike else 0
+    return vec, 1 if out_alike else 2
 
 
 def _row_class(M: int, op: str, dtype, N: int, sms: int, flat: bool):

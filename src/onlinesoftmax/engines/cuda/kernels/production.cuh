@@ -435,6 +435,10 @@ __device__ __forceinline__ float os_ld_after_wait(const float* p) {
 }
 __device__ __forceinline__ void os_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void os_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// All but the N groups committed last have landed (this thread's copies).
+template <int N> __device__ __forceinline__ void os_cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // The cluster's state from each CTA's block state: thread 0 parks it in `part`, the cluster barrier publishes it,
 // every lane reads CTA (lane % C)'s and the warp folds them (every CTA ends with the same bits). Ends with the

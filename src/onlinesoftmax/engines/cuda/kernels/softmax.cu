@@ -11,7 +11,9 @@
 //       offset: each row is read through the aligned accesses that cover it (production.cuh, os_shift), the
 //       elements beside it masked, its first and last access stored element by element; 2: the same loads, the out
 //       rows (which start at other offsets than the inputs') through windows of their own: each out access is two
-//       input accesses realigned (os_realign; the next one lane + 1's), the forward's y recomputed from x
+//       input accesses realigned (os_realign; the next one lane + 1's), the forward's y recomputed from x; 3 (the
+//       backward): the out rows start as y's, dy's rows elsewhere: dy is read through its own window and each access
+//       realigned to y's before the fold (one more dy access a warp's last lane reads itself)
 //
 // Each regime is one __device__ body (warp_body, row_body, split_stats_body, split_apply_body, strided_body) with the
 // op as a compile-time policy (op_traits: the inputs, the reduction, the outputs; 'if constexpr' where the fold
@@ -277,6 +279,7 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
     typedef typename op::elem elem;
     typedef typename op::raw raw;
     static_assert(P != 2 || (W > 1 && DTO == DT), "the out rows' own window: 16-byte accesses, the inputs' type");
+    static_assert(P != 3 || (W > 1 && !op::FWD), "dy's own window: the backward's, 16-byte accesses");
     constexpr int E = SLOTS * W;
     // lanes per row (<= 32) and row groups per CTA; the plan gives a lane several slots only for rows of more
     // than 32 accesses, so TPR is the compile-time 32 then (immediate load offsets)
@@ -291,6 +294,11 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
     raw ra[RPT * SLOTS], rb[RPT * SLOTS];
     bool ok[RPT];
     int sh[RPT], lim[RPT];
+    // P = 3, dy's own window (row_body's): y access lane + k * TPR takes dy accesses lane + k * TPR - rud and the
+    // next from element rsd[q] on; the next is lane + 1's, lane 0's next slot's for the last lane, and after the
+    // last slot dn[q], which the last lane reads itself
+    raw dn[P == 3 ? RPT : 1];
+    int rsd[P == 3 ? RPT : 1];
 #define BOUNDS(q, k)                                         \
     const int lo = P ? sh[q] - (lane + (k) * TPR) * W : 0; \
     const int hi = P ? lo + N : W
@@ -302,10 +310,31 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
         sh[q] = P ? os_shift<DT, W>(in_a) : 0;
         lim[q] = (P ? (sh[q] + N + W - 1) / W : N / W) - lane;
         in_a += lane * W - sh[q];
-        const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W - sh[q];
+        int shd = 0, rud = 0, endd = 0;  // endd: dy's accesses
+        if constexpr (P == 3) {
+            shd = os_shift<DT, W>(static_cast<const elem*>(b) + row * sb);
+            rud = shd < sh[q];
+            rsd[q] = shd - sh[q] + rud * W;
+            endd = (shd + N + W - 1) / W;
+        }
+        const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W - (P == 3 ? rud * W + shd : sh[q]);
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
-            if (ok[q] && k * TPR < lim[q]) op::load(ra[q * SLOTS + k], rb[q * SLOTS + k], in_a, in_b, k * TPR);
+            if constexpr (P == 3) {  // dy: also one past the row's accesses (the access before's next)
+                const int i = k * TPR, u = lane + i - rud;
+                if (ok[q] && i < lim[q]) ra[q * SLOTS + k] = op::io::load(in_a, i);
+                rb[q * SLOTS + k] = raw{};
+                if (ok[q] && i <= lim[q] && u >= 0 && u < endd) rb[q * SLOTS + k] = op::io::load(in_b, i);
+            } else if (ok[q] && k * TPR < lim[q]) {
+                op::load(ra[q * SLOTS + k], rb[q * SLOTS + k], in_a, in_b, k * TPR);
+            }
+        }
+        if constexpr (P == 3) {
+            const int i = (SLOTS - 1) * TPR;
+            dn[q] = raw{};
+            if (ok[q] && lane == TPR - 1 && i < lim[q] && lane + i - rud + 1 < endd) {
+                dn[q] = op::io::load(in_b, i + 1);
+            }
         }
     }
     // the rows' pairs: forward (max, sum of exp(x - max)), v the row's x unpacked; backward the sums and the flags
@@ -362,6 +391,23 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
         }
         os_rows_reduce<OS_RED_SUM, RPT, SLOTS>(pb, pa, TPR);
     } else {
+        if constexpr (P == 3) {  // dy realigned to y's accesses (each slot shuffled before it is realigned)
+#pragma unroll
+            for (int q = 0; q < RPT; q++) {
+#pragma unroll
+                for (int k = 0; k < SLOTS; k++) {
+                    const int ka = q * SLOTS + k;
+                    raw nb = os_shfl(rb[ka], lane + 1, TPR);
+                    if (k + 1 < SLOTS) {
+                        const raw l0 = os_shfl(rb[ka + 1], 0, TPR);
+                        if (lane == TPR - 1) nb = l0;
+                    } else if (lane == TPR - 1) {
+                        nb = dn[q];
+                    }
+                    rb[ka] = os_realign<DT>(rb[ka], nb, rsd[q]);
+                }
+            }
+        }
 #pragma unroll
         for (int q = 0; q < RPT; q++) {
             float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f;
@@ -623,6 +669,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
     static_assert(P != 2 || (W > 1 && DTO == DT && THREADS >= 64),
                   "the out rows' own window: 16-byte accesses, the inputs' type, xch read after a block barrier");
+    static_assert(P != 3 || (W > 1 && !op::FWD), "dy's own window: the backward's, 16-byte accesses");
     constexpr int E = SLOTS * W;
     constexpr int CAP = THREADS * (SLOTS + SSLOTS);  // accesses one CTA holds
     constexpr int IN = op::FWD ? 1 : 2;              // inputs per access: x; or y and dy
@@ -644,7 +691,17 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     const int end = P ? (sh + N + W - 1) / W : N / W;                 // the row's accesses
     const int lim = (C == 1 ? end : min(end, rank * CH + CH)) - first;  // slot k exists iff k * THREADS < lim
     in_a += (long long)first * W - sh;
-    const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W - sh;
+    // P = 3, dy's own window: dy's row starts shd elements into its first access; y access first + i takes dy
+    // accesses first + i - rud and the next from element rsd on (os_realign), the next one lane + 1's: a warp's last
+    // lane copies its own (dnb) with the loads, so that no barrier waits for the next warp's
+    int shd = 0, rud = 0, rsd = 0, endd = 0;  // endd: dy's accesses
+    if constexpr (P == 3) {
+        shd = os_shift<DT, W>(static_cast<const elem*>(b) + row * sb);
+        rud = shd < sh;
+        rsd = shd - sh + rud * W;
+        endd = (shd + N + W - 1) / W;
+    }
+    const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W - (P == 3 ? rud * W + shd : sh);
 #define BOUNDS(i)                                        \
     const int lo = P ? sh - (first + (i)) * W : 0; \
     const int hi = P ? lo + N : W
@@ -662,12 +719,32 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     constexpr bool REG_OUTS = P == 2 && SSLOTS == 0;
     const bool last_lane = (t & 31) == 31;
     constexpr int NW = THREADS / 32, XN = (REG_OUTS ? 1 : IN) * SLOTS * NW;
-    __shared__ raw xch[P == 2 ? XN + IN : 1];
+    // P = 3: xch holds each warp's last lane's own copy of the dy access after each of its slots (dnb, [slot][warp])
+    __shared__ raw xch[P == 2 ? XN + IN : P == 3 ? (SLOTS + SSLOTS) * NW : 1];
+    raw* const dnb = xch;
 
     raw ra[SLOTS], rb[SLOTS];
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
-        if (k * THREADS < lim) op::load(ra[k], rb[k], in_a, in_b, k * THREADS);
+        if constexpr (P == 3) {
+            // dy: the thread's access (first + k * THREADS - rud) also one past the share's, the access before's next
+            const int i = k * THREADS, u = first + i - rud;
+            if (i < lim) ra[k] = op::io::load(in_a, i);
+            rb[k] = raw{};
+            if (i <= lim && u >= 0 && u < endd) rb[k] = op::io::load(in_b, i);
+        } else if (k * THREADS < lim) {
+            op::load(ra[k], rb[k], in_a, in_b, k * THREADS);
+        }
+    }
+    if constexpr (P == 3) {  // a group of its own, waited for before the register slots' realignment
+        if (last_lane) {
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) {
+                const int i = k * THREADS;
+                if (i < lim && first + i - rud + 1 < endd) os_cp_async16(&dnb[k * NW + (t >> 5)], in_b + (i + 1) * W);
+            }
+        }
+        os_cp_async_commit();
     }
     if constexpr (P == 2 && C > 1) {
         if (t == 0 && CH < end - first) {
@@ -680,7 +757,16 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
 #pragma unroll
         for (int j = 0; j < SSLOTS; j++) {
             const int i = (SLOTS + j) * THREADS;
-            if (i < lim) {
+            if constexpr (P == 3) {
+                const int u = first + i - rud;
+                if (i < lim) os_cp_async16(&smem_slots[IN * j * THREADS + t], in_a + i * W);
+                if (i <= lim && u >= 0 && u < endd) {
+                    os_cp_async16(&smem_slots[(IN * j + 1) * THREADS + t], in_b + i * W);
+                }
+                if (last_lane && i < lim && u + 1 < endd) {
+                    os_cp_async16(&dnb[(SLOTS + j) * NW + (t >> 5)], in_b + (i + 1) * W);
+                }
+            } else if (i < lim) {
                 os_cp_async16(&smem_slots[IN * j * THREADS + t], in_a + i * W);
                 if constexpr (!op::FWD) os_cp_async16(&smem_slots[(IN * j + 1) * THREADS + t], in_b + i * W);
             }
@@ -846,8 +932,26 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         pa = mt;
         pb = d;
     } else {
+        // P = 3: dy's register slots realigned to y's (the shared-memory slots' copies may still run), all of them
+        // before the fold (16-bit log-softmax at 4096: 86 against 79% of copy each before its own); with shared-memory
+        // slots each one before its own fold (all first, ptxas spilled 4-8 bytes in 11 of their instantiations at 64
+        // registers: fp32's, and fp16's in one slot)
+        constexpr bool EACH = SSLOTS > 0;
+        // dy access r realigned to y's with the next one, lane + 1's (a warp's last lane's: its own copy, `next`)
+#define DY_REALIGN(r, next)                  \
+    {                                        \
+        raw nb = os_shfl(r, t + 1);          \
+        if (last_lane) nb = next;            \
+        r = os_realign<DT>(r, nb, rsd);      \
+    }
+        if constexpr (P == 3) os_cp_async_wait_group<(SSLOTS > 0 ? 1 : 0)>();
+        if constexpr (P == 3 && !EACH) {
+#pragma unroll
+            for (int k = 0; k < SLOTS; k++) DY_REALIGN(rb[k], dnb[k * NW + (t >> 5)]);
+        }
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
+            if constexpr (P == 3 && EACH) DY_REALIGN(rb[k], dnb[k * NW + (t >> 5)]);
             if (k * THREADS < lim) {
                 BOUNDS(k * THREADS);
                 op::bwd_fold(ra[k], rb[k], a0, a1, b0, lo, hi);
@@ -855,6 +959,18 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
         }
         if constexpr (SSLOTS > 0) {
             os_cp_async_wait_all();
+            if constexpr (P == 3) {  // and its shared-memory slots, in place (each thread reads back only its own;
+                                     // DY_REALIGN on a copy compiled to other SASS than this, the form tested)
+#pragma unroll 1
+                for (int j = 0; j < SSLOTS; j++) {
+                    if ((SLOTS + j) * THREADS >= lim + (t & 31)) break;  // warp-uniform: the shuffle's lanes all here
+                    raw& s = smem_slots[(IN * j + 1) * THREADS + t];
+                    const raw own = s;
+                    raw nb = os_shfl(own, t + 1);
+                    if (last_lane) nb = dnb[(SLOTS + j) * NW + (t >> 5)];
+                    s = os_realign<DT>(own, nb, rsd);
+                }
+            }
             row_slots<P, W, THREADS, SLOTS, SSLOTS>(lim, jt, lo_last, N, [&](int j, int lo, int hi) {
                 op::bwd_fold(smem_slots[IN * j * THREADS + t], smem_slots[(IN * j + 1) * THREADS + t], a0, a1, b0, lo,
                              hi);
@@ -1054,6 +1170,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     }
     if constexpr (C > 1) os_cluster_wait();
 #undef BOUNDS
+#undef DY_REALIGN
 }
 
 // The forward row kernels' CTAs per SM (their launch bound). 16-bit log_softmax in 3 register slots: as many CTAs as
