@@ -169,7 +169,8 @@ def run_window(dtype, failures: list) -> int:
                 if what == "backward, dy padded" and N == 20001 and (plan.regime, plan.W) != ("cluster", 1):
                     failures.append(f"window {M}x{N} {what} {dtype}: planned {plan.regime} W={plan.W}, not the scalar "
                                     "path's cluster")
-                if yy is fresh and P.dy_window(op + "_backward", dtype, M, N, sms) and (plan.W, plan.window) != (W, 3):
+                dy_window = yy is fresh and P.dy_window(op + "_backward", dtype, M, N, sms)
+                if dy_window and (plan.W, plan.window) != (W, 3):
                     failures.append(f"window {M}x{N} {what} {dtype}: planned {plan.regime} W={plan.W} "
                                     f"P={plan.window}, not dy's own window")
                 E.backward(yy, d, dx, 1, log)
