@@ -421,9 +421,8 @@ def test_window_path_any_n_any_offset(dtype, log):
     forward's short rows (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A
     dy that starts differently from y (after it, before it, rows at other distances) takes dy's own window realigned
     to y's (P = 3) where the out rows start as y's, aligned y included (fp32: where plan.dy_window picks it), and the
-    scalar path otherwise: beyond one
-    CTA's registers a cluster of CTAs holding the row in registers (asserted at 300 x 50257, a padded vocabulary's
-    gradient)."""
+    scalar path otherwise: beyond one CTA's registers a cluster of CTAs holding the row in registers (asserted at
+    300 x 50257, a padded vocabulary's gradient)."""
     g = torch.Generator(device="cuda").manual_seed(7)
     op = "log_softmax" if log else "softmax"
     bop = op + "_backward"
@@ -447,8 +446,8 @@ def test_window_path_any_n_any_offset(dtype, log):
                 failures.append(f"forward ({M}, {N}) offsets {x_off}/{o_off}: {rep.message}")
             y = _out_at(x, x_off)  # y starts as x
             y.copy_(out)
+            dy_window = x_off == o_off and P.dy_window(bop, dtype, M, N, sms)  # dy unlike y: its own window, or scalar
             for kind in ("after", "before", "stride") if aligned else ("alike", "after", "before", "stride"):
-                dy_window = x_off == o_off and P.dy_window(bop, dtype, M, N, sms)
                 want_bp = want_p if kind == "alike" else 3 if dy_window else 0
                 dy = _dy_like(x, kind, x_off, g)
                 dx = _out_at(x, o_off)
