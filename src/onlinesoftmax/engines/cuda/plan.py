@@ -93,12 +93,8 @@ WARP_SCALAR_MAX_N = 256  # scalar_short_rows: forward rows up to this long take 
 BWD_LEAN_MIN_FILL = 7 / 8  # backward: a cluster whose CTAs hold the row in registers where their shares fill this much
 MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward rows beyond wide_slots' reach only)
 # fp32 backward: the most shared-memory slots a CTA of a cluster of 8 takes before the plan goes to 16 CTAs
-# (wide_slots): up to WIDE_TWO_CTA_SLOTS two 512-thread CTAs fit an SM (7 x 16 KB of y and dy each, + 1 KB reserved:
-# 226 of its 228 KB), beyond it one (up to 192 KB), which cluster_config takes only where the grid has at least
-# WIDE_ONE_CTA_MIN_CTAS CTAs an SM
-BWD_WIDE_SLOTS = {"softmax_backward": 6, "log_softmax_backward": 12}
-WIDE_TWO_CTA_SLOTS = 7
-WIDE_ONE_CTA_MIN_CTAS = 16
+# (wide_slots); at 7, two 512-thread CTAs still fit an SM (7 x 16 KB of y and dy each, + 1 KB reserved: 226 of its 228 KB)
+BWD_WIDE_SLOTS = {"softmax_backward": 6, "log_softmax_backward": 7}
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
 #                        are latency-bound either way
 FEW_ROWS_CTAS_PER_SM = 2  # few rows: clusters sized for about this many CTAs per SM
@@ -394,8 +390,11 @@ def wide_slots(op: str, dtype, W: int, N: int) -> int:
     capacity at smem_slots (above 147456 elements), where at most BWD_WIDE_SLOTS[op] hold it; else 0 (16 CTAs, or
     not such a row). Timed on the H200 (tune_rows.py --force, h200-tune-bwd-wide-3779569.txt, % of copy, softmax /
     log-softmax backward, 16 CTAs -> 8): 151936 87 / 75 -> 93 / 93 (6 slots, two CTAs an SM); 150001 88 / 72 -> 94
-    / 93; with 8-12 slots, one CTA an SM, log-softmax +3 to +5.5 (262144 79 -> 85) but softmax -2 to +4 (196608 90
-    -> 88, 200003 90 -> 84, 262144 85 -> 88): softmax keeps 16 CTAs there. Clusters of 16 are resident 14 at a
+    / 93. Where 8 CTAs need more than 7 slots they run one an SM: that lost to 16 CTAs of two an SM in both ops
+    once the cluster fence of e3a2e01 made the clusters of 16 faster (h200-tune-bwd-wide-86813dc.txt, 8 CTAs of 8-12
+    slots -> 16 CTAs, log-softmax backward: 180225 78.2 -> 80.3, 196608 84.2 -> 84.2, 200003 79.8 -> 83.0, 229376
+    84.1 -> 87.3, 245760 85.5 -> 87.2, 262144 87.5 -> 86.2; softmax backward -1.3 to +9.5; at 7 slots, 172032, the
+    8 CTAs' 93.6 against 80.5 for log-softmax, 94.6 against 95.9 for softmax). Clusters of 16 are resident 14 at a
     time, 224 of the 264 CTA slots (docs/tuning.md)."""
     if not (OPS[op].backward and dtype == torch.float32 and W > 1) or smem_cluster(op, dtype, W, N) <= PORTABLE_CLUSTER:
         return 0
@@ -454,13 +453,11 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0)
         return c, min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, pow2ceil(cdiv(per_cta, rs)))), 0
     # shares beyond the registers: 512-thread CTAs with shared memory, as few as hold the row (the CTAs share it
     # evenly; wider clusters with smem measured no faster: bf16 128256 on 4 CTAs 81% of copy, on 2 84%)
-    # fp32 backward beyond 8 CTAs of smem_slots (wide_slots): few rows keep 16 CTAs of two an SM rather than 8 holding
-    # more each, and so does a grid of fewer than WIDE_ONE_CTA_MIN_CTAS CTAs an SM where the 8 would take one an SM
-    # (h200-tune-bwd-wide-3779569.txt, log-softmax backward, % of copy, 8 CTAs against 16: at 229376 / 262144, 10 / 12
-    # slots, 17 rows 41 / 43 against 47 / 49, 64-66 rows 61 / 61-62 against 66 / 66-67, 512-585 rows 83 / 83-85
-    # against 79-81; between 66 and 512 rows not timed. With 7 slots, two CTAs an SM, 66 rows of 163844 62 against 58)
+    # fp32 backward beyond 8 CTAs of smem_slots (wide_slots): few rows keep 16 CTAs rather than 8 holding more each
+    # (h200-tune-bwd-wide-3779569.txt, log-softmax backward, % of copy, 8 CTAs against 16: with 7 slots, two CTAs an
+    # SM, 66 rows of 163844 62 against 58)
     wide = wide_slots(op, dtype, W, N)
-    if wide and (M * need < sms or wide > WIDE_TWO_CTA_SLOTS and M * need < WIDE_ONE_CTA_MIN_CTAS * sms):
+    if wide and M * need < sms:
         return smem_cluster(op, dtype, W, N), ROW_MAX_THREADS, smem_slots(op, dtype, W)
     return need, ROW_MAX_THREADS, wide or smem_slots(op, dtype, W)
 
