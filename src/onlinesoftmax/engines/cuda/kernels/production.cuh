@@ -195,6 +195,18 @@ template <int DT, int W> __device__ __forceinline__ int os_shift(const void* p) 
     return (int)((unsigned long long)p / sizeof(typename os_elem<DT>::type)) & (W - 1);
 }
 
+// One window read for another's accesses: a row that starts `from` elements into its first access, read for a row
+// that starts `to` elements into its own. Access i of the `to` row's window takes accesses i - u and i - u + 1 of the
+// `from` row's, from element s on (os_realign): u = 1 where the `from` row starts earlier in its access, and
+// 0 <= s < W. P = 2: the inputs' accesses for the out row's; P = 3: dy's for y's.
+struct os_window_step {
+    int u, s;
+};
+template <int W> __device__ __forceinline__ os_window_step os_realign_from(int from, int to) {
+    const int u = from < to;
+    return {u, from - to + u * W};
+}
+
 // The out rows' own window (P = 2: they start at other offsets than the inputs', as x[:, 1:] into a fresh tensor).
 // With the input row sh and the out row sho elements into their first accesses, D = sh - sho, out access u holds the
 // elements of input accesses u and u + 1 (D >= 0; u - 1 and u when D < 0) from element s = D mod W on: the two

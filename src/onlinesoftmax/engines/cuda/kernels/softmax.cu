@@ -313,8 +313,9 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
         int shd = 0, rud = 0, endd = 0;  // endd: dy's accesses
         if constexpr (P == 3) {
             shd = os_shift<DT, W>(static_cast<const elem*>(b) + row * sb);
-            rud = shd < sh[q];
-            rsd[q] = shd - sh[q] + rud * W;
+            const os_window_step wd = os_realign_from<W>(shd, sh[q]);
+            rud = wd.u;
+            rsd[q] = wd.s;
             endd = (shd + N + W - 1) / W;
         }
         const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W - (P == 3 ? rud * W + shd : sh[q]);
@@ -432,6 +433,8 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
             // the out row's own window (os_realign; row_body's): out access lane + ru + k * TPR from input accesses
             // lane + k * TPR and the next one, lane + 1's (lane 0's next slot for the row's last lane); the
             // forward's y recomputed from x
+            // (os_realign_from's ru and rs written out: through the helper this kernel compiled to other SASS than the
+            // form tested on the GPU, benchmarks/sass_diff.py)
             const int sho = os_shift<DT, W>(orow), ru = sh[q] < sho, rs = sh[q] - sho + ru * W;
             typename op::out_elem* const ro = orow + (lane + ru) * W - sho;
             auto store = [&](const raw& xa, const raw& xb, const raw& ma, const raw& mb, int i) {
@@ -697,8 +700,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     int shd = 0, rud = 0, rsd = 0, endd = 0;  // endd: dy's accesses
     if constexpr (P == 3) {
         shd = os_shift<DT, W>(static_cast<const elem*>(b) + row * sb);
-        rud = shd < sh;
-        rsd = shd - sh + rud * W;
+        const os_window_step wd = os_realign_from<W>(shd, sh);
+        rud = wd.u;
+        rsd = wd.s;
         endd = (shd + N + W - 1) / W;
     }
     const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W - (P == 3 ? rud * W + shd : sh);
@@ -708,7 +712,8 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     // P = 2, the out row's own window (os_realign): it starts sho elements into its first access; out access
     // first + ru + i takes input accesses first + i and first + i + 1 from element rs on
     const int sho = P == 2 ? os_shift<DT, W>(static_cast<const elem*>(out) + row * so) : 0;
-    const int ru = sh < sho, rs = sh - sho + ru * W;
+    const os_window_step wo = os_realign_from<W>(sh, sho);
+    const int ru = wo.u, rs = wo.s;
     // A warp's last lane's next access is not lane + 1's but the next warp's lane 0's: lane 0 leaves its accesses
     // in xch ([input][slot][warp]; REG_OUTS: its register slots' outputs, [slot][warp]). A cluster's CTA ends its
     // share anywhere: the next CTA's first access (its inputs) is copied to xch's end (XN) with the loads.
