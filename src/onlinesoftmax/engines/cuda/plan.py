@@ -453,9 +453,10 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0)
         return c, min(ROW_MAX_THREADS, max(ROW_MIN_THREADS, pow2ceil(cdiv(per_cta, rs)))), 0
     # shares beyond the registers: 512-thread CTAs with shared memory, as few as hold the row (the CTAs share it
     # evenly; wider clusters with smem measured no faster: bf16 128256 on 4 CTAs 81% of copy, on 2 84%)
-    # fp32 backward beyond 8 CTAs of smem_slots (wide_slots): few rows keep 16 CTAs rather than 8 holding more each
-    # (h200-tune-bwd-wide-3779569.txt, log-softmax backward, % of copy, 8 CTAs against 16: with 7 slots, two CTAs an
-    # SM, 66 rows of 163844 62 against 58)
+    # fp32 backward beyond 8 CTAs of smem_slots (wide_slots): few rows (M x 8 CTAs below the SMs) keep 16 CTAs rather
+    # than 8 holding more each, as every few-row plan takes a wider cluster (h200-tune-bwd-wide-3779569.txt,
+    # log-softmax backward, % of copy, 8 CTAs against 16: 17 rows 41 / 43 against 47 / 49, timed at 10 / 12 slots;
+    # 66 rows of 163844, not few, at 7 slots 62 against 58)
     wide = wide_slots(op, dtype, W, N)
     if wide and M * need < sms:
         return smem_cluster(op, dtype, W, N), ROW_MAX_THREADS, smem_slots(op, dtype, W)
