@@ -393,7 +393,7 @@ def wide_slots(op: str, dtype, W: int, N: int) -> int:
     / 93. Where 8 CTAs need more than 7 slots they run one an SM: that lost to 16 CTAs of two an SM in both ops
     once the cluster fence of e3a2e01 made the clusters of 16 faster (h200-tune-bwd-wide-86813dc.txt, 8 CTAs of 8-12
     slots -> 16 CTAs, log-softmax backward: 180225 78.2 -> 80.3, 196608 84.2 -> 84.2, 200003 79.8 -> 83.0, 229376
-    84.1 -> 87.3, 245760 85.5 -> 87.2, 262144 87.5 -> 86.2; softmax backward -1.3 to +9.5; at 7 slots, 172032, the
+    84.1 -> 87.3, 245760 85.5 -> 87.2, 262144 87.5 -> 86.2; softmax backward +0.4 to +9.5; at 7 slots, 172032, the
     8 CTAs' 93.6 against 80.5 for log-softmax, 94.6 against 95.9 for softmax). Clusters of 16 are resident 14 at a
     time, 224 of the 264 CTA slots (docs/tuning.md)."""
     if not (OPS[op].backward and dtype == torch.float32 and W > 1) or smem_cluster(op, dtype, W, N) <= PORTABLE_CLUSTER:
