@@ -18,6 +18,8 @@ with cuobjdump. Per kernel the comparison covers:
 and, for each tree as a whole, the module's data objects (a namespace-scope constexpr variable, for one, becomes
 a .global variable of every module NVRTC builds).
 Line tables are not compared: moving code between files changes them and nothing else.
+--counts: for each different kernel one line instead of the diff: its instructions (static: a loop's body once),
+base -> head, registers, and the opcodes whose counts moved (what a change costs or saves, read without a GPU).
 
 Results are cached per (expanded source, options, arch, NVRTC version, kernel) under the runtime's cache folder
 (sass_diff/), so a second run over an unchanged tree only reads JSON: a kernel's SASS does not depend on the other
@@ -28,6 +30,7 @@ module data are the same and the head has no spills and no stack; 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures as cf
 import difflib
 import hashlib
@@ -245,6 +248,25 @@ def short_diff(a: str, b: str, label: str, lines: int) -> list[str]:
     return diff[:lines] + ([f"... ({len(diff) - lines} more diff lines)"] if len(diff) > lines else [])
 
 
+def opcodes(sass: str) -> collections.Counter:
+    """Each instruction's opcode (its predicate and modifiers dropped) in split_sass' text."""
+    counts = collections.Counter()
+    for line in sass.splitlines():
+        text, sep, _ = line.partition("  0x")
+        if sep and text.split():
+            words = text.split()
+            counts[(words[1] if words[0].startswith("@") else words[0]).split(".")[0].rstrip(";")] += 1
+    return counts
+
+
+def count_line(name: str, x: dict, y: dict) -> str:
+    """--counts: a kernel's instructions and registers, base -> head, and the opcodes that moved."""
+    ca, cb = opcodes(x["sass"]), opcodes(y["sass"])
+    moved = sorted(((op, cb[op] - ca[op]) for op in ca.keys() | cb.keys() if cb[op] != ca[op]), key=lambda t: t[1])
+    return (f"COUNTS  {name}: instructions {sum(ca.values())} -> {sum(cb.values())}, registers "
+            f"{x['report']['registers']} -> {y['report']['registers']}; " + " ".join(f"{op} {d:+d}" for op, d in moved))
+
+
 OLD_ARITY = {"fwd_warp": 5, "bwd_warp": 5, "fwd_row": 7, "bwd_row": 7}  # before the P and DTO arguments
 
 
@@ -271,6 +293,9 @@ def main(argv=None) -> int:
     ap.add_argument("--diff-lines", type=int, default=30, help="diff lines shown per different kernel")
     ap.add_argument("--cuobjdump", default=None)
     ap.add_argument("-v", "--verbose", action="store_true", help="list identical kernels too")
+    ap.add_argument("--counts", action="store_true",
+                    help="per different kernel its instruction and register counts and the opcodes that moved, "
+                         "not the diff")
     ap.add_argument("--old-names", action="store_true",
                     help="the base predates the warp and row kernels' P and DTO arguments (7c23874 and before): "
                          "each head kernel with P = 0 and no DTO is compared with the base kernel named without its "
@@ -306,6 +331,9 @@ def main(argv=None) -> int:
                 print(f"identical  {name}")
             continue
         different.append(name)
+        if args.counts:
+            print(count_line(name, x, y))
+            continue
         print(f"DIFFERENT  {name}: {', '.join(parts)}")
         if "report" in parts:
             print(f"    ptxas base {x['report']}\n    ptxas head {y['report']}")
