@@ -253,8 +253,8 @@ def opcodes(sass: str) -> collections.Counter:
     counts = collections.Counter()
     for line in sass.splitlines():
         text, sep, _ = line.partition("  0x")
-        if sep and text.split():
-            words = text.split()
+        words = text.split()
+        if sep and words:
             counts[(words[1] if words[0].startswith("@") else words[0]).split(".")[0].rstrip(";")] += 1
     return counts
 
