@@ -207,6 +207,23 @@ template <int W> __device__ __forceinline__ os_window_step os_realign_from(int f
     return {u, from - to + u * W};
 }
 
+// P = 3, dy's own window (the backward's dy starting at another offset than y, as dy[:, 1:] beside a fresh y): dy's
+// row starts sh elements into its first access, y's y_sh into its own; y access i takes dy accesses i - u and
+// i - u + 1 from element s on (os_realign_from), and dy's row covers `end` accesses. All 0 for the other windows.
+struct os_dy_window {
+    int sh, u, s, end;
+};
+template <int DT, int W, int P>
+__device__ __forceinline__ os_dy_window os_dy_window_of(const void* dy_row, int y_sh, int N) {
+    if constexpr (P == 3) {
+        const int sh = os_shift<DT, W>(dy_row);
+        const os_window_step w = os_realign_from<W>(sh, y_sh);
+        return {sh, w.u, w.s, (sh + N + W - 1) / W};
+    } else {
+        return {0, 0, 0, 0};
+    }
+}
+
 // The out rows' own window (P = 2: they start at other offsets than the inputs', as x[:, 1:] into a fresh tensor).
 // With the input row sh and the out row sho elements into their first accesses, D = sh - sho, out access u holds the
 // elements of input accesses u and u + 1 (D >= 0; u - 1 and u when D < 0) from element s = D mod W on: the two

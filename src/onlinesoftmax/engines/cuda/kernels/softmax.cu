@@ -310,15 +310,10 @@ __device__ __forceinline__ void warp_body(const void* __restrict__ a, const void
         sh[q] = P ? os_shift<DT, W>(in_a) : 0;
         lim[q] = (P ? (sh[q] + N + W - 1) / W : N / W) - lane;
         in_a += lane * W - sh[q];
-        int shd = 0, rud = 0, endd = 0;  // endd: dy's accesses
-        if constexpr (P == 3) {
-            shd = os_shift<DT, W>(static_cast<const elem*>(b) + row * sb);
-            const os_window_step wd = os_realign_from<W>(shd, sh[q]);
-            rud = wd.u;
-            rsd[q] = wd.s;
-            endd = (shd + N + W - 1) / W;
-        }
-        const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W - (P == 3 ? rud * W + shd : sh[q]);
+        const os_dy_window dw = os_dy_window_of<DT, W, P>(static_cast<const elem*>(b) + row * sb, sh[q], N);
+        if constexpr (P == 3) rsd[q] = dw.s;
+        const int rud = dw.u, endd = dw.end;  // endd: dy's accesses
+        const elem* in_b = static_cast<const elem*>(b) + row * sb + lane * W - (P == 3 ? rud * W + dw.sh : sh[q]);
 #pragma unroll
         for (int k = 0; k < SLOTS; k++) {
             if constexpr (P == 3) {  // dy: also one past the row's accesses (the access before's next)
@@ -694,18 +689,12 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     const int end = P ? (sh + N + W - 1) / W : N / W;                 // the row's accesses
     const int lim = (C == 1 ? end : min(end, rank * CH + CH)) - first;  // slot k exists iff k * THREADS < lim
     in_a += (long long)first * W - sh;
-    // P = 3, dy's own window: dy's row starts shd elements into its first access; y access first + i takes dy
+    // P = 3, dy's own window: dy's row starts dw.sh elements into its first access; y access first + i takes dy
     // accesses first + i - rud and the next from element rsd on (os_realign), the next one lane + 1's: a warp's last
     // lane copies its own (dnb) with the loads, so that no barrier waits for the next warp's
-    int shd = 0, rud = 0, rsd = 0, endd = 0;  // endd: dy's accesses
-    if constexpr (P == 3) {
-        shd = os_shift<DT, W>(static_cast<const elem*>(b) + row * sb);
-        const os_window_step wd = os_realign_from<W>(shd, sh);
-        rud = wd.u;
-        rsd = wd.s;
-        endd = (shd + N + W - 1) / W;
-    }
-    const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W - (P == 3 ? rud * W + shd : sh);
+    const os_dy_window dw = os_dy_window_of<DT, W, P>(static_cast<const elem*>(b) + row * sb, sh, N);
+    const int rud = dw.u, rsd = dw.s, endd = dw.end;  // endd: dy's accesses
+    const elem* in_b = static_cast<const elem*>(b) + row * sb + (long long)first * W - (P == 3 ? rud * W + dw.sh : sh);
 #define BOUNDS(i)                                        \
     const int lo = P ? sh - (first + (i)) * W : 0; \
     const int hi = P ? lo + N : W
