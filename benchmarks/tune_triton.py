@@ -27,10 +27,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def rows_settings():
+    """Tiles, warps, and the grid: persistent (SMs x occupancy programs walking the tiles) or one tile a program
+    (FORCE_PROGRAMS unbounded; docs/tuning.md suspects the persistent grid of the rows regime's 88-91% fp32)."""
     base = R.num_warps_for
-    for tile, scale in itertools.product((8 << 10, 16 << 10, 32 << 10), (0.5, 1, 2)):
-        yield f"rows tile={tile >> 10}K warps x{scale}", dict(
-            regime="rows", ROWS_TILE_BYTES=tile,
+    for tile, scale, one in itertools.product((8 << 10, 16 << 10, 32 << 10), (0.5, 1, 2), (False, True)):
+        yield f"rows tile={tile >> 10}K warps x{scale}{' one tile a program' if one else ''}", dict(
+            regime="rows", ROWS_TILE_BYTES=tile, FORCE_PROGRAMS=2**31 - 1 if one else None,
             num_warps_for=lambda n, s=scale: max(1, min(32, int(base(n) * s))))
 
 
