@@ -13,11 +13,12 @@ with cuobjdump. Per kernel the comparison covers:
   - the kernel's ELF attributes (cuobjdump -elf .nv.info.<kernel>: launch bounds, parameter layout, barriers,
     exit offsets...; the symbol index of EIATTR_PARAM_CBANK, which depends on the batch, is dropped) and the sizes
     of its .text and .nv.constant0 sections (not .nv.shared's: it includes 1 KB of reserved shared memory or not,
-    depending on the other kernels of the batch; the report's smem is the kernel's own);
+    depending on the other kernels of the batch);
   - the ptxas report (registers, static shared memory, stack, spill stores and loads, barriers, cmem); the static
     shared memory in 16-byte granules: ptxas pads every kernel's to 16 bytes when another kernel of the batch
     declares 16-byte-aligned dynamic shared memory (bwd_row<2,0,1,128,16,0,16,0>: 40 bytes alone, 48 beside a
-    flat kernel), so the bytes themselves depend on the batch;
+    flat kernel), so the bytes themselves depend on the batch (a change within one granule, 40 -> 48 bytes, is
+    therefore not reported);
 and, for each tree as a whole, the module's data objects (a namespace-scope constexpr variable, for one, becomes
 a .global variable of every module NVRTC builds).
 Line tables are not compared: moving code between files changes them and nothing else.
