@@ -71,6 +71,28 @@ def test_known_wrong_softmax_backward_fails(N, dtype, seed):
     assert compare(right.to(dtype), ref, dtype, scale).ok
 
 
+@pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
+def test_error_scale_along_a_non_last_dim(op, seed):
+    """error_scale over dim 1 of a (B, C, H) tensor is its last-dim scale of the rows moved last, moved back; along
+    that dim an all-zero dx and one with dy's sum left out fail in bf16, the rounded right answer passes."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 4097, 5, generator=g) * 2
+    log = op.startswith("log")
+    y = (torch.log_softmax if log else torch.softmax)(x, 1).to(torch.bfloat16)
+    dy = (torch.randn(x.shape, generator=g) + 1).to(torch.bfloat16)
+    y64, dy64 = y.double(), dy.double()
+    right = dy64 - y64.exp() * dy64.sum(1, keepdim=True) if log else y64 * (dy64 - (y64 * dy64).sum(1, keepdim=True))
+    ref = right.numpy()
+    scale = error_scale(op, (y, dy), ref, dim=1)
+    last = error_scale(op, (y.movedim(1, -1), dy.movedim(1, -1)), np.moveaxis(ref, 1, -1))
+    np.testing.assert_array_equal(np.broadcast_to(scale, ref.shape),
+                                  np.moveaxis(np.broadcast_to(last, np.moveaxis(ref, 1, -1).shape), -1, 1))
+    wrong = (dy64 if log else y64 * dy64).to(torch.bfloat16)  # the sum term left out
+    for bad in (torch.zeros_like(y), wrong):
+        assert not compare(bad, ref, torch.bfloat16, scale).ok
+    assert compare(right.to(torch.bfloat16), ref, torch.bfloat16, scale).ok
+
+
 @pytest.mark.parametrize("kind", ["normal", "offset", "masked", "nan", "one_finite", "huge"])
 def test_correct_variant_passes(kind, seed):
     assert check_variant(_variant("correct", correct), 4, 300, torch.float32, kind, seed).ok

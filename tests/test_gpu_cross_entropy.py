@@ -89,14 +89,16 @@ def test_against_float64(V, dtype, kind, backend, monkeypatch):
 
 
 def test_split_forced_small_and_inplace(monkeypatch):
-    """The split kernel with many segments per row, and the gradient written over the logits."""
+    """The Triton split kernel with many segments per row, and the gradient written over the logits (the default
+    backend would take the CUDA row kernel here)."""
     monkeypatch.setattr(R, "SPLIT_CHUNK", 256)
     monkeypatch.setattr(R, "SPLIT_SEG_BYTES", 1024)
     gen = torch.Generator().manual_seed(1)
     x, t = _inputs("random", 300, 40000, torch.float32, gen)
     want_loss, want_grad = reference.cross_entropy(x, t, label_smoothing=0.05)
     xg = x.clone().requires_grad_()
-    loss = osm.cross_entropy(xg, t, label_smoothing=0.05, inplace_grad=True)
+    assert R.pick_regime(40000) == "split"
+    loss = osm.cross_entropy(xg, t, label_smoothing=0.05, inplace_grad=True, backend="triton")
     assert abs(float(loss) - float(want_loss)) < 1e-5 * abs(float(want_loss))
     np.testing.assert_allclose(xg.detach().double().cpu().numpy(), want_grad, atol=1e-7, rtol=1e-4)
     loss.backward(torch.tensor(2.0, device="cuda"))
@@ -153,6 +155,10 @@ def test_cuda_row_kernel(M, V, dtype, layout):
     bad[0] = V + 7  # out of range: its loss and gradient are NaN (the op raises TargetError), nothing else changes
     grad = x if layout == "inplace" else torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
     loss = torch.full((M,), float("nan"), device="cuda")
+    # row 0's loss and gradient must come out NaN: poisoned with a finite value there, so that NaN is written
+    loss[0] = 7.0
+    if layout != "inplace":  # in place, row 0 holds its logits
+        grad[0] = 7.0
     lse = torch.full((M,), float("nan"), device="cuda")
     scale = torch.ones(4, device="cuda")
     assert cuda_run.cross_entropy(x, bad, grad, loss, lse, scale, *opts.values())

@@ -53,8 +53,8 @@ class Report:
         return f"{head}; first: {shown}" if self.bad else head
 
 
-def error_scale(op: str, inputs: tuple, ref: np.ndarray) -> np.ndarray:
-    """What absolute errors are measured against, beyond |ref| itself.
+def error_scale(op: str, inputs: tuple, ref: np.ndarray, dim: int = -1) -> np.ndarray:
+    """What absolute errors are measured against, beyond |ref| itself; `dim` the op's dim (its rows: the last).
 
     Backward ops cancel: their rounding scales with the terms, not with the (possibly tiny) result. Softmax's
     dx = y * (dy - c), c = sum y * dy, rounds at |y| * (max |dy| + |c|) per element (a row-wide max |dy| let an
@@ -67,10 +67,10 @@ def error_scale(op: str, inputs: tuple, ref: np.ndarray) -> np.ndarray:
         dy = np.nan_to_num(as_float64(inputs[1]), nan=0.0, posinf=0.0, neginf=0.0)
         if op == "softmax_backward":
             y = np.nan_to_num(as_float64(inputs[0]), nan=0.0, posinf=0.0, neginf=0.0)
-            c = (y * dy).sum(axis=-1, keepdims=True)
-            return np.abs(y) * (np.abs(dy).max(axis=-1, keepdims=True) + np.abs(c))
+            c = (y * dy).sum(axis=dim, keepdims=True)
+            return np.abs(y) * (np.abs(dy).max(axis=dim, keepdims=True) + np.abs(c))
         finite = np.where(np.isfinite(ref), np.abs(ref), 0.0)
-        return np.maximum(finite, np.abs(dy)).max(axis=-1, keepdims=True)
+        return np.maximum(finite, np.abs(dy)).max(axis=dim, keepdims=True)
     return np.zeros_like(ref)
 
 
