@@ -223,9 +223,17 @@ def _tol(dtype):
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 def test_forward_backward_layouts(dtype, log):
+    """Every layout of _layouts, forward and backward (dy in other strides than y), NaN-poisoned, against float64;
+    the channel layouts on the chan kernels both ways and the long adversarial columns on the columns kernel
+    forward and the strided one backward, as their comments say (a plan change would otherwise test another)."""
+    op, bop = ("log_softmax", "log_softmax_backward") if log else ("softmax", "softmax_backward")
     failures = []
     for label, x, dim in _layouts(dtype):
+        want = {"long columns, adversarial": ("columns", "strided")}.get(
+            label, ("chan", "chan") if label.startswith("channels") else None)
         out = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
+        if want and E.plan_for(op, x, dim=dim, out=out).regime != want[0]:
+            failures.append(f"forward {label}: plan {E.plan_for(op, x, dim=dim, out=out).regime}, not {want[0]}")
         E.forward(x, out, dim, log)
         torch.cuda.synchronize()
         rep = compare(out, _ref_forward(x, dim, log).numpy(), dtype)
@@ -236,6 +244,8 @@ def test_forward_backward_layouts(dtype, log):
         if x.dim() > 1:  # strides other than y's: the backward takes each input's own layout
             dy = dy.transpose(0, -1).contiguous().transpose(0, -1)
         dx = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
+        if want and E.plan_for(bop, y, dy, dim=dim, out=dx).regime != want[1]:
+            failures.append(f"backward {label}: plan {E.plan_for(bop, y, dy, dim=dim, out=dx).regime}, not {want[1]}")
         E.backward(y, dy, dx, dim, log)
         torch.cuda.synchronize()
         rep = _backward_report(dx, y, dy, dim, log, dtype)
