@@ -322,12 +322,17 @@ def test_batch_times_heads_beyond_the_grid_is_refused():
 
 def test_the_attention_ladders_check_sees_every_head(seed):
     """harness.attention.check_sample (the attention ladder's GPU tests and table) on CPU tensors: a right output
-    passes; a wrong middle head, a wrong row past the sampled ones' heads, and an element left NaN (a poisoned
-    output's unwritten one, outside the sampled rows) each fail."""
-    from onlinesoftmax.harness.attention import SAMPLE_ROWS, check_sample
+    passes; a wrong middle head, a wrong middle row of a sequence it checks whole, and an element left NaN (a
+    poisoned output's unwritten one, outside the sampled rows of a longer sequence) each fail."""
+    from onlinesoftmax.harness.attention import FULL_ROWS, SAMPLE_ROWS, check_sample
 
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 3, 2 * SAMPLE_ROWS + 5, 16, generator=g) for _ in range(3))
+    out = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double()).float()
+    wrong = out.clone()
+    wrong[0, 1, SAMPLE_ROWS + 2] += 0.5  # a middle row: checked, the sequence being short
+    assert check_sample(out, q, k, v, False).ok and not check_sample(wrong, q, k, v, False).ok
+    q, k, v = (torch.randn(2, 3, FULL_ROWS + 2 * SAMPLE_ROWS + 5, 16, generator=g) for _ in range(3))
     for causal in (False, True):
         out = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
                                                                is_causal=causal).float()
@@ -336,6 +341,6 @@ def test_the_attention_ladders_check_sees_every_head(seed):
         wrong[0, 2, 3] += 0.5  # batch 0, head 2 of 3: neither the first nor the last (batch, head) pair
         assert not check_sample(wrong, q, k, v, causal).ok
         unwritten = out.clone()
-        unwritten[1, 1, SAMPLE_ROWS + 2, 7] = float("nan")  # a middle row: not among the sampled ones
+        unwritten[1, 1, SAMPLE_ROWS + 2, 7] = float("nan")  # a middle row of a long sequence: not sampled
         rep = check_sample(unwritten, q, k, v, causal)
         assert not rep.ok and "finite" in rep.message

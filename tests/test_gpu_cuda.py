@@ -14,7 +14,7 @@ if not torch.cuda.is_available():  # skip the module whole: no thousands of skip
 pytest.importorskip("cuda.core", reason="cuda-core not installed (pip install .[cuda])")
 
 from onlinesoftmax import registry  # noqa: E402
-from onlinesoftmax.harness.check import check_variant  # noqa: E402
+from onlinesoftmax.harness.check import check_variant, run_checked  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
 from onlinesoftmax.ladder import cuda as cv  # noqa: E402  (registers the cuda variants)
 
@@ -91,6 +91,21 @@ def test_sum_32m_floats(name, seed):
     _check(name, 1, 32 << 20, "normal", seed)
 
 
+@pytest.mark.parametrize("name", [v.name for v in _cuda("sum")])
+def test_sum_of_2_24_ones_is_exact(name):
+    """2^24 ones: every partial sum is an integer of at most 2^24, exact in fp32 in any order and any grid, so the
+    answer is exactly 2^24. A dropped or repeated partial shows, where the normal inputs' tolerance (2e-5 of
+    sum |x|: about 540 at 32M) lets the loss of a thousand elements through."""
+    v = registry.get(name)
+    N = 1 << 24
+    reason = v.supports(1, N, F32)
+    if reason:
+        pytest.skip(f"{name} refuses (1, {N}): {reason}")
+    out = torch.empty(1, device="cuda")
+    run_checked(v, (torch.ones(1, N, device="cuda"),), out)
+    assert out.item() == float(N), (name, out.item())
+
+
 @pytest.mark.parametrize("name", ["cuda.online_v3", "cuda.online_v2", "cuda.safe_3pass"])
 def test_seed_shape_8192x4096(name, seed):
     _check(name, 8192, 4096, "outliers", seed)
@@ -113,6 +128,7 @@ def test_runs_on_torch_current_stream():
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
+        torch.cuda._sleep(10**8)  # ~50 ms on s first: a launch on another stream would run before the poison below
         out = torch.empty_like(x)
         out.fill_(float("nan"))
         v.run((x,), out)

@@ -82,3 +82,19 @@ def test_inputs_are_seeded_fresh_and_never_zero(kind, seed):
 def test_sum_reference():
     x = torch.arange(1, 101, dtype=torch.float32)[None, :]
     assert reference.total(x)[0] == 5050.0
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+def test_reference_along_a_dim(op):
+    """reference(op, inputs, dim) is the last-dim answer of the inputs with dim moved last, moved back; a masked
+    column along dim 1 (all -inf) gets the package's semantics there too."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 6, 4, generator=g, dtype=torch.float64)
+    x[1, :, 2] = float("-inf")
+    y = torch.log_softmax(x, 1) if op.startswith("log") else torch.softmax(x, 1).nan_to_num()
+    inputs = (x,) if not op.endswith("backward") else (y, torch.randn(x.shape, generator=g, dtype=torch.float64))
+    want = np.moveaxis(reference.reference(op, tuple(t.movedim(1, -1) for t in inputs)), -1, 1)
+    got = reference.reference(op, inputs, 1)
+    np.testing.assert_array_equal(got, want)
+    if op == "softmax":
+        assert (got[1, :, 2] == 0).all()

@@ -145,9 +145,13 @@ _BY_OP = {
 assert set(_BY_OP) == set(OPS)
 
 
-def reference(op: str, inputs: tuple) -> np.ndarray:
-    """The float64 answer for `op` on `inputs` (the registry's calling convention)."""
-    return _BY_OP[op](*inputs)
+def reference(op: str, inputs: tuple, dim: int = -1) -> np.ndarray:
+    """The float64 answer for `op` on `inputs` (the registry's calling convention); the softmax ops along `dim`
+    (their rows: the last dim by default)."""
+    if dim == -1:
+        return _BY_OP[op](*inputs)
+    moved = [np.moveaxis(as_float64(t), dim, -1) for t in inputs]
+    return np.moveaxis(_BY_OP[op](*moved), -1, dim)
 
 
 # ------------------------------------------------------------------------------- cross-entropy

@@ -27,7 +27,8 @@ SHAPES = ((16, 32, 1024, 64), (16, 16, 1024, 128), (4, 32, 4096, 64), (4, 16, 40
 SDPA = (("torch.sdpa_math", "SDPA math", "MATH"),
         ("torch.sdpa_flash", "SDPA flash", "FLASH_ATTENTION"),
         ("torch.sdpa_cudnn", "SDPA cuDNN", "CUDNN_ATTENTION"))
-SAMPLE_ROWS = 64  # checked query rows at each end of the sequence (check_sample)
+SAMPLE_ROWS = 64  # checked query rows at each end of a longer sequence (check_sample) ...
+FULL_ROWS = 1024  # ... and every row of a sequence of up to this many queries
 CHECKED_HEADS = 8  # up to this many (batch, head) pairs: every one checked; beyond, the first, middle and last
 FIELDS = ("group", "variant", "rung", "B", "H", "S", "D", "causal", "dtype", "time_ms", "tflops", "pct_flash",
           "speedup_a0", "hbm_model_bytes", "l2_model_bytes", "extra_model_bytes", "extra_measured_bytes",
@@ -65,11 +66,12 @@ def inputs(B: int, H: int, S: int, D: int, dtype: torch.dtype, seed: int = 0, ki
 
 
 def check_sample(out, q, k, v, causal: bool):
-    """The float64 check of `out` on sampled query rows (both ends) of every head (of the first, middle and last
-    beyond CHECKED_HEADS), and of every element's finiteness (q, k and v are finite: an element left NaN, as a
-    poisoned output's unwritten one, fails wherever it is)."""
+    """The float64 check of `out` on every query row up to FULL_ROWS of them, else on SAMPLE_ROWS at both ends, of
+    every head (of the first, middle and last beyond CHECKED_HEADS), and of every element's finiteness (q, k and v
+    are finite: an element left NaN, as a poisoned output's unwritten one, fails wherever it is). (Both ends alone
+    left a wrong but finite middle tile unchecked: at S = 257, rows 64-192.)"""
     S = q.shape[-2]
-    rows = sorted(set(range(min(S, SAMPLE_ROWS))) | set(range(max(0, S - SAMPLE_ROWS), S)))
+    rows = list(range(S)) if S <= FULL_ROWS else sorted(set(range(SAMPLE_ROWS)) | set(range(S - SAMPLE_ROWS, S)))
     flat = [t.reshape(-1, S, t.shape[-1]) for t in (out, q, k, v)]
     n = flat[1].shape[0]
     heads = range(n) if n <= CHECKED_HEADS else sorted({0, n // 2, n - 1})
