@@ -43,6 +43,10 @@ def _inputs(kind, M, V, dtype, seed):
 @pytest.mark.parametrize("kind", ("random", "huge", "equal", "argmin", "ignored"))
 @pytest.mark.parametrize("opts", range(len(OPTIONS)))
 def test_fused_against_float64(regime, kind, opts, monkeypatch):
+    """Loss, gradient and each row's lse against float64; a grid of 2 programs in every regime, so that each walks
+    several rows (a grid of one program a row had left the rows kernel's loop untested), and the lse unchecked
+    before (a kernel storing 0.9 lse passed)."""
+    monkeypatch.setattr(R, "FORCE_PROGRAMS", 2)
     if regime != "rows":
         for k, v in SPLIT.items():
             monkeypatch.setattr(R, k, v)
@@ -51,10 +55,13 @@ def test_fused_against_float64(regime, kind, opts, monkeypatch):
     x, t = _inputs(kind, 5, 37, torch.float32, opts)
     t = torch.where(t == -100, kw.get("ignore_index", -100), t)
     xg = x.clone().requires_grad_()
-    loss = ce.cross_entropy(xg, t, backend="triton", **kw)
+    loss, lse = ce.cross_entropy(xg, t, backend="triton", return_lse=True, **kw)
     loss.sum().backward()
     want_loss, want_grad = reference.cross_entropy(x, t, **kw)
+    cap = kw.get("softcap")
+    xd = x.double() if cap is None else cap * torch.tanh(x.double() / cap)
     tol = 1e-5 * (1e3 if kind == "huge" else 1)
+    np.testing.assert_allclose(lse.double().numpy(), torch.logsumexp(xd, 1).numpy(), rtol=1e-6, atol=tol)
     np.testing.assert_allclose(loss.detach().double().numpy(), want_loss, rtol=tol, atol=tol, equal_nan=True)
     np.testing.assert_allclose(xg.grad.double().numpy(), want_grad, rtol=2e-3 if kind == "huge" else 1e-4,
                                atol=tol * 1e-2)

@@ -181,10 +181,13 @@ def test_shapes_around_chunk(op, regime, seed):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_rows_several_rows_per_tile(op, seed):
-    """Small N packs many rows in one tile; M not a multiple of BLOCK_M; a partial last tile."""
+def test_rows_several_rows_per_tile(op, seed, monkeypatch):
+    """Small N packs several rows in one tile; M not a multiple of BLOCK_M; a partial last tile; tiles of 64 bytes,
+    so that the 2 programs walk 23 tiles each way round the persistent loop (one tile of 64 rows had left the loop's
+    second pass untested: a loop stopped after each program's first tile passed)."""
+    monkeypatch.setattr(R, "ROWS_TILE_BYTES", 64)
     cfg = R.rows_config(45, 5, F32)
-    assert cfg.BLOCK_M > 1
+    assert cfg.BLOCK_M == 2 and -(-45 // cfg.BLOCK_M) > R.FORCE_PROGRAMS
     for kind in ("normal", "masked", "nan"):
         report = check_variant(_variant(op, "rows"), 45, 5, F32, kind, seed)
         assert report.ok, f"{kind}: {report.message}"
