@@ -80,10 +80,17 @@ def test_adversarial_rows_along_any_dim(backend, log, dim, dtype):
     scale = np.abs(np.where(np.isfinite(want), want, 0.0)).max(axis=-1, keepdims=True) if log else None
     report = compare(rows(y), want, dtype, scale)
     assert report.ok, report.message
-    (dx,) = torch.autograd.grad(y, x, torch.ones_like(y))
-    dx = rows(dx)
-    assert (dx[0] == 0).all()
-    assert torch.isfinite(dx[[1, 2, 5, 6, 7]]).all()
+    # the gradient of a random dy against float64's from the same y (dy = ones had a softmax gradient of 0
+    # everywhere: an all-zero dx passed)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(9)).to(dtype)
+    (dx,) = torch.autograd.grad(y, x, dy)
+    bop = "log_softmax_backward" if log else "softmax_backward"
+    ins = (rows(y).detach(), rows(dy))
+    dx_want = reference.reference(bop, ins)
+    report = compare(rows(dx), dx_want, dtype, error_scale(bop, ins, dx_want))
+    assert report.ok, report.message
+    assert (rows(dx)[0] == 0).all()
+    assert torch.isfinite(rows(dx)[[1, 2, 5, 6, 7]]).all()
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
