@@ -34,6 +34,7 @@ CASES = [
     (2, 2, 1, 17, 64, 16, True),  # Sq < Sk
     (1, 2, 2, 64, 64, 32, False),  # whole tiles only
     (1, 3, 1, 1, 37, 16, True),  # one query (decoding) sees every key
+    (1, 4, 2, 33, 50, 16, False),  # grouped heads, not causal: dK/dV summed over the group in the usual order
 ]
 
 
