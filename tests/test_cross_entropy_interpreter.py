@@ -91,11 +91,19 @@ def test_loss_only_inplace_bf16_and_grad_mode(regime, monkeypatch):
 
 
 def test_scale_rows_skips_ones():
+    """Per-row factors, and a scalar one, through the kernel (unit-stride rows): the scalar path had no test (a
+    kernel that never applied a scalar passed). Skipping the rows whose factor is 1 saves traffic, not values:
+    only the values are checked."""
     from onlinesoftmax.engines.triton import cross_entropy as engine
 
     g = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     engine.scale_rows(g, torch.tensor([1.0, 2.0, 1.0]))
-    assert torch.equal(g, torch.tensor([[0, 1, 2, 3], [8, 10, 12, 14], [8, 9, 10, 11]], dtype=torch.float32))
+    want = torch.tensor([[0, 1, 2, 3], [8, 10, 12, 14], [8, 9, 10, 11]], dtype=torch.float32)
+    assert torch.equal(g, want)
+    engine.scale_rows(g, torch.tensor(0.5))
+    assert torch.equal(g, want * 0.5)
+    engine.scale_rows(g, torch.tensor(1.0))
+    assert torch.equal(g, want * 0.5)
 
 
 def test_target_out_of_range_flagged_by_the_kernel():
@@ -127,10 +135,18 @@ def test_linear_cross_entropy_triton(monkeypatch):
     np.testing.assert_allclose(a_w.grad.double().numpy(), b_w.grad.numpy(), rtol=1e-4, atol=1e-6)
 
 
-def test_shard_stats_match_the_reference_for_targets_in_other_shards():
+@pytest.mark.parametrize("regime", ("rows", "split"))
+def test_shard_stats_match_the_reference_for_targets_in_other_shards(regime, monkeypatch):
     """A shard's stats (vocab-parallel) carry the row sum whatever the options, and a target in a later shard whose
     local column falls in the kernel's padding (V_r .. the block) is no hit: x[target] = 0, not the padding's
-    -inf (which made the merged loss +inf)."""
+    -inf (which made the merged loss +inf). Both kernels (the split kernel's stats mode had no test: writing the
+    fused mode's row there passed), into buffers torch.empty fills with NaN."""
+    if regime == "split":
+        for k, v in SPLIT.items():
+            monkeypatch.setattr(R, k, v)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: (lambda t: t.fill_(float("nan")) if t.is_floating_point()
+                                                          else t)(empty(*a, **kw)))
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(4, 20, generator=gen)  # block 32: columns 20..31 are padding
     t = torch.tensor([1, 25, 35, -100])  # 25 and 35 belong to later shards
