@@ -25,6 +25,21 @@ def seed(request):
     return (SEED + sum(map(ord, request.node.nodeid))) % (1 << 31)
 
 
+@pytest.fixture
+def poisoned(monkeypatch):
+    """torch.empty, empty_like and Tensor.new_empty NaN-filled (floating dtypes) for the test: outputs a kernel
+    leaves unwritten show as NaN whatever the allocator hands back (zeros among them)."""
+    import torch
+
+    def poison(t):
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    empty, empty_like, new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: poison(empty(*a, **kw)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: poison(empty_like(*a, **kw)))
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **kw: poison(new_empty(self, *a, **kw)))
+
+
 @pytest.fixture(scope="module")
 def private_nvrtc_cache(tmp_path_factory):
     """Keep a test module's cubins out of ~/.cache: a fresh NVRTC disk cache for the module."""

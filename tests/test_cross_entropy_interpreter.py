@@ -136,7 +136,7 @@ def test_linear_cross_entropy_triton(monkeypatch):
 
 
 @pytest.mark.parametrize("regime", ("rows", "split"))
-def test_shard_stats_match_the_reference_for_targets_in_other_shards(regime, monkeypatch):
+def test_shard_stats_match_the_reference_for_targets_in_other_shards(regime, monkeypatch, poisoned):
     """A shard's stats (vocab-parallel) carry the row sum whatever the options, and a target in a later shard whose
     local column falls in the kernel's padding (V_r .. the block) is no hit: x[target] = 0, not the padding's
     -inf (which made the merged loss +inf). Both kernels (the split kernel's stats mode had no test: writing the
@@ -144,9 +144,6 @@ def test_shard_stats_match_the_reference_for_targets_in_other_shards(regime, mon
     if regime == "split":
         for k, v in SPLIT.items():
             monkeypatch.setattr(R, k, v)
-    empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *a, **kw: (lambda t: t.fill_(float("nan")) if t.is_floating_point()
-                                                          else t)(empty(*a, **kw)))
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(4, 20, generator=gen)  # block 32: columns 20..31 are padding
     t = torch.tensor([1, 25, 35, -100])  # 25 and 35 belong to later shards

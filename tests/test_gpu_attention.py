@@ -44,20 +44,10 @@ CASES = [
 ]
 
 
-@pytest.fixture
-def poisoned(monkeypatch):
-    """torch.empty, empty_like and Tensor.new_empty NaN-filled for the test: the kernels' outputs come from them
-    (engines/triton/attention.py), so that an element a kernel leaves unwritten fails whatever the allocator hands
-    back, the exact zeros of rows with no visible key among them. (Not for the torch.compile test, whose tracing
-    the patched functions would enter.)"""
-    empty, empty_like, new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
-
-    def poison(t):
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **kw: poison(empty(*a, **kw)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: poison(empty_like(*a, **kw)))
-    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **kw: poison(new_empty(self, *a, **kw)))
+# The tests taking conftest's `poisoned` fixture get the kernels' outputs (torch.empty / new_empty in
+# engines/triton/attention.py) NaN-filled, so that an element a kernel leaves unwritten fails whatever the allocator
+# hands back, the exact zeros of rows with no visible key among them (not the torch.compile test: its tracing would
+# enter the patched functions).
 
 
 def _inputs(B, H, Hkv, Sq, Sk, D, dtype, seed, magnitude=1.0, bshd=False):
