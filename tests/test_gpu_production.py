@@ -25,7 +25,8 @@ pytest.importorskip("cuda.core", reason="cuda-core not installed")
 
 from onlinesoftmax import reference as R  # noqa: E402
 from onlinesoftmax import registry  # noqa: E402
-from onlinesoftmax.harness.check import check_variant, compare, error_scale, run_checked  # noqa: E402
+from onlinesoftmax.harness.check import (check_variant, compare, compare_to_reference, error_scale,  # noqa: E402
+                                         run_checked)
 from onlinesoftmax.harness.inputs import kinds_for, make_inputs, out_shape  # noqa: E402
 from onlinesoftmax.runtime import nvrtc  # noqa: E402
 from onlinesoftmax import opdefs  # noqa: E402
@@ -132,17 +133,11 @@ def _ref_forward(x, dim, log):
     return torch.from_numpy(R.reference("log_softmax" if log else "softmax", (x,), dim))
 
 
-def _ref_backward(y, dy, dim, log):
-    return torch.from_numpy(R.reference("log_softmax_backward" if log else "softmax_backward", (y, dy), dim))
-
-
 def _backward_report(dx, y, dy, dim, log, dtype):
     """dx against float64 from the same y and dy along `dim`, each element's error measured against error_scale's
     (a scale of the whole tensor's largest |dy| or |dx| let an all-zero softmax dx pass on long rows and non-last
     dims, and a row's largest term hid a missing one of log_softmax's sum terms)."""
-    op = "log_softmax_backward" if log else "softmax_backward"
-    ref = _ref_backward(y, dy, dim, log).numpy()
-    return compare(dx, ref, dtype, error_scale(op, (y.cpu(), dy.cpu()), ref, dim % y.dim()))
+    return compare_to_reference("log_softmax_backward" if log else "softmax_backward", (y, dy), dx, dtype, dim)
 
 
 def _layouts(dtype):
