@@ -37,7 +37,7 @@ run_groups() {
   for i in "${!groups[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "${TEST_JOBS:-4}" ]; do wait -n; done
     ( echo "# pytest -m gpu ${groups[$i]}"
-      eval ONLINESOFTMAX_EVIDENCE="$OUT/$name" timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rs \
+      eval ONLINESOFTMAX_EVIDENCE="$OUT/$name" timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -m gpu -q -rfEs \
         -p no:cacheprovider "${groups[$i]}" ) >"$OUT/$name/group-$i.log" 2>&1 &
   done
   wait

@@ -286,7 +286,8 @@ def test_new_row_counts_reuse_one_entry_correctly(N, dtype, log):
         for bad in (_check_reference(f"M={M}", -1, x[r], dy[r], (y[r],), log),
                     _check_reference(f"M={M} backward", -1, x[r], dy[r], (y[r], dx[r]), log)):
             assert bad is None, bad
-    assert torch.equal(op(x, -1), y)  # the public op on the same entry: the same kernel, the same bits
+    bits = {2: torch.int16, 4: torch.int32}[dtype.itemsize]  # NaN rows: compare bits, as NaN != NaN
+    assert torch.equal(op(x, -1).view(bits), y.view(bits))  # the public op on the same entry: the same kernel
     assert sum(k[1] == N and k[-1] == 0 for k in E._fwd_rows._d) == 1  # one entry serves every M >= lo
 
 
