@@ -902,12 +902,18 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             for (int j = 0; j < E; j++) v[j] = os_exp_diff(v[j], st);
             d = os_sum_of<E>(v);
         } else {
-            float d0 = 0.0f, d1 = 0.0f;  // each exponential summed as it comes: summed from an array of them, the
-                                         // 16-bit log-softmax in 4 slots spilled 4-16 bytes at 48 registers
+            // log-softmax: v keeps x - st, the exponentials' own difference, so that each output is one subtraction
+            // (reg_y). Each exponential summed as it comes: summed from an array of them, the 16-bit log-softmax in
+            // 4 slots spilled 4-16 bytes at 48 registers
+            float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll
             for (int j = 0; j < E; j += 2) {
-                d0 += os_exp_diff(v[j], st);
-                if (j + 1 < E) d1 += os_exp_diff(v[j + 1], st);
+                v[j] -= st;
+                d0 += os_ex2(v[j] * OS_LOG2E);
+                if (j + 1 < E) {
+                    v[j + 1] -= st;
+                    d1 += os_ex2(v[j + 1] * OS_LOG2E);
+                }
             }
             d = d0 + d1;
         }
@@ -1017,13 +1023,17 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
             gt = g(os_exp_diff(xt, lse)) - scale * (1.0f - ce.eps);
         }
     }
-    // the forward's outputs of register slot k, from v (softmax: its exponentials)
+    // the forward's outputs of register slot k, from v (softmax: its exponentials; log-softmax: x - st, st the
+    // thread's shift, so y = (x - st) - lc with lc = (sh - st) + ld, both terms <= 0 <= lc: one subtraction an
+    // element, where (x - sh) - ld took two; an empty row's lc is +inf, an empty thread's v -inf: y = -inf)
+    float lc = 0.0f;
+    if constexpr (OP == 1) lc = (o.sh - os_safe_shift(mt)) + o.ld;
     auto reg_y = [&](int k, float* y) {
         if constexpr (op::FWD) {
 #pragma unroll
             for (int j = 0; j < W; j++) {
                 if constexpr (OP == OP_CE) y[j] = ge(v[k * W + j]);
-                else y[j] = OP == 0 ? v[k * W + j] * f : (v[k * W + j] - o.sh) - o.ld;
+                else y[j] = OP == 0 ? v[k * W + j] * f : v[k * W + j] - lc;
             }
         }
     };
