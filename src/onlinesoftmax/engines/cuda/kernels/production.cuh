@@ -9,6 +9,7 @@
 #include "../../../state.cuh"
 
 #define OS_LOG2E 1.4426950408889634f
+#define OS_LN2 0.6931471805599453f
 #define OS_POS_INF __int_as_float(0x7f800000)
 
 // ---- types and conversions -------------------------------------------------------------------
@@ -263,6 +264,15 @@ __device__ __forceinline__ float os_rcp(float d) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
     return r;
+}
+
+// log d for d in [1, 2^31] or NaN (a row's normaliser; +inf for +inf) through lg2.approx: an absolute error of
+// 2^-22 in log2 d below d = 2, a relative one of 2^-22 above; d, an fp32 sum whose largest term is 1, is already
+// 2^-24 off near 1 for each term. Three instructions where logf takes about 25 (16-bit outputs only: log_softmax).
+__device__ __forceinline__ float os_log_approx(float d) {
+    float l;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(d));
+    return l * OS_LN2;
 }
 
 // exp(x - s) = 2^((x - s) * log2 e): the difference first, so x and s near FLT_MAX cannot overflow;

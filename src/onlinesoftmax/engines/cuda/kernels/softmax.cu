@@ -93,15 +93,18 @@ enum {
 // Forward output parameters from a row's final (m, d).
 //  softmax:     y = e * f with e = exp(x - st) (thread shift st = shift of the thread's own max mt),
 //               f = exp(mt - s) / d; or y = exp(x - s) * inv when recomputed from x.
-//  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf.
-template <int OP> struct fwd_out {
+//  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf. ld = log d: logf for
+//               fp32 outputs; for 16-bit ones (HALF) os_log_approx, whose error stays below their rounding but
+//               near y = 0, where d's own is of its order: logf's 25 instructions were a sixth of a 16-bit row of
+//               129's (the flat kernel, 16 lanes a row), about one an element in the block kernels' 3 slots
+template <int OP, bool HALF = false> struct fwd_out {
     float s, inv, sh, ld;
     __device__ __forceinline__ fwd_out(float m, float d) {
         s = os_safe_shift(m);
         inv = d == 0.0f ? 0.0f : os_rcp(d);  // os_safe_inv; d is 0, NaN or in [1, N]: no slow path needed
         const bool empty = d == 0.0f;
         sh = empty ? OS_POS_INF : s;
-        ld = empty ? 0.0f : logf(d);
+        ld = empty ? 0.0f : HALF ? os_log_approx(d) : logf(d);
     }
     // y recomputed from x
     __device__ __forceinline__ float of_x(float x) const { return y_of_x(x, s, inv, sh, ld); }
@@ -203,7 +206,7 @@ template <int OP, int DT, int W, int DTO = DT> struct op_traits {
     struct no_params {
         __device__ __forceinline__ no_params(float, float) {}
     };
-    typedef typename os_cond<FWD, fwd_out<EXP ? 0 : 1>, no_params>::type out_params;
+    typedef typename os_cond<FWD, fwd_out<EXP ? 0 : 1, DTO != 0>, no_params>::type out_params;
 
     // Access i of the inputs at element pointers pa, pb: a into ra and, backward, b into rb. LAST: the data's last
     // read, with ld.global.cs (evict-first).
