@@ -279,10 +279,19 @@ __device__ __forceinline__ float os_log_approx(float d) {
 // exp(-inf) = 0 and exp(0) = 1 exactly.
 __device__ __forceinline__ float os_exp_diff(float x, float s) { return os_ex2((x - s) * OS_LOG2E); }
 
+// The float whose bits are the larger of a's and b's as unsigned integers: PTX, as NVVM may turn an unsigned max
+// into a compare and a select (a predicate; see softmax.cu's bwd_acc).
+__device__ __forceinline__ float os_any_bits(float a, float b) {
+    unsigned r;
+    asm("max.u32 %0, %1, %2;" : "=r"(r) : "r"(__float_as_uint(a)), "r"(__float_as_uint(b)));
+    return __uint_as_float(r);
+}
+
 // The pair (a, b) every reduction carries, by kind RED:
 //   OS_RED_MD       (m, d): online-softmax states, merged as below; identity (-inf, 0)
 //   OS_RED_SUM      (sum, unused): b is neither shuffled nor combined
-//   OS_RED_SUM_ANY  (sum, flag): a sums, b keeps the max (flags of 0 or 1: "any")
+//   OS_RED_SUM_ANY  (sum, flag): a sums, b keeps the largest bits (os_any_bits: "any" of flags whose bits are 0 or
+//                   not; the identity 0.0f)
 //   OS_RED_MAX      (max, unused)
 enum { OS_RED_MD, OS_RED_SUM, OS_RED_SUM_ANY, OS_RED_MAX };
 template <int RED> __device__ __forceinline__ float os_id_a() {
@@ -302,7 +311,7 @@ template <int RED> __device__ __forceinline__ void os_combine(float& a, float& b
         a = fmaxf(a, a2);
     } else {
         a += a2;
-        if constexpr (RED == OS_RED_SUM_ANY) b = fmaxf(b, b2);
+        if constexpr (RED == OS_RED_SUM_ANY) b = os_any_bits(b, b2);
     }
 }
 

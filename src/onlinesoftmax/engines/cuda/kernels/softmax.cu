@@ -119,19 +119,19 @@ template <int OP> __device__ __forceinline__ void bwd_acc(float y, float dy, flo
         a = fmaf(y, dy, a);
     } else {
         a += dy;
-        // b: any y != -inf (NaN counts as alive: the row's output is NaN, as the reference's), a 0 / 1 float made
-        // without a predicate: ptxas combined a compare's predicate with the access's bounds test and placed it
-        // right after that access's load, so each load waited for the one before (log_softmax backward at 38-67% of
-        // copy where softmax's ran at 86-100%). The min is PTX: NVVM turns min(bits ^ -inf, 1) back into a compare.
-        unsigned live;
-        asm("min.u32 %0, %1, 1;" : "=r"(live) : "r"(__float_as_uint(y) ^ 0xff800000u));  // 0 iff y is -inf
-        b = fmaxf(b, __uint_as_float(live * 0x3f800000u));
+        // b: any y != -inf (NaN counts as alive: the row's output is NaN, as the reference's), the bits of a float
+        // whose bits are the largest of bits(y) ^ bits(-inf), 0 iff every y is -inf (os_any_bits; the reductions
+        // take the same unsigned max, OS_RED_SUM_ANY). Two instructions an element, without a predicate: ptxas
+        // combined a compare's predicate with the access's bounds test and placed it right after that access's
+        // load, so each load waited for the one before (log_softmax backward at 38-67% of copy where softmax's ran
+        // at 86-100%); a 0 / 1 float from min(bits ^ -inf, 1) took four
+        b = os_any_bits(b, __uint_as_float(__float_as_uint(y) ^ 0xff800000u));
     }
 }
 
 template <int OP> __device__ __forceinline__ float bwd_out(float y, float dy, float a, float b) {
     if constexpr (OP == 2) return y * (dy - a);
-    else return b > 0.0f ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
+    else return __float_as_uint(b) != 0u ? dy - os_ex2(y * OS_LOG2E) * a : 0.0f;
 }
 
 // An element beside the row that adds nothing to the backward's pair (a, b): y * dy = 0 (softmax); dy = 0 and y = -inf,
