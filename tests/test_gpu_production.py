@@ -472,6 +472,42 @@ def test_window_path_any_n_any_offset(dtype, log):
     assert not failures, "\n".join(failures)
 
 
+def test_fp32_log_softmax_backward_realigning_windows_past_6_slots():
+    """plan.REALIGN_WIDE_SLOTS: an fp32 log-softmax backward row that 8 CTAs hold in 7 shared-memory slots each (N from
+    163838 to 180221 on the window path) runs on 16 CTAs where its out rows (P = 2: y and dy sliced alike) or dy
+    (P = 3: y fresh) start elsewhere than y's, whose static exchange left one CTA of 8 an SM; at 6 slots on 8.
+    Many rows (not the few-rows rule), NaN-poisoned outputs, adversarial rows of y (an outlier, all -inf but one,
+    all -inf, a NaN), against float64."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    M = 24  # x 8 CTAs > the SMs
+    failures = []
+    for N, ctas in ((163837, 8), (165001, 16), (180221, 16)):
+        x = torch.randn(M, N, generator=g, device="cuda") * 3
+        x[0, 7] = 1e4
+        y_ref = torch.log_softmax(x, 1)
+        y_ref[1] = float("-inf")
+        y_ref[1, N // 2] = 0.0
+        y_ref[2] = float("-inf")
+        y_ref[3, 11] = float("nan")
+        for window in (2, 3):
+            y = _at_offset(M, N + 1, torch.float32, 0, g)[:, 1:] if window == 2 else torch.empty_like(y_ref)
+            y.copy_(y_ref)
+            dy = _at_offset(M, N + 1, torch.float32, 0, g)[:, 1:]
+            out = torch.full((M, N), float("nan"), device="cuda")
+            p = E.plan_for("log_softmax_backward", y, dy, dim=1, out=out)
+            if (p.window, p.launches[0].cluster) != (window, ctas):
+                failures.append(f"N = {N}, P = {window}: plan {p.launches[0].kernel} on {p.launches[0].cluster} CTAs")
+                continue
+            E.backward(y, dy, out, 1, True)
+            torch.cuda.synchronize()
+            ins = (y.cpu(), dy.cpu())
+            ref = R.log_softmax_backward(*ins)
+            rep = compare(out, ref, torch.float32, error_scale("log_softmax_backward", ins, ref))
+            if not rep.ok:
+                failures.append(f"N = {N}, P = {window}: {rep.message}")
+    assert not failures, "\n".join(failures)
+
+
 # ---- the fused cast: 16-bit in, float32 out (softmax(x, dim, dtype=torch.float32)) ------------------------------
 
 

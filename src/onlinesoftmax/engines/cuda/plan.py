@@ -95,6 +95,9 @@ MAX_CLUSTER = 16  # 16 needs the non-portable cluster attribute (fp32 backward r
 # fp32 backward: the most shared-memory slots a CTA of a cluster of 8 takes before the plan goes to 16 CTAs
 # (wide_slots); at 7, two 512-thread CTAs still fit an SM (7 x 16 KB of y and dy each, + 1 KB reserved: 226 of its 228 KB)
 BWD_WIDE_SLOTS = {"softmax_backward": 6, "log_softmax_backward": 7}
+# ... if their static shared memory stays within the last 1 KB: the windows that realign (P = 2 and 3) declare
+# 2.2-3 KB beside the slots (softmax.cu's xch), so at 7 slots only one CTA fits an SM; they stop at 6
+REALIGN_WIDE_SLOTS = 6
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
 #                        are latency-bound either way
 FEW_ROWS_CTAS_PER_SM = 2  # few rows: clusters sized for about this many CTAs per SM
@@ -385,7 +388,7 @@ def smem_cluster(op: str, dtype, W: int, N: int) -> int:
     return pow2ceil(cdiv(N, row_capacity(op, dtype, W)))
 
 
-def wide_slots(op: str, dtype, W: int, N: int) -> int:
+def wide_slots(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     """Shared-memory slots a CTA of a cluster of PORTABLE_CLUSTER takes for an fp32 backward row beyond that cluster's
     capacity at smem_slots (above 147456 elements), where at most BWD_WIDE_SLOTS[op] hold it; else 0 (16 CTAs, or
     not such a row). Timed on the H200 (tune_rows.py --force, h200-tune-bwd-wide-3779569.txt, % of copy, softmax /
@@ -395,11 +398,15 @@ def wide_slots(op: str, dtype, W: int, N: int) -> int:
     slots -> 16 CTAs, log-softmax backward: 180225 78.2 -> 80.3, 196608 84.2 -> 84.2, 200003 79.8 -> 83.0, 229376
     84.1 -> 87.3, 245760 85.5 -> 87.2, 262144 87.5 -> 86.2; softmax backward +0.4 to +9.5; at 7 slots, 172032, the
     8 CTAs' 93.6 against 80.5 for log-softmax, 94.6 against 95.9 for softmax). Clusters of 16 are resident 14 at a
-    time, 224 of the 264 CTA slots (docs/tuning.md)."""
+    time, 224 of the 264 CTA slots (docs/tuning.md). P: the window (plan's window); those that realign (2, 3) stop
+    at REALIGN_WIDE_SLOTS, as their static exchange beside 7 slots leaves one CTA of 8 an SM (ptxas: 2224 and
+    2960 bytes; tests/test_production_compile.py's occupancy test reads it for every row kernel). Not timed yet
+    against the 8 CTAs of one an SM it replaces."""
     if not (OPS[op].backward and dtype == torch.float32 and W > 1) or smem_cluster(op, dtype, W, N) <= PORTABLE_CLUSTER:
         return 0
     slots = cdiv(cdiv(cdiv(N, W), PORTABLE_CLUSTER), ROW_MAX_THREADS) - reg_slots(op, dtype, W)
-    return slots if slots <= BWD_WIDE_SLOTS[op] else 0
+    most = BWD_WIDE_SLOTS[op] if P < 2 else min(BWD_WIDE_SLOTS[op], REALIGN_WIDE_SLOTS)
+    return slots if slots <= most else 0
 
 
 def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
@@ -417,7 +424,7 @@ def cluster_size(op: str, dtype, W: int, N: int, P: int = 0) -> int:
     points on odd N, at partly filled shares (12289, 50001, 100003: 3.0-3.05 slots) and at one smem slot used of
     five (65537, 131071), and gained at fp32 32001; the registers-only form with the fill condition was not timed
     there."""
-    if wide_slots(op, dtype, W, N):
+    if wide_slots(op, dtype, W, N, P):
         return PORTABLE_CLUSTER
     c = smem_cluster(op, dtype, W, N)
     if OPS[op].backward and W > 1 and P == 0:
@@ -457,7 +464,7 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0)
     # than 8 holding more each, as every few-row plan takes a wider cluster (h200-tune-bwd-wide-3779569.txt,
     # log-softmax backward, % of copy, 8 CTAs against 16: 17 rows 41 / 43 against 47 / 49, timed at 10 / 12 slots;
     # 66 rows of 163844, not few, at 7 slots 62 against 58)
-    wide = wide_slots(op, dtype, W, N)
+    wide = wide_slots(op, dtype, W, N, P)
     if wide and M * need < sms:
         return smem_cluster(op, dtype, W, N), ROW_MAX_THREADS, smem_slots(op, dtype, W)
     return need, ROW_MAX_THREADS, wide or smem_slots(op, dtype, W)
