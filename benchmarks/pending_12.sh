@@ -51,7 +51,7 @@ case "$stage" in
             "$P -k 'window_path and float16-log_softmax and not bfloat16'"
             "$P -k 'variant_matches and log_softmax and float32'" "$P -k 'variant_matches and log_softmax and bfloat16'"
             "$P -k 'variant_matches and log_softmax and float16 and not bfloat16'"
-            "$P -k 'realigning_windows or layouts or long_rows or fused_cast or automatic_plans'")
+            "$P -k 'realigning_windows or near_one_hot or layouts or long_rows or fused_cast or automatic_plans'")
     for i in "${!groups[@]}"; do
       while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n; done
       ( echo "# pytest -m gpu ${groups[$i]}"

@@ -11,6 +11,7 @@ The instantiations the variant checks use are compiled up front in parallel (sam
 run-time path), so a cold NVRTC cache costs seconds, not minutes.
 """
 
+import math
 import os
 
 import numpy as np
@@ -477,11 +478,12 @@ def test_fp32_log_softmax_backward_realigning_windows_past_6_slots():
     163838 to 180221 on the window path) runs on 16 CTAs where its out rows (P = 2: y and dy sliced alike) or dy
     (P = 3: y fresh) start elsewhere than y's, whose static exchange left one CTA of 8 an SM; at 6 slots on 8.
     Many rows (not the few-rows rule), NaN-poisoned outputs, adversarial rows of y (an outlier, all -inf but one,
-    all -inf, a NaN), against float64."""
+    all -inf, a NaN; -inf but for a NaN with its sign bit set, a +inf or a -0.0: rows alive whose flag's bits
+    (bwd_acc) read as a subnormal, -0.0 and +inf), against float64."""
     g = torch.Generator(device="cuda").manual_seed(11)
     M = 24  # x 8 CTAs > the SMs
     failures = []
-    for N, ctas in ((163837, 8), (165001, 16), (180221, 16)):
+    for N, ctas, sslots in ((163837, 8, 6), (165001, 16, None), (180221, 16, None)):
         x = torch.randn(M, N, generator=g, device="cuda") * 3
         x[0, 7] = 1e4
         y_ref = torch.log_softmax(x, 1)
@@ -489,14 +491,19 @@ def test_fp32_log_softmax_backward_realigning_windows_past_6_slots():
         y_ref[1, N // 2] = 0.0
         y_ref[2] = float("-inf")
         y_ref[3, 11] = float("nan")
+        y_ref[4:7] = float("-inf")
+        y_ref.view(torch.int32)[4, N - 2] = -0x400000  # a NaN, bits 0xffc00000
+        y_ref[5, 3] = float("inf")
+        y_ref[6, N // 3] = -0.0
         for window in (2, 3):
             y = _at_offset(M, N + 1, torch.float32, 0, g)[:, 1:] if window == 2 else torch.empty_like(y_ref)
             y.copy_(y_ref)
             dy = _at_offset(M, N + 1, torch.float32, 0, g)[:, 1:]
             out = torch.full((M, N), float("nan"), device="cuda")
             p = E.plan_for("log_softmax_backward", y, dy, dim=1, out=out)
-            if (p.window, p.launches[0].cluster) != (window, ctas):
-                failures.append(f"N = {N}, P = {window}: plan {p.launches[0].kernel} on {p.launches[0].cluster} CTAs")
+            (l,) = p.launches
+            if (p.window, l.cluster) != (window, ctas) or (sslots and int(l.kernel.split(",")[5]) != sslots):
+                failures.append(f"N = {N}, P = {window}: plan {l.kernel} on {l.cluster} CTAs")
                 continue
             E.backward(y, dy, out, 1, True)
             torch.cuda.synchronize()
@@ -506,6 +513,34 @@ def test_fp32_log_softmax_backward_realigning_windows_past_6_slots():
             if not rep.ok:
                 failures.append(f"N = {N}, P = {window}: {rep.message}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_log_softmax_16bit_rows_near_one_hot(dtype):
+    """16-bit log-softmax outputs take log d through lg2.approx (production.cuh's os_log_approx): rows whose largest
+    element leaves d - 1 between about 1e-8 and 1e-3 (their largest log-probability just below 0) in every forward
+    regime (flat, warp, block, block with shared memory, a cluster, few rows), NaN-poisoned outputs: no output
+    above 0, and each within the checker's tolerance of float64."""
+    g = torch.Generator(device="cuda").manual_seed(13)
+    failures, regimes = [], set()
+    for M, N in ((20000, 129), (600, 1000), (300, 4097), (200, 40000), (140, 131071), (8, 131071)):
+        x = torch.randn(M, N, generator=g, device="cuda") * 0.5
+        hot = torch.randint(0, N, (M,), generator=g, device="cuda")
+        lift = math.log(N) + 7 + 11 * torch.rand(M, generator=g, device="cuda")  # exp(-lift) * N in 1e-8 .. 1e-3
+        x[torch.arange(M, device="cuda"), hot] += lift
+        x = x.to(dtype)
+        out = torch.full_like(x, float("nan"))
+        regime = E.plan_for("log_softmax", x, dim=1, out=out).regime
+        regimes.add(regime)
+        E.forward(x, out, 1, True)
+        torch.cuda.synchronize()
+        if not (out <= 0).all():
+            failures.append(f"{M} x {N} ({regime}): {int((out > 0).sum())} outputs above 0, {int(out.isnan().sum())} NaN")
+        rep = compare(out, _ref_forward(x, 1, True).numpy(), dtype)
+        if not rep.ok:
+            failures.append(f"{M} x {N} ({regime}): {rep.message}")
+    assert not failures, "\n".join(failures)
+    assert regimes == {"flat", "warp", "block", "cluster"}, regimes
 
 
 # ---- the fused cast: 16-bit in, float32 out (softmax(x, dim, dtype=torch.float32)) ------------------------------

@@ -268,11 +268,13 @@ __device__ __forceinline__ float os_rcp(float d) {
 
 // log d for d in [1, 2^31] or NaN (a row's normaliser; +inf for +inf) through lg2.approx: an absolute error of
 // 2^-22 in log2 d below d = 2, a relative one of 2^-22 above; d, an fp32 sum whose largest term is 1, is already
-// 2^-24 off near 1 for each term. Three instructions where logf takes about 25 (16-bit outputs only: log_softmax).
+// 2^-24 off near 1 for each term. Held at 0 from below (d >= 1: an error below 0 would make the row's largest
+// log-probability positive), NaN kept. A few instructions where logf takes about 25 (16-bit outputs only).
 __device__ __forceinline__ float os_log_approx(float d) {
     float l;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(d));
-    return l * OS_LN2;
+    asm("max.NaN.f32 %0, %1, 0f00000000;" : "=f"(l) : "f"(l * OS_LN2));
+    return l;
 }
 
 // exp(x - s) = 2^((x - s) * log2 e): the difference first, so x and s near FLT_MAX cannot overflow;
@@ -280,7 +282,8 @@ __device__ __forceinline__ float os_log_approx(float d) {
 __device__ __forceinline__ float os_exp_diff(float x, float s) { return os_ex2((x - s) * OS_LOG2E); }
 
 // The float whose bits are the larger of a's and b's as unsigned integers: PTX, as NVVM may turn an unsigned max
-// into a compare and a select (a predicate; see softmax.cu's bwd_acc).
+// into a compare and a select (a predicate; see softmax.cu's bwd_acc). Such a flag's bits may read as a NaN, a
+// subnormal or -0.0: it is only moved, shuffled, selected and tested as bits, never compared or computed as a float.
 __device__ __forceinline__ float os_any_bits(float a, float b) {
     unsigned r;
     asm("max.u32 %0, %1, %2;" : "=r"(r) : "r"(__float_as_uint(a)), "r"(__float_as_uint(b)));

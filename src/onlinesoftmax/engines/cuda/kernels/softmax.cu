@@ -94,9 +94,10 @@ enum {
 //  softmax:     y = e * f with e = exp(x - st) (thread shift st = shift of the thread's own max mt),
 //               f = exp(mt - s) / d; or y = exp(x - s) * inv when recomputed from x.
 //  log_softmax: y = (x - sh) - ld; an empty row (d == 0) gets sh = +inf, ld = 0: y = -inf. ld = log d: logf for
-//               fp32 outputs; for 16-bit ones (HALF) os_log_approx, whose error stays below their rounding but
-//               near y = 0, where d's own is of its order: logf's 25 instructions were a sixth of a 16-bit row of
-//               129's (the flat kernel, 16 lanes a row), about one an element in the block kernels' 3 slots
+//               fp32 outputs; for 16-bit ones (HALF, through op_traits) os_log_approx, whose error stays below their
+//               rounding but near y = 0, where d's own is of its order: logf's 25 instructions were a sixth of a
+//               16-bit row of 129's (the flat kernel, 16 lanes a row), about one an element in the block kernels' 3
+//               slots. The columns and strided kernels build fwd_out<OP> and keep logf.
 template <int OP, bool HALF = false> struct fwd_out {
     float s, inv, sh, ld;
     __device__ __forceinline__ fwd_out(float m, float d) {
