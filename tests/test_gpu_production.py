@@ -519,28 +519,34 @@ def test_fp32_log_softmax_backward_realigning_windows_past_6_slots():
 def test_log_softmax_16bit_rows_near_one_hot(dtype):
     """16-bit log-softmax outputs take log d through lg2.approx (production.cuh's os_log_approx): rows whose largest
     element leaves d - 1 between about 1e-8 and 1e-3 (their largest log-probability just below 0) in every forward
-    regime (flat, warp, block, block with shared memory, a cluster, few rows), NaN-poisoned outputs: no output
-    above 0, and each within the checker's tolerance of float64."""
+    regime (flat, warp, block, block with shared memory, a cluster, few rows; over dim 1 of (B, N, inner): strided,
+    scalar and vector, and chan), NaN-poisoned outputs: no output above 0, and each within the checker's tolerance
+    of float64."""
     g = torch.Generator(device="cuda").manual_seed(13)
     failures, regimes = [], set()
-    for M, N in ((20000, 129), (600, 1000), (300, 4097), (200, 40000), (140, 131071), (8, 131071)):
+    # (M, N, B): M rows of N; B: the same rows as B x (N, M / B), the softmax over dim 1
+    for M, N, B in ((20000, 129, 0), (600, 1000, 0), (300, 4097, 0), (200, 40000, 0), (140, 131071, 0),
+                    (8, 131071, 0), (300, 4097, 1), (8192, 1000, 2), (2048, 150, 8)):
         x = torch.randn(M, N, generator=g, device="cuda") * 0.5
         hot = torch.randint(0, N, (M,), generator=g, device="cuda")
         lift = math.log(N) + 7 + 11 * torch.rand(M, generator=g, device="cuda")  # exp(-lift) * N in 1e-8 .. 1e-3
         x[torch.arange(M, device="cuda"), hot] += lift
         x = x.to(dtype)
+        if B:
+            x = x.view(B, M // B, N).transpose(1, 2).contiguous()
         out = torch.full_like(x, float("nan"))
         regime = E.plan_for("log_softmax", x, dim=1, out=out).regime
         regimes.add(regime)
         E.forward(x, out, 1, True)
         torch.cuda.synchronize()
+        label = f"{tuple(x.shape)} ({regime})"
         if not (out <= 0).all():
-            failures.append(f"{M} x {N} ({regime}): {int((out > 0).sum())} outputs above 0, {int(out.isnan().sum())} NaN")
+            failures.append(f"{label}: {int((out > 0).sum())} outputs above 0, {int(out.isnan().sum())} NaN")
         rep = compare(out, _ref_forward(x, 1, True).numpy(), dtype)
         if not rep.ok:
-            failures.append(f"{M} x {N} ({regime}): {rep.message}")
+            failures.append(f"{label}: {rep.message}")
     assert not failures, "\n".join(failures)
-    assert regimes == {"flat", "warp", "block", "cluster"}, regimes
+    assert regimes == {"flat", "warp", "block", "cluster", "strided", "chan"}, regimes
 
 
 # ---- the fused cast: 16-bit in, float32 out (softmax(x, dim, dtype=torch.float32)) ------------------------------

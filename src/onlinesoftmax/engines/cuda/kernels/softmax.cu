@@ -97,8 +97,8 @@ enum {
 //               fp32 outputs; for 16-bit ones (HALF, through op_traits) os_log_approx, whose error stays below their
 //               rounding but near y = 0, where d's own is of its order: logf's 25 instructions were a sixth of a
 //               16-bit row of 129's (the flat kernel, 16 lanes a row), about one an element in the block kernels' 3
-//               slots. The columns and strided kernels build fwd_out<OP> and keep logf.
-template <int OP, bool HALF = false> struct fwd_out {
+//               slots; the columns and strided kernels (their output's type is DT's) alike.
+template <int OP, bool HALF> struct fwd_out {
     float s, inv, sh, ld;
     __device__ __forceinline__ fwd_out(float m, float d) {
         s = os_safe_shift(m);
@@ -1620,7 +1620,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     float f[W], sh[W], ld[W], s[W], inv[W];
 #pragma unroll
     for (int j = 0; j < W; j++) {
-        const fwd_out<OP> q(fin_m[tx * W + j], fin_d[tx * W + j]);
+        const fwd_out<OP, DT != 0> q(fin_m[tx * W + j], fin_d[tx * W + j]);
         s[j] = q.s;
         inv[j] = q.inv;
         sh[j] = q.sh;
@@ -1983,7 +1983,7 @@ __device__ __forceinline__ void strided_body(const void* __restrict__ a, const v
 #pragma unroll
         for (int j = 0; j < W; j++) {
             if constexpr (op::FWD) {
-                const fwd_out<OP> q(sh_a[tx * W + j], sh_b[tx * W + j]);
+                const fwd_out<OP, DT != 0> q(sh_a[tx * W + j], sh_b[tx * W + j]);
                 s[j] = q.s;
                 inv[j] = q.inv;
                 sh[j] = q.sh;
@@ -2006,7 +2006,8 @@ __device__ __forceinline__ void strided_body(const void* __restrict__ a, const v
                     op::io::unpack(ra[u], x);  // x, or y for the backward
                     if constexpr (op::FWD) {
 #pragma unroll
-                        for (int j = 0; j < W; j++) y[j] = fwd_out<OP>::y_of_x(x[j], s[j], inv[j], sh[j], ld[j]);
+                        for (int j = 0; j < W; j++)
+                            y[j] = fwd_out<OP, DT != 0>::y_of_x(x[j], s[j], inv[j], sh[j], ld[j]);
                     } else {
                         float dy[W];
                         op::io::unpack(rb[u], dy);
