@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # The GPU run that decides the pending/issue12-gpu branch (issue 12), on the lent H200 from the repository root of
 # a checkout of the branch's tip (the package from src/), one stage a call:
-#   bash benchmarks/pending_12.sh fwd | bwd | check | sanitize          results under $OUT (a .tgz a stage)
+#   bash benchmarks/pending_12.sh fwd | bwd | check | sanitize | triton   results under $OUT (a .tgz a stage)
 # Its trees are git-ignored folders carried with the call (carry: [".wt-base", ".wt-A", ".wt-AB", ".wt-ABC"]),
-# each the src/ of one commit, made before it here:
-#   for t in base=7110b17 A=e15a228 AB=f36e7d1 ABC=c10f6f8; do
-#     rm -rf .wt-${t%%=*} && mkdir .wt-${t%%=*} && git archive ${t#*=} src | tar x -C .wt-${t%%=*}; done
+# each the src/ of one commit of the branch (found by subject, so a rebase keeps them), made here first:
+#   bash benchmarks/pending_12.sh trees
 # fwd: the log-softmax forward, main -> A (one subtraction an output) -> AB (lg2.approx for 16-bit outputs): the
 #      public grid's N where it is short, every dtype (benchmarks/ab.sh), and x[:, 1:] rows (sliced_rows.py)
 # bwd: the log-softmax backward, AB -> ABC (the alive flag as an unsigned max); then ABC -> the tip (D,
 #      plan.REALIGN_WIDE_SLOTS) on fp32 rows of 160001-180000 sliced (P = 2) and with y fresh (P = 3)
 # check: the GPU tests of what changed (window path and variants of both log ops, every dtype; D's own test)
+#        (main's tests made able to fail run apart, from main: bash benchmarks/device.sh hardened)
 # sanitize: compute-sanitizer over sanitize_driver.py --window and --regime flat (the tip)
+# triton: tune_triton.py --quick (main's): the rows regime persistent / unpipelined / one tile a program
+# Order, within one session's 30 device-minutes (~1800 s with the starts): main's `device.sh hardened` (~540 s,
+# from main), then fwd (~400) and check (~540) here; bwd (~300), triton (~300) and sanitize (~560) in the next
+# session; merge to main only what wins and passes.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-stage=${1:?fwd, bwd, check or sanitize}
+stage=${1:?trees, fwd, bwd, check, sanitize or triton}
+if [ "$stage" = trees ]; then  # here, not on the device: base = where the branch leaves main, then its commits
+  pick() { git log --format=%h -F --grep="$1" main..HEAD | tail -1; }
+  for t in base=$(git merge-base main HEAD) A=$(pick 'v keeps x - st, each output one subtraction') \
+           AB=$(pick '16-bit log-softmax: log d through lg2.approx (pending a GPU A/B)') \
+           ABC=$(pick 'the alive flag as an unsigned max of bits'); do
+    [ -n "${t#*=}" ] || { echo "no commit for ${t%%=*}" >&2; exit 1; }
+    rm -rf ".wt-${t%%=*}" && mkdir ".wt-${t%%=*}" && git archive "${t#*=}" src | tar x -C ".wt-${t%%=*}"
+    echo ".wt-${t%%=*}: $(git log -1 --format='%h %s' "${t#*=}")"
+  done
+  exit 0
+fi
 R=$OUT/$stage
 mkdir -p "$R"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv
@@ -62,6 +77,9 @@ case "$stage" in
     for i in "${!groups[@]}"; do echo "${groups[$i]}: $(grep -E ' in [0-9.]+s' "$R/group-$i.log" | tail -1)"; done \
       | tee "$R/summary.txt"
     grep -h -E '^(FAILED|ERROR)' "$R"/group-*.log | tee -a "$R/summary.txt"
+    ;;
+  triton)
+    (PYTHONPATH=src timeout 400 python3 benchmarks/tune_triton.py --quick 2>&1 | tee "$R/tune-triton.txt")
     ;;
   sanitize)
     OUT=$R/window timeout 280 bash benchmarks/sanitize.sh --window
