@@ -70,7 +70,7 @@ case "$stage" in
     for i in "${!groups[@]}"; do
       while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n; done
       ( echo "# pytest -m gpu ${groups[$i]}"
-        eval PYTHONPATH=src ONLINESOFTMAX_CACHE=/tmp/osm-cache timeout 540 python3 -m pytest -m gpu -q -rs \
+        eval PYTHONPATH=src ONLINESOFTMAX_CACHE=/tmp/osm-cache timeout 540 python3 -m pytest -m gpu -q -rfEs \
           -p no:cacheprovider "${groups[$i]}" ) >"$R/group-$i.log" 2>&1 &
     done
     wait
