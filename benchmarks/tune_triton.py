@@ -27,13 +27,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def rows_settings():
-    """Tiles (bytes of one input, either dtype), warps (times the rules'), and the grid: persistent (SMs x occupancy
-    programs walking the tiles) with the next tile pipelined through shared memory (the rules'), persistent loading
-    straight to registers, or one tile a program straight to registers (FORCE_PROGRAMS unbounded, as Liger's and
-    Inductor's kernels run; docs/tuning.md suspects the persistent grid of the rows regime's 88-91% fp32)."""
+    """Tiles (bytes of one input, either dtype), warps (times the rules'), and the grid: one tile a program straight
+    to registers (the rules', as Liger's and Inductor's kernels run), or persistent (SMs x occupancy programs walking
+    the tiles) with the next tile pipelined through shared memory or loading straight to registers."""
     base = R.num_warps_for
-    grids = {"": {}, " unpipelined": dict(ROWS_PIPELINE_BYTES=0),
-             " one tile a program": dict(ROWS_PIPELINE_BYTES=0, FORCE_PROGRAMS=2**31 - 1)}
+    grids = {"": {}, " persistent": dict(ROWS_PERSISTENT=True),
+             " persistent unpipelined": dict(ROWS_PERSISTENT=True, ROWS_PIPELINE_BYTES=0)}
     for tile, scale, grid in itertools.product((8 << 10, 16 << 10, 32 << 10), (0.5, 1, 2), grids):
         yield f"rows tile={tile >> 10}K warps x{scale}{grid}", dict(
             regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **grids[grid],

@@ -139,3 +139,29 @@ def test_split_bytes_are_the_launchers_workspace(M, N, backward):
     plan = K.plan(backward, False, "split", M, N, F32, SMS, (F32,) * n, (N,) * n, workspace)
     traffic = sizes[torch.float32] * 4 * (1 + plan.config.C) + sizes[torch.int32] * 4 * 2
     assert R.split_workspace_bytes(M, N, backward, SMS) == traffic
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_rows_grid_is_one_tile_a_program_unless_persistent(backward, monkeypatch):
+    """The rows regime launches a program a tile, one stage (the H200's rule, rows_persistent); the knob, or tests
+    forcing the programs, give the persistent grid: at most SMs x occupancy programs, the next tile pipelined."""
+    pytest.importorskip("triton")
+    from onlinesoftmax.engines.triton import variants as tv
+
+    K = tv.kernels()
+    n, M, N = (3 if backward else 2), 10**6, 128
+
+    def rows_plan():
+        return K.plan(backward, False, "rows", M, N, F32, SMS, (F32,) * n, (N,) * n, lambda _n, dt, _zero: dt)
+
+    monkeypatch.setattr(R, "FORCE_PROGRAMS", None)
+    plan = rows_plan()
+    tiles = -(-M // plan.config.BLOCK_M)
+    assert tiles > 4 * SMS and plan.grid == (tiles,)
+    assert plan.meta["num_stages"] == plan.meta["NUM_STAGES"] == 1
+    monkeypatch.setattr(R, "ROWS_PERSISTENT", True)
+    plan = rows_plan()
+    assert plan.grid[0] <= 4 * SMS and plan.meta["num_stages"] == plan.meta["NUM_STAGES"] == 2
+    monkeypatch.setattr(R, "ROWS_PERSISTENT", False)
+    monkeypatch.setattr(R, "FORCE_PROGRAMS", 2)
+    assert rows_plan().grid == (2,)

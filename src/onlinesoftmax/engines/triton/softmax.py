@@ -116,7 +116,8 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
     if regime == "rows":
         cfg = rules.rows_config(M, N, dtype, backward)
         key = ("rows", backward, cfg, log, dtype)
-        grid = (_programs(key, cfg.num_warps, sms, cdiv(M, cfg.BLOCK_M)),)
+        tiles = cdiv(M, cfg.BLOCK_M)
+        grid = (_programs(key, cfg.num_warps, sms, tiles) if rules.rows_persistent() else tiles,)
         return Plan(rows_kernel, grid, (*tensors, M, N, *strides),
                     dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **op, NUM_STAGES=cfg.num_stages,
                          num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)

@@ -5,9 +5,9 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
 
 1. "rows"   the whole row in registers, BLOCK_N = next_power_of_2(N). Small N packs several rows
             in one [BLOCK_M, BLOCK_N] tile (`rows_config`: a tile of ~ROWS_TILE_BYTES), so a
-            program moves enough bytes per iteration even at N = 128; a persistent grid
-            (SMs x occupancy programs, learnt from the compiled kernel) walks the row blocks with
-            the next tile's loads pipelined (`tl.range(num_stages=...)`).
+            program moves enough bytes per iteration even at N = 128; one tile a program
+            (`rows_persistent`: the persistent grid, SMs x occupancy programs walking the tiles with
+            the next tile's loads pipelined, measured 5-10 points of copy slower on the H200).
             Bytes: forward 1 read + 1 write = 2*M*N*size; backward 2 reads + 1 write = 3*M*N*size.
             Picked for N <= 32768 (`rows_max_n`, every dtype: the values are fp32 in
             registers; backward at 32768 spills 32-140 bytes yet measured fastest there).
@@ -62,7 +62,8 @@ _FP16_BF16 = (torch.float16, torch.bfloat16)
 # ---------------------------------------------------------------------------------------------
 ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads per iteration (fp32)
 ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
-ROWS_PIPELINE_BYTES = 64 * 1024  # rows: prefetch the next tile through shared memory up to this
+ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
+ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
 ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
 ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends longer rows (x, or y + dy) to "split"
@@ -153,11 +154,21 @@ def num_warps_for(tile_elems: int) -> int:
     return 4
 
 
+def rows_persistent() -> bool:
+    """Whether the rows regime's grid is persistent (SMs x occupancy programs, each walking tiles) rather than
+    one tile a program. One tile a program, loading straight to registers as Liger's and Inductor's kernels do,
+    beat the persistent pipelined grid at the rules' tile in all 7 problems of `tune_triton.py --quick` on the
+    H200, by 5-10 points of copy (fp32 softmax at N = 128 90 -> 98%, bf16 at 512 86 -> 96%, fp32 backward at
+    512 97 -> 102%; benchmarks/results/h200-pending12-3d69a1a/triton). Tests that force the programs get the
+    persistent loop, so its second and later tiles stay exercised."""
+    return ROWS_PERSISTENT or bool(FORCE_PROGRAMS)
+
+
 def pipeline_stages(tile_bytes: int) -> int:
-    """Prefetch the next tile (through shared memory, `tile_bytes` of it: all inputs) while this
-    one is reduced, so an SM's loads do not stop during the reductions; not for the largest tiles,
-    whose buffer would cost occupancy."""
-    return 2 if tile_bytes <= ROWS_PIPELINE_BYTES else 1
+    """A persistent grid prefetches the next tile (through shared memory, `tile_bytes` of it: all inputs) while
+    this one is reduced, so an SM's loads do not stop during the reductions; not for the largest tiles, whose
+    buffer would cost occupancy. One tile a program has no next tile: one stage."""
+    return 2 if rows_persistent() and tile_bytes <= ROWS_PIPELINE_BYTES else 1
 
 
 @dataclass(frozen=True)
