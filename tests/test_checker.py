@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from onlinesoftmax import registry, state
-from onlinesoftmax.harness.check import check_variant, compare, error_scale
+from onlinesoftmax.harness.check import check_variant, compare, compare_to_reference, error_scale
 from onlinesoftmax.reference import reference
 
 
@@ -69,6 +69,10 @@ def test_known_wrong_softmax_backward_fails(N, dtype, seed):
         assert not compare(wrong, ref, dtype, scale).ok
     right = y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
     assert compare(right.to(dtype), ref, dtype, scale).ok
+    # the one-call form gives the same verdicts, and checks against the reference it is handed
+    assert compare_to_reference("softmax_backward", (y, dy), right.to(dtype), dtype).ok
+    assert not compare_to_reference("softmax_backward", (y, dy), torch.zeros_like(y), dtype).ok
+    assert not compare_to_reference("softmax_backward", (y, dy), right.to(dtype), dtype, ref=-ref).ok
 
 
 @pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])

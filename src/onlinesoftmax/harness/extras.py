@@ -23,7 +23,7 @@ import torch
 from ..ops import softmax as ops
 from ..reference import reference
 from .bench import gbps, median_ms, queued_ms
-from .check import compare, error_scale
+from .check import compare_to_reference
 
 # (label, shape, dim, view): the tensor is randn(shape), or with view = (width, first) the columns
 # [first, first + shape[1]) of a randn(shape[0], width)
@@ -107,7 +107,7 @@ def layout_rows(copy: float, seed: int = 0, layouts=LAYOUTS, dtypes=LAYOUT_DTYPE
                        ideal_bytes=nbytes, algo_bytes=nbytes)
             try:
                 out = fn(*ins)
-                rep = compare(_rows_along(out, dim), ref, dtype, error_scale(op, strips, ref))
+                rep = compare_to_reference(op, strips, _rows_along(out, dim), dtype, ref=ref)
                 ms = median_ms(lambda: fn(*ins), device)
             except Exception as exc:  # a backend missing here is a row with a note, not a crash
                 row.update(note=f"error: {type(exc).__name__}: {exc}", ok=False)
@@ -161,7 +161,7 @@ def host_rows(seed: int = 0) -> list[dict]:
                    M=HOST_SHAPE[0], N=HOST_SHAPE[1], dtype="float32",
                    group=f"host overhead per call, {HOST_SHAPE[0]} x {HOST_SHAPE[1]} float32")
         try:
-            rep = compare(fn(x).cpu(), ref, torch.float32, error_scale("softmax", (x.cpu(),), ref))
+            rep = compare_to_reference("softmax", (x.cpu(),), fn(x).cpu(), torch.float32, ref=ref)
             wall, kern = wall_us(fn, x), 1e3 * queued_ms([lambda: fn(x)])
         except Exception as exc:
             row.update(note=f"error: {type(exc).__name__}: {exc}", ok=False)
