@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from onlinesoftmax import registry, state
-from onlinesoftmax.harness.check import check_variant, compare, compare_to_reference, error_scale
+from onlinesoftmax.harness.check import TOLERANCE, check_variant, compare, compare_to_reference, error_scale
 from onlinesoftmax.reference import reference
 
 
@@ -126,3 +126,22 @@ def test_tolerance_is_per_dtype():
     ref = np.array([0.25])
     assert compare(torch.tensor([0.25 * (1 + 5e-3)], dtype=torch.bfloat16), ref, torch.bfloat16).ok
     assert not compare(torch.tensor([0.25 * (1 + 5e-3)]), ref, torch.float32).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_small_probabilities_written_as_zero_fail(dtype, seed):
+    """Rows whose probabilities are mostly tiny (N = 4096 of x * 8): a softmax, or its backward, written as 0
+    wherever the answer is below TOLERANCE's atol passed with that atol as the floor (asserted: the case has teeth)
+    and fails with error_floor's; the rounded right answer passes."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(4, 4096, generator=g, dtype=torch.float64) * 8).to(dtype)
+    dy = torch.randn(4, 4096, generator=g).to(dtype)
+    atol = TOLERANCE[dtype][1]
+    for op, inputs in (("softmax", (x,)), ("softmax_backward", (torch.softmax(x.double(), -1).to(dtype), dy))):
+        ref = reference(op, inputs)
+        right = torch.from_numpy(ref).to(dtype)
+        wrong = torch.where(right.double().abs() < atol, 0.0, right.double()).to(dtype)
+        assert (wrong != right).sum() > 100, op
+        assert compare(wrong, ref, dtype, error_scale(op, inputs, ref)).ok, op  # TOLERANCE's atol: passed
+        assert not compare_to_reference(op, inputs, wrong, dtype).ok, op
+        assert compare_to_reference(op, inputs, right, dtype).ok, op

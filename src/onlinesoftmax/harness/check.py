@@ -3,7 +3,8 @@
 Rules, elementwise:
 - where the reference is NaN the output must be NaN, and nowhere else;
 - where the reference is +-inf the output must be the same infinity;
-- elsewhere |out - ref| <= atol + rtol * |ref|.
+- elsewhere |out - ref| <= atol + rtol * (|ref| + scale), scale from `error_scale` (0 forward) and atol from
+  `error_floor` (a flush-to-zero floor for softmax's probabilities, TOLERANCE's atol for the rest).
 The report gives the relative L2 error over finite entries, the max abs error, and the first few
 bad indices with got/want. Outputs are poisoned with NaN before every run (see `run_checked`), so
 an element the variant never writes is reported as a mismatch.
@@ -26,6 +27,16 @@ TOLERANCE = {
     torch.float32: (2e-5, 1e-6),
     torch.float16: (2e-3, 1e-5),
     torch.bfloat16: (1.6e-2, 1e-5),
+}
+# Below these an output may be flushed to zero (fp32 arithmetic with FTZ: ex2.approx.ftz, fast math; bf16 shares
+# fp32's exponent) or rounded among the format's subnormals (fp16: 2 of its 2^-24 steps): the absolute floor of the
+# probabilities' checks, which TOLERANCE's atol (1e-6 / 1e-5, above every output of a row of 10^6 elements) would
+# otherwise let be zero.
+FLUSH = {
+    torch.float64: 2.0**-1000,
+    torch.float32: 2.0**-125,
+    torch.bfloat16: 2.0**-125,
+    torch.float16: 2.0**-23,
 }
 SHOW_BAD = 5
 
@@ -63,15 +74,33 @@ def error_scale(op: str, inputs: tuple, ref: np.ndarray, dim: int = -1) -> np.nd
     """
     if op == "sum":
         return np.array([np.abs(as_float64(inputs[0])).sum()])
+    if op == "softmax_backward":
+        y, terms = _softmax_backward_terms(inputs, dim)
+        return np.abs(y) * terms
     if op.endswith("_backward"):
         dy = np.nan_to_num(as_float64(inputs[1]), nan=0.0, posinf=0.0, neginf=0.0)
-        if op == "softmax_backward":
-            y = np.nan_to_num(as_float64(inputs[0]), nan=0.0, posinf=0.0, neginf=0.0)
-            c = (y * dy).sum(axis=dim, keepdims=True)
-            return np.abs(y) * (np.abs(dy).max(axis=dim, keepdims=True) + np.abs(c))
         finite = np.where(np.isfinite(ref), np.abs(ref), 0.0)
         return np.maximum(finite, np.abs(dy)).max(axis=dim, keepdims=True)
     return np.zeros_like(ref)
+
+
+def _softmax_backward_terms(inputs: tuple, dim: int):
+    """y (non-finite values as 0) and the row's max |dy| + |sum y * dy|: what multiplies y in dx's rounding."""
+    y, dy = (np.nan_to_num(as_float64(t), nan=0.0, posinf=0.0, neginf=0.0) for t in inputs[:2])
+    c = (y * dy).sum(axis=dim, keepdims=True)
+    return y, np.abs(dy).max(axis=dim, keepdims=True) + np.abs(c)
+
+
+def error_floor(op: str, inputs: tuple, dtype: torch.dtype, dim: int = -1):
+    """The absolute error every element is allowed. Softmax's outputs are probabilities, a row of N of them near
+    1/N or far below: FLUSH, not TOLERANCE's atol, which let an output written as 0 pass wherever the answer was
+    below 1e-6 (fp32) or 1e-5 (16-bit). Its backward: FLUSH times the row's terms (at least 1), as a y flushed on
+    the way in leaves y * (dy - c) out. The log ops' outputs are O(1) logarithms: TOLERANCE's atol."""
+    if op == "softmax":
+        return FLUSH[dtype]
+    if op == "softmax_backward":
+        return FLUSH[dtype] * np.maximum(_softmax_backward_terms(inputs, dim)[1], 1.0)
+    return TOLERANCE[dtype][1]
 
 
 def compare_to_reference(op: str, inputs: tuple, out, dtype: torch.dtype, dim: int = -1, ref=None) -> Report:
@@ -79,15 +108,17 @@ def compare_to_reference(op: str, inputs: tuple, out, dtype: torch.dtype, dim: i
     error_scale's bound (the checker's rule for every op). `ref`: that reference, where a caller checks several
     outputs of the same inputs and computes it once."""
     ref = reference(op, inputs, dim) if ref is None else ref
-    return compare(out, ref, dtype, error_scale(op, inputs, ref, dim))
+    return compare(out, ref, dtype, error_scale(op, inputs, ref, dim), error_floor(op, inputs, dtype, dim))
 
 
-def compare(out, ref: np.ndarray, dtype: torch.dtype, scale=None) -> Report:
+def compare(out, ref: np.ndarray, dtype: torch.dtype, scale=None, atol=None) -> Report:
     """`ref` is first rounded to the output dtype: the best answer that dtype can hold (a
-    log-softmax of -5e38 is -inf in fp32)."""
+    log-softmax of -5e38 is -inf in fp32). atol: the absolute floor (an array broadcast over ref, or a number);
+    None: TOLERANCE's."""
     got = as_float64(out)
     ref = as_float64(torch.from_numpy(np.asarray(ref, dtype=np.float64)).to(dtype))
-    rtol, atol = TOLERANCE[dtype]
+    rtol, default_atol = TOLERANCE[dtype]
+    atol = default_atol if atol is None else atol
     if got.shape != ref.shape:
         return Report(False, float("inf"), float("inf"), ref.size, ref.size,
                       note=f"shape {got.shape} != reference shape {ref.shape}")
