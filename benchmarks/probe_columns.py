@@ -20,12 +20,14 @@ import math
 import torch
 
 from onlinesoftmax.harness.bench import copy_gbps, gbps, median_ms
+from onlinesoftmax.harness.check import compare_to_reference
 from onlinesoftmax.harness.extras import LAYOUT_OPS, LAYOUTS, _layout_impls, _layout_inputs
 from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype
 from onlinesoftmax.engines.cuda import plan as P
 from onlinesoftmax.engines.cuda import run as E
 from onlinesoftmax.intmath import cdiv, pow2ceil
 from onlinesoftmax.ops import softmax as ops
+from onlinesoftmax.reference import reference
 
 # (layout, dtype) -> tilings (lanes, smem slots, cluster); registers hold columns_slots rows per thread. The long
 # layouts whose strips fit a CTA or a cluster with 128-byte row pieces (C = 1000: one CTA of 16 rows a thread in fp32).
@@ -36,6 +38,8 @@ TILINGS = {
     ("channels, C = 1000", torch.bfloat16): [(8, 0, 8), (8, 8, 2), (8, 10, 2), (4, 8, 1), (8, 4, 4), (16, 8, 4)],
 }
 COLUMN_LAYOUTS = {lay[0]: lay for lay in LAYOUTS}
+STRIDED_LAYOUTS = [COLUMN_LAYOUTS[label] for label in
+                   ("dim 0 of 8192 x 8192", "dim 0 of an odd-width matrix", "channels, C = 1000")]
 
 
 def column_launches(op: str, dtype, W: int, outer: int, N: int, inner: int, tilings) -> list:
@@ -71,8 +75,7 @@ def columns(once: bool, dtypes, op_names):
         _, shape, dim, view = COLUMN_LAYOUTS[label]
         for op in [o for o in op_names if not o.endswith("_backward")]:
             x, = _layout_inputs(op, shape, dim, view, dtype, torch.Generator(device="cuda").manual_seed(0))
-            want = _reference(op, (x,), dim)
-            scale = want.abs().max().item()
+            want = reference(op, (x,), dim)
             out = torch.empty_like(x)
             N, inner = shape[dim], x.stride(dim)
             outer = x.numel() // (N * inner)
@@ -98,19 +101,18 @@ def columns(once: bool, dtypes, op_names):
                 except Exception as exc:
                     print(f"  {what}: {type(exc).__name__}: {exc}")
                     continue
-                err = (out.double() - want).abs().max().item() / scale
+                rep = compare_to_reference(op, (x,), out, dtype, dim, ref=want)
                 if once:
                     continue
                 ms = median_ms(run, "cuda")
-                print(f"  {what}: {ms:.3f} ms {100 * gbps(nbytes, ms) / copy:5.1f}% of copy, rel err {err:.1e}")
+                print(f"  {what}: {ms:.3f} ms {100 * gbps(nbytes, ms) / copy:5.1f}% of copy, {_verdict(rep)}")
             del x, want, out
             torch.cuda.empty_cache()
 
 
-def _reference(op: str, ins: tuple, dim: int) -> torch.Tensor:
-    """The op in float64 on the whole tensor, where it lies (the public op's "reference" backend)."""
-    d, log = [t.double() for t in ins], op.startswith("log")
-    return ops.backward(*d, dim, log, "reference") if op.endswith("_backward") else ops.forward(*d, dim, log, "reference")
+def _verdict(rep) -> str:
+    """The checker's verdict on a whole output against float64 (compare_to_reference's rule)."""
+    return f"ok, max abs err {rep.max_abs_err:.1e}" if rep.ok else f"WRONG: {rep.message}"
 
 
 def strided_geometries(W: int, N: int, inner: int, sms: int) -> list[tuple[int, int, int]]:
@@ -132,8 +134,7 @@ def strided(dtypes, op_names):
     for (label, shape, dim, view), dtype, op in ((l, d, o) for l in STRIDED_LAYOUTS for d in dtypes for o in op_names):
         gen = torch.Generator(device="cuda").manual_seed(0)
         ins = _layout_inputs(op, shape, dim, view, dtype, gen)
-        want = _reference(op, ins, dim)
-        scale = want.abs().max().item()
+        want = reference(op, ins, dim)
         nbytes = (1 + len(ins)) * ins[0].numel() * ins[0].element_size()
         bwd = op.endswith("_backward")
         outer = ins[0].numel() // (shape[dim] * ins[0].stride(dim))
@@ -144,9 +145,9 @@ def strided(dtypes, op_names):
             out.fill_(float("nan"))
             res = run()
             torch.cuda.synchronize()
-            err = ((out if res is None else res).double() - want).abs().max().item() / scale
+            rep = compare_to_reference(op, ins, out if res is None else res, dtype, dim, ref=want)
             ms = median_ms(run, "cuda")
-            print(f"  {what:38s} {ms:8.3f} ms {100 * gbps(nbytes, ms) / copy:5.1f}% of copy  rel err {err:.1e}")
+            print(f"  {what:38s} {ms:8.3f} ms {100 * gbps(nbytes, ms) / copy:5.1f}% of copy  {_verdict(rep)}")
 
         print(f"{op} {label} {'x'.join(map(str, shape))} {str(dtype)[6:]}: outer {outer}, N {N}, inner {inner}")
         impls = _layout_impls(op, dim)  # extras' callables: the public op per backend and torch's

@@ -21,7 +21,7 @@ import time
 import torch
 
 from onlinesoftmax import reference, registry
-from onlinesoftmax.harness.check import check_variant, compare, error_scale
+from onlinesoftmax.harness.check import check_variant, compare, compare_to_reference
 from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype
 from onlinesoftmax.runtime import nvrtc
 from onlinesoftmax.engines.cuda import plan as P
@@ -103,21 +103,23 @@ def run_layouts(dtype, failures: list) -> int:
     n = 0
     for name, x, dim in _layouts(dtype, g):
         for log in (False, True):
-            want = (reference.log_softmax if log else reference.softmax)(x.movedim(dim, -1))
+            fwd = "log_softmax" if log else "softmax"
+            rows = (x.movedim(dim, -1),)
+            want = reference.reference(fwd, rows)
             out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
             E.forward(x, out, dim, log)
-            reports = [("forward", compare(out.movedim(dim, -1), want, dtype))]
+            reports = [("forward", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype, ref=want))]
             y = torch.from_numpy(want).to(dtype).cuda().movedim(-1, dim).contiguous()
             dy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
             op = "log_softmax_backward" if log else "softmax_backward"
             ins = (y.movedim(dim, -1), dy.movedim(dim, -1))
-            dx_want = reference.reference(op, ins)
             dx = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
             E.backward(y, dy, dx, dim, log)
-            reports.append(("backward", compare(dx.movedim(dim, -1), dx_want, dtype, error_scale(op, ins, dx_want))))
+            reports.append(("backward", compare_to_reference(op, ins, dx.movedim(dim, -1), dtype)))
             if dim != x.dim() - 1:  # the strided kernel forward too (the automatic plan may take columns)
                 E.run_regime("log_softmax" if log else "softmax", (x,), out.fill_(float("nan")), dim, "strided")
-                reports.append(("forward strided", compare(out.movedim(dim, -1), want, dtype)))
+                reports.append(("forward strided", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype,
+                                                                         ref=want)))
             for what, r in reports:
                 n += 1
                 if not r.ok:
@@ -152,14 +154,14 @@ def run_window(dtype, failures: list) -> int:
             op = "log_softmax" if log else "softmax"
             x = sliced()
             out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-            want = (reference.log_softmax if log else reference.softmax)(x)
+            want = reference.reference(op, (x,))
             y, dy = sliced(), sliced(masked=False)
             y.copy_(torch.from_numpy(want))
             padded = torch.randn(M, N + 8 * W, device="cuda", generator=g).to(dtype)[:, :N]
             odd = torch.randn(M, N + 8 * W + 1, device="cuda", generator=g).to(dtype)[:, :N]  # rows drift from y's
             plan = E.plan_for(op, x, dim=1, out=out)
             E.forward(x, out, 1, log)
-            checks = [("forward", plan, compare(out, want, dtype))]
+            checks = [("forward", plan, compare_to_reference(op, (x,), out, dtype, ref=want))]
             fresh = y.contiguous()
             for what, yy, d in (("backward", y, dy), ("backward, dy padded", y, padded),
                                 ("backward, y fresh, dy sliced", fresh, dy),
@@ -174,9 +176,7 @@ def run_window(dtype, failures: list) -> int:
                     failures.append(f"window {M}x{N} {what} {dtype}: planned {plan.regime} W={plan.W} "
                                     f"P={plan.window}, not dy's own window")
                 E.backward(yy, d, dx, 1, log)
-                ins = (yy, d)
-                dx_want = reference.reference(op + "_backward", ins)
-                checks.append((what, plan, compare(dx, dx_want, dtype, error_scale(op + "_backward", ins, dx_want))))
+                checks.append((what, plan, compare_to_reference(op + "_backward", (yy, d), dx, dtype)))
             for what, got, r in checks:
                 n += 1
                 if not r.ok:

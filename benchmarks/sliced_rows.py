@@ -22,10 +22,9 @@ import torch
 
 from onlinesoftmax.engines.cuda import run as E
 from onlinesoftmax.harness.bench import copy_gbps, gbps, median_ms
-from onlinesoftmax.harness.check import compare, error_scale
+from onlinesoftmax.harness.check import compare_to_reference
 from onlinesoftmax.harness.results import write_csv
 from onlinesoftmax.ops import softmax as ops
-from onlinesoftmax.reference import reference
 
 OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
 # (M, N, WIDTH, FIRST): x[:, 1:] of widths that put consecutive rows at every offset from a 16-byte boundary, at
@@ -68,8 +67,7 @@ def main() -> None:
                     fn = lambda: ops.forward(x, 1, log, "cuda")  # noqa: E731
                 plan = E.plan_for(op, *ins, dim=1)
                 strips = tuple(t[:CHECK_ROWS].cpu() for t in ins)
-                ref = reference(op, strips)
-                rep = compare(fn()[:CHECK_ROWS].cpu(), ref, dtype, error_scale(op, strips, ref))
+                rep = compare_to_reference(op, strips, fn()[:CHECK_ROWS].cpu(), dtype)
                 ms = median_ms(fn, "cuda")
                 pct = 100 * gbps((1 + len(ins)) * M * N * x.element_size(), ms) / copy
                 kernels = " ".join(launch.kernel for launch in plan.launches)

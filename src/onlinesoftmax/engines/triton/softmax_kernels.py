@@ -151,7 +151,8 @@ def _wait_for(count_ptr, target):
 
 
 # ---------------------------------------------------------------------------------------------
-# Regime 1: rows in registers, several rows per tile, persistent grid
+# Regime 1: rows in registers, several rows per tile, one tile a program (the loop walks more than one only on a
+#           persistent grid: rules.rows_persistent)
 #   forward:  read x once, write y once            2*M*N*size bytes
 #   backward: read y and dy once, write dx once    3*M*N*size bytes
 # ---------------------------------------------------------------------------------------------

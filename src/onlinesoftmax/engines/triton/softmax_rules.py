@@ -35,7 +35,8 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
             workspace (2 floats per chunk written, C of them read per chunk) and counters.
 
 Tuning knobs are module constants (the lead tunes them on the H200); FORCE_CHUNK and
-FORCE_PROGRAMS let tests drive the online/split regimes with tiny shapes under TRITON_INTERPRET=1.
+FORCE_PROGRAMS let tests drive the online/split regimes with tiny shapes under TRITON_INTERPRET=1, and
+FORCE_PROGRAMS puts the rows regime on its persistent grid, so that its loop's later tiles run.
 
 A non-last dim is read where it lies: up to COLS_STREAM_MAX_N rows (COLS_STREAM_BWD_MAX_N backward) by the streamed
 columns kernel (`cols_stream_config`: every column inside one thread), up to COLS_MAX_N by the tile columns kernel

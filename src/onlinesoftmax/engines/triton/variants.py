@@ -37,7 +37,7 @@ _REGIMES = {
     "rows": (
         "triton rows (row in registers)",
         "seed 002 §6 (V3 idea) / triton tutorial 02",
-        "whole rows in registers, several rows per tile for small N, persistent grid, 1 read + 1 write",
+        "whole rows in registers, several rows per tile for small N, one tile a program, 1 read + 1 write",
     ),
     "online": (
         "triton online (chunked fold + re-read)",
