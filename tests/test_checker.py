@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from onlinesoftmax import registry, state
-from onlinesoftmax.harness.check import TOLERANCE, check_variant, compare, compare_to_reference, error_scale
+from onlinesoftmax.harness.check import TOLERANCE, check_variant, compare, compare_to_reference, error_bounds
 from onlinesoftmax.reference import reference
 
 
@@ -63,7 +63,7 @@ def test_known_wrong_softmax_backward_fails(N, dtype, seed):
     y = torch.softmax(torch.randn(2, N, generator=g) * 2, -1).to(dtype)
     dy = (torch.randn(2, N, generator=g) + 1).to(dtype)  # c = sum y * dy near 1: leaving it out is visible
     ref = reference("softmax_backward", (y, dy))
-    scale = error_scale("softmax_backward", (y, dy), ref)
+    scale, _ = error_bounds("softmax_backward", (y, dy), ref, dtype)
     y64, dy64 = y.double(), dy.double()
     for wrong in (torch.zeros_like(y), (y64 * dy64).to(dtype)):
         assert not compare(wrong, ref, dtype, scale).ok
@@ -76,9 +76,10 @@ def test_known_wrong_softmax_backward_fails(N, dtype, seed):
 
 
 @pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
-def test_error_scale_along_a_non_last_dim(op, seed):
-    """error_scale over dim 1 of a (B, C, H) tensor is its last-dim scale of the rows moved last, moved back; along
-    that dim an all-zero dx and one with dy's sum left out fail in bf16, the rounded right answer passes."""
+def test_error_bounds_along_a_non_last_dim(op, seed):
+    """error_bounds' scale over dim 1 of a (B, C, H) tensor is its last-dim scale of the rows moved last, moved
+    back; along that dim an all-zero dx and one with dy's sum left out fail in bf16, the rounded right answer
+    passes."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(3, 4097, 5, generator=g) * 2
     log = op.startswith("log")
@@ -87,8 +88,8 @@ def test_error_scale_along_a_non_last_dim(op, seed):
     y64, dy64 = y.double(), dy.double()
     right = dy64 - y64.exp() * dy64.sum(1, keepdim=True) if log else y64 * (dy64 - (y64 * dy64).sum(1, keepdim=True))
     ref = right.numpy()
-    scale = error_scale(op, (y, dy), ref, dim=1)
-    last = error_scale(op, (y.movedim(1, -1), dy.movedim(1, -1)), np.moveaxis(ref, 1, -1))
+    scale, _ = error_bounds(op, (y, dy), ref, torch.bfloat16, dim=1)
+    last, _ = error_bounds(op, (y.movedim(1, -1), dy.movedim(1, -1)), np.moveaxis(ref, 1, -1), torch.bfloat16)
     np.testing.assert_array_equal(np.broadcast_to(scale, ref.shape),
                                   np.moveaxis(np.broadcast_to(last, np.moveaxis(ref, 1, -1).shape), -1, 1))
     wrong = (dy64 if log else y64 * dy64).to(torch.bfloat16)  # the sum term left out
@@ -132,7 +133,7 @@ def test_tolerance_is_per_dtype():
 def test_small_probabilities_written_as_zero_fail(dtype, seed):
     """Rows whose probabilities are mostly tiny (N = 4096 of x * 8): a softmax, or its backward, written as 0
     wherever the answer is below TOLERANCE's atol passed with that atol as the floor (asserted: the case has teeth)
-    and fails with error_floor's; the rounded right answer passes."""
+    and fails with error_bounds'; the rounded right answer passes."""
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(4, 4096, generator=g, dtype=torch.float64) * 8).to(dtype)
     dy = torch.randn(4, 4096, generator=g).to(dtype)
@@ -142,6 +143,6 @@ def test_small_probabilities_written_as_zero_fail(dtype, seed):
         right = torch.from_numpy(ref).to(dtype)
         wrong = torch.where(right.double().abs() < atol, 0.0, right.double()).to(dtype)
         assert (wrong != right).sum() > 100, op
-        assert compare(wrong, ref, dtype, error_scale(op, inputs, ref)).ok, op  # TOLERANCE's atol: passed
+        assert compare(wrong, ref, dtype, error_bounds(op, inputs, ref, dtype)[0]).ok, op  # TOLERANCE's atol: passed
         assert not compare_to_reference(op, inputs, wrong, dtype).ok, op
         assert compare_to_reference(op, inputs, right, dtype).ok, op

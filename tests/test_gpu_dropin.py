@@ -34,7 +34,7 @@ def _close(got, want):
 
 def _float64(x, dy, y, dx, dim, log):
     """y against float64 from x and dx against float64 from (y, dy), by the checker's rules (harness/check.py):
-    each element within a few ulps of its own value, dx by error_scale's per-element bound. (_close's tolerance of
+    each element within a few ulps of its own value, dx by error_bounds' per-element bound. (_close's tolerance of
     the tensor's largest value let a zero pass for most softmax elements.)"""
     op = "log_softmax" if log else "softmax"
     rep = compare_to_reference(op, (x,), y, y.dtype, dim)

@@ -136,7 +136,7 @@ def _forward_report(y, x, dim, log, dtype):
 
 
 def _backward_report(dx, y, dy, dim, log, dtype):
-    """dx against float64 from the same y and dy along `dim`, each element's error measured against error_scale's
+    """dx against float64 from the same y and dy along `dim`, each element's error measured against error_bounds'
     (a scale of the whole tensor's largest |dy| or |dx| let an all-zero softmax dx pass on long rows and non-last
     dims, and a row's largest term hid a missing one of log_softmax's sum terms)."""
     return compare_to_reference("log_softmax_backward" if log else "softmax_backward", (y, dy), dx, dtype, dim)

@@ -100,7 +100,7 @@ def test_variant(op, regime, M, N, dtype, seed):
 def test_auto_regime(M, N, dtype, backward, regime):
     """regime=None picks as documented and matches float64: the forward within the dtype's rtol of every element,
     however small (fp32 math, one rounding: an atol of 1e-5 had let a zero pass for 95% of a long row's elements);
-    the backward within error_scale's per-element bound (a row-wide max |dy| had let 0.9x the answer pass)."""
+    the backward within error_bounds' per-element bound (a row-wide max |dy| had let 0.9x the answer pass)."""
     assert K.pick_regime(M, N, dtype, backward, K.sm_count(torch.device("cuda"))) == regime
     g = torch.Generator(device="cuda").manual_seed(0)
     x = (torch.randn(M, N, device="cuda", generator=g) * 4).to(dtype)

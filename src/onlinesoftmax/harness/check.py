@@ -3,8 +3,8 @@
 Rules, elementwise:
 - where the reference is NaN the output must be NaN, and nowhere else;
 - where the reference is +-inf the output must be the same infinity;
-- elsewhere |out - ref| <= atol + rtol * (|ref| + scale), scale from `error_scale` (0 forward) and atol from
-  `error_floor` (a flush-to-zero floor for softmax's probabilities, TOLERANCE's atol for the rest).
+- elsewhere |out - ref| <= atol + rtol * (|ref| + scale), scale and atol from `error_bounds` (scale 0 forward;
+  atol a flush-to-zero floor for softmax's probabilities, TOLERANCE's atol for the rest).
 The report gives the relative L2 error over finite entries, the max abs error, and the first few
 bad indices with got/want. Outputs are poisoned with NaN before every run (see `run_checked`), so
 an element the variant never writes is reported as a mismatch.
@@ -65,51 +65,43 @@ class Report:
         return f"{head}; first: {shown}" if self.bad else head
 
 
-def error_scale(op: str, inputs: tuple, ref: np.ndarray, dim: int = -1) -> np.ndarray:
-    """What absolute errors are measured against, beyond |ref| itself; `dim` the op's dim (its rows: the last).
+def error_bounds(op: str, inputs: tuple, ref: np.ndarray, dtype: torch.dtype, dim: int = -1) -> tuple:
+    """(scale, atol) of the checker's rule for `op` along `dim` (its rows: the last), |out - ref| <= atol + rtol *
+    (|ref| + scale).
 
-    Backward ops cancel: their rounding scales with the terms, not with the (possibly tiny) result. Softmax's
-    dx = y * (dy - c), c = sum y * dy, rounds at |y| * (max |dy| + |c|) per element (a row-wide max |dy| let an
-    all-zero dx pass for rows of more than a few thousand, where y ~ 1/N); log_softmax's dy - exp(y) * sum dy at the
-    row's largest term. A sum's rounding scales with sum |x|, not with the sum.
+    scale, what absolute errors are measured against beyond |ref| itself. Backward ops cancel: their rounding scales
+    with the terms, not with the (possibly tiny) result. Softmax's dx = y * (dy - c), c = sum y * dy, rounds at
+    |y| * (max |dy| + |c|) per element (a row-wide max |dy| let an all-zero dx pass for rows of more than a few
+    thousand, where y ~ 1/N); log_softmax's dy - exp(y) * sum dy at the row's largest term. A sum's rounding scales
+    with sum |x|, not with the sum.
+
+    atol, the absolute error every element is allowed. Softmax's outputs are probabilities, a row of N of them near
+    1/N or far below: FLUSH, not TOLERANCE's atol, which let an output written as 0 pass wherever the answer was
+    below 1e-6 (fp32) or 1e-5 (16-bit). Its backward: FLUSH times the row's terms (at least 1), as a y flushed on
+    the way in leaves y * (dy - c) out. The log ops' outputs are O(1) logarithms, a sum's a number: TOLERANCE's.
     """
+    atol = TOLERANCE[dtype][1]
     if op == "sum":
-        return np.array([np.abs(as_float64(inputs[0])).sum()])
+        return np.array([np.abs(as_float64(inputs[0])).sum()]), atol
+    if op == "softmax":
+        return np.zeros_like(ref), FLUSH[dtype]
     if op == "softmax_backward":
-        y, terms = _softmax_backward_terms(inputs, dim)
-        return np.abs(y) * terms
+        y, dy = (np.nan_to_num(as_float64(t), nan=0.0, posinf=0.0, neginf=0.0) for t in inputs[:2])
+        terms = np.abs(dy).max(axis=dim, keepdims=True) + np.abs((y * dy).sum(axis=dim, keepdims=True))
+        return np.abs(y) * terms, FLUSH[dtype] * np.maximum(terms, 1.0)
     if op.endswith("_backward"):
         dy = np.nan_to_num(as_float64(inputs[1]), nan=0.0, posinf=0.0, neginf=0.0)
         finite = np.where(np.isfinite(ref), np.abs(ref), 0.0)
-        return np.maximum(finite, np.abs(dy)).max(axis=dim, keepdims=True)
-    return np.zeros_like(ref)
-
-
-def _softmax_backward_terms(inputs: tuple, dim: int):
-    """y (non-finite values as 0) and the row's max |dy| + |sum y * dy|: what multiplies y in dx's rounding."""
-    y, dy = (np.nan_to_num(as_float64(t), nan=0.0, posinf=0.0, neginf=0.0) for t in inputs[:2])
-    c = (y * dy).sum(axis=dim, keepdims=True)
-    return y, np.abs(dy).max(axis=dim, keepdims=True) + np.abs(c)
-
-
-def error_floor(op: str, inputs: tuple, dtype: torch.dtype, dim: int = -1):
-    """The absolute error every element is allowed. Softmax's outputs are probabilities, a row of N of them near
-    1/N or far below: FLUSH, not TOLERANCE's atol, which let an output written as 0 pass wherever the answer was
-    below 1e-6 (fp32) or 1e-5 (16-bit). Its backward: FLUSH times the row's terms (at least 1), as a y flushed on
-    the way in leaves y * (dy - c) out. The log ops' outputs are O(1) logarithms: TOLERANCE's atol."""
-    if op == "softmax":
-        return FLUSH[dtype]
-    if op == "softmax_backward":
-        return FLUSH[dtype] * np.maximum(_softmax_backward_terms(inputs, dim)[1], 1.0)
-    return TOLERANCE[dtype][1]
+        return np.maximum(finite, np.abs(dy)).max(axis=dim, keepdims=True), atol
+    return np.zeros_like(ref), atol
 
 
 def compare_to_reference(op: str, inputs: tuple, out, dtype: torch.dtype, dim: int = -1, ref=None) -> Report:
     """`out` against the float64 reference of `op` on `inputs` along `dim`, each element's error measured against
-    error_scale's bound (the checker's rule for every op). `ref`: that reference, where a caller checks several
-    outputs of the same inputs and computes it once."""
+    error_bounds' (the checker's rule for every op). `ref`: that reference, where a caller checks several outputs of
+    the same inputs and computes it once."""
     ref = reference(op, inputs, dim) if ref is None else ref
-    return compare(out, ref, dtype, error_scale(op, inputs, ref, dim), error_floor(op, inputs, dtype, dim))
+    return compare(out, ref, dtype, *error_bounds(op, inputs, ref, dtype, dim))
 
 
 def compare(out, ref: np.ndarray, dtype: torch.dtype, scale=None, atol=None) -> Report:
