@@ -111,13 +111,13 @@ def run_layouts(dtype, failures: list) -> int:
             reports = [("forward", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype, ref=want))]
             y = torch.from_numpy(want).to(dtype).cuda().movedim(-1, dim).contiguous()
             dy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
-            op = "log_softmax_backward" if log else "softmax_backward"
+            op = fwd + "_backward"
             ins = (y.movedim(dim, -1), dy.movedim(dim, -1))
             dx = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
             E.backward(y, dy, dx, dim, log)
             reports.append(("backward", compare_to_reference(op, ins, dx.movedim(dim, -1), dtype)))
             if dim != x.dim() - 1:  # the strided kernel forward too (the automatic plan may take columns)
-                E.run_regime("log_softmax" if log else "softmax", (x,), out.fill_(float("nan")), dim, "strided")
+                E.run_regime(fwd, (x,), out.fill_(float("nan")), dim, "strided")
                 reports.append(("forward strided", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype,
                                                                          ref=want)))
             for what, r in reports:
