@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (the package from the source tree):
 #   bash benchmarks/device.sh STAGE [args...]      results under $OUT (default ./out)
-# Stages: verify (GPU tests, check, ladder) | tests (every GPU test, parallel processes) | hardened (the GPU tests
+# Stages: verify (GPU tests, check, ladder) | tests (every GPU test, parallel processes; ONLY=REGEX some) | hardened (the GPU tests
 #         made able to fail without a GPU) | concurrency
 #         | release [sweep args] | attention | attention-hbm [B H S D]
 #         | sweep [sweep args] | cross-entropy | ce-load | tune-flat [N ...] | grid [sweep args] (issue 12: the public grid, a
@@ -86,6 +86,9 @@ case "$stage" in
              "$P -k 'not variant_matches and not window_path'" tests/test_gpu_cross_entropy.py
              tests/test_gpu_triton.py tests/test_gpu_concurrency.py tests/test_gpu_cuda.py
              tests/test_gpu_dropin.py "tests/test_gpu_attention.py tests/test_gpu_attention_ladder.py")
+    if [ -n "${ONLY:-}" ]; then  # ONLY=REGEX: the groups whose selector matches (grep -E), e.g. '-softmax]|triton'
+      mapfile -t groups < <(printf '%s\n' "${groups[@]}" | grep -E -- "$ONLY")
+    fi
     run_groups tests "${groups[@]}"
     ;;
   hardened)  # the GPU tests made able to fail without a GPU (7b818b0, c5fa360: error_scale along dim, regimes
