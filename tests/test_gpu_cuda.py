@@ -44,8 +44,6 @@ SOFTMAX_SHAPES = [
     (1, 65539),  # large odd N for the block kernels
     (2, 65540),  # large N % 4 == 0: V2 / V4 float4 path
 ]
-# The one-thread-per-row kernels walk a row serially: keep their long rows short in count.
-SERIAL = {"cuda.safe_k1", "cuda.online_v0"}
 
 SUM_SHAPES = [(1, 1), (1, 7), (1, 255), (1, 256), (1, 257), (1, 511), (1, 513), (1, 1000),
               (1, 65539), (1, (1 << 22) + 5)]
@@ -68,7 +66,7 @@ def _check(name, M, N, kind, seed):
     reason = v.supports(M, N, F32)
     if reason:
         pytest.skip(f"{name} refuses ({M}, {N}): {reason}")
-    if name in SERIAL and M * N > 1 << 17 and M > 1:
+    if v.serial_rows and M * N > 1 << 17 and M > 1:  # one thread walks each row: keep their long rows few
         pytest.skip("thread-per-row kernel on a large case: covered by the smaller shapes")
     report = check_variant(v, M, N, F32, kind, seed)
     assert not report.skipped, report.message

@@ -58,6 +58,9 @@ class Variant:
     # A library we compare against (torch, torch.compile, Liger): timed, never held to this
     # package's semantics by `check` (torch.softmax gives NaN for fully masked rows).
     baseline: bool = False
+    # One thread walks each row, term after term (the ladder's thread-per-row kernels): its sum rounds N - 1 times
+    # in a chain, where a tree's rounds log2 N deep; the checker holds it to check.serial_rtol, not TOLERANCE's rtol.
+    serial_rows: bool = False
 
     def __post_init__(self):
         if self.op not in OPS:

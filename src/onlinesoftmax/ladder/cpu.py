@@ -118,8 +118,9 @@ def tree_sum(x, out):
     out[0] = work[0]
 
 
-def _softmax_variant(fn, name, rung, seed_ref, summary, passes):
-    """passes: (reads, writes) of the whole array the NumPy code really makes."""
+def _softmax_variant(fn, name, rung, seed_ref, summary, passes, serial_rows=False):
+    """passes: (reads, writes) of the whole array the NumPy code really makes; serial_rows: a row's sum is one chain
+    of additions (Variant.serial_rows)."""
     reads, writes = passes
 
     def run(inputs, out):
@@ -130,16 +131,16 @@ def _softmax_variant(fn, name, rung, seed_ref, summary, passes):
 
     register(Variant(
         name=f"cpu.{name}", op="softmax", backend="numpy", rung=rung, seed_ref=seed_ref,
-        summary=summary, run=run, algo_bytes=lambda M, N, s: (reads + writes) * M * N * s,
+        summary=summary, run=run, algo_bytes=lambda M, N, s: (reads + writes) * M * N * s, serial_rows=serial_rows,
     ))
 
 
 _softmax_variant(baseline, "baseline", "CPU baseline (3 loops)", "seed 003 CPU",
-                 "three loops per row: max, exp and sum, scale", (3, 2))
+                 "three loops per row: max, exp and sum, scale", (3, 2), serial_rows=True)
 _softmax_variant(safe_3pass, "safe_3pass", "safe softmax, 3 passes", "seed 001 §2.3",
                  "whole-array passes: max, subtract, exp, sum, scale", (5, 3))
 _softmax_variant(online_2pass, "online_2pass", "online, per-element (m, d)", "seed 000 §1, V0",
-                 "the (m, d) recurrence element by element, then normalise", (2, 1))
+                 "the (m, d) recurrence element by element, then normalise", (2, 1), serial_rows=True)
 _softmax_variant(online_blocked, "online_blocked", "online, 256 lanes + tree merge", "seed 002 §4, V1",
                  "256 strided lanes fold (m, d), merged as a tree like warp shuffles", (2, 1))
 _softmax_variant(split_row, "split_row", "online, split row (8 pieces)", "seed 002 §7.1",

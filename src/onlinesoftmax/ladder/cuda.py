@@ -368,13 +368,13 @@ def _reduce_plan(kind: int):
 _USES: dict[str, list[str]] = {k: [f"cuda.attn_{k[5:7]}"] for k in ATTENTION_KERNELS}
 
 
-def _register(name, op, rung, seed_ref, summary, run, algo_bytes, supports, plan, kernels):
+def _register(name, op, rung, seed_ref, summary, run, algo_bytes, supports, plan, kernels, serial_rows=False):
     for k in kernels:
         _USES.setdefault(k, []).append(name)
     register(Variant(
         name=name, op=op, backend="cuda", rung=rung, seed_ref=seed_ref, summary=summary, run=run,
         algo_bytes=algo_bytes, device="cuda", dtypes=(torch.float32,), supports=supports,
-        available=available, resources=_resources(supports, plan),
+        available=available, resources=_resources(supports, plan), serial_rows=serial_rows,
     ))
 
 
@@ -396,7 +396,7 @@ _register("cuda.safe_k1", "softmax", "safe kernel1 (thread per row)", "seed 003 
           "one thread per row: max, exp+sum into y, scale y (256 rows per block)",
           _softmax_run("cuda.safe_k1", _plan_safe("safe_k1", ROW_BLOCK, True)),
           lambda M, N, s: 5 * M * N * s,  # x read twice, y written twice, y read once
-          _shape_ok, _plan_safe("safe_k1", ROW_BLOCK, True), ("safe_k1",))
+          _shape_ok, _plan_safe("safe_k1", ROW_BLOCK, True), ("safe_k1",), serial_rows=True)
 _register("cuda.safe_k2", "softmax", "safe kernel2 (smem tree)", "seed 003 kernel2",
           "block of 512 per row, max and sum by shared-memory tree reductions",
           _softmax_run("cuda.safe_k2", _plan_safe("safe_k2", SAFE_BLOCK, False, 4)),
@@ -421,7 +421,8 @@ _register("cuda.safe_3pass", "softmax", "safe softmax, 3 kernels", "seed 001 exp
 _register("cuda.online_v0", "softmax", "online V0 (thread per row)", "seed 000 §2, seed 002 §3",
           "one thread per row: per-element (m, d) recurrence, then normalise (256 rows per block)",
           _softmax_run("cuda.online_v0", _plan_online("online_v0", per_row=True)),
-          lambda M, N, s: 3 * M * N * s, _shape_ok, _plan_online("online_v0", per_row=True), ("online_v0",))
+          lambda M, N, s: 3 * M * N * s, _shape_ok, _plan_online("online_v0", per_row=True), ("online_v0",),
+          serial_rows=True)
 _register("cuda.online_v1", "softmax", "online V1 (block + warp merge)", "seed 000 §3, seed 002 §4",
           "256 threads per row fold (m, d), warp-shuffle merge, smem merge across warps, 2 passes",
           _softmax_run("cuda.online_v1", _plan_online("online_v1")),
