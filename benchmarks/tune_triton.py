@@ -1,9 +1,10 @@
 """Try the Triton backend's tuning knobs on the GPU present; print the best setting per problem.
 
-    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns] > tune.txt
+    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns | --n N ...] > tune.txt
 
 Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes; --columns: a channel softmax over dim 1
-of (B, C, 256, 256) with B * C * 65536 = 2^27, and of (8, 1000, 64, 64), through the columns kernels). For each,
+of (B, C, 256, 256) with B * C * 65536 = 2^27, and of (8, 1000, 64, 64), through the columns kernels; --n: the
+rows regime's settings at these row lengths, softmax and its backward, odd N among them). For each,
 the knobs of engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and
 the result checked against torch in fp32. The output is the evidence for the rules in that module.
 """
@@ -101,6 +102,7 @@ def run(op: str, dtype, shape: tuple, dim: int, setting: dict, copy: float):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer problems")
+    ap.add_argument("--n", type=int, nargs="+", help="the rows regime's settings at these N only")
     ap.add_argument("--columns", action="store_true",
                     help="the columns kernels over dim 1 of (B, C, H, W) channel layouts instead of rows")
     args = ap.parse_args()
@@ -112,6 +114,10 @@ def main() -> int:
                     for d in DTYPES for op in ops_]
         problems += [(op, d, (8, 1000, 64, 64), 1) for d in DTYPES for op in ops_]
         settings_for = {p: columns_settings(p[2][1]) for p in problems}
+    elif args.n:
+        problems = [(op, d, (ELEMENTS // n, n), 1) for n in args.n for d in DTYPES
+                    for op in ("softmax", "softmax_backward")]
+        settings_for = {p: rows_settings() for p in problems}
     else:
         rows = [("softmax", d, n) for d in DTYPES for n in (128, 512, 2048, 8192, 32768)]
         rows += [("softmax_backward", d, n) for d in DTYPES for n in (512, 16384)]
