@@ -294,7 +294,8 @@ __device__ __forceinline__ float os_any_bits(float a, float b) {
 //   OS_RED_MD       (m, d): online-softmax states, merged as below; identity (-inf, 0)
 //   OS_RED_SUM      (sum, unused): b is neither shuffled nor combined
 //   OS_RED_SUM_ANY  (sum, flag): a sums, b keeps the largest bits (os_any_bits: "any" of flags whose bits are 0 or
-//                   not; the identity 0.0f)
+//                   not; the identity 0.0f); the butterflies of a width known at compile time do not shuffle the
+//                   flags: one vote (os_group_any) ends them
 //   OS_RED_MAX      (max, unused)
 enum { OS_RED_MD, OS_RED_SUM, OS_RED_SUM_ANY, OS_RED_MAX };
 template <int RED> __device__ __forceinline__ float os_id_a() {
@@ -332,18 +333,29 @@ template <int W> __device__ __forceinline__ void os_fold_md(float& m, float& d, 
     os_combine<OS_RED_MD>(m, d, am, e);
 }
 
-// One butterfly step: the state of the lane at distance `off` merged into this lane's.
-template <int RED> __device__ __forceinline__ void os_xor_merge(float& a, float& b, int off) {
+// "Any" of the flags (bits 0 or not) over each aligned group of `width` lanes (a power of 2 <= 32) of a converged
+// warp: one vote where a butterfly took a shuffle and an unsigned max a step; the result's bits are the group's
+// votes, 0 iff every flag of the group is 0.
+__device__ __forceinline__ float os_group_any(float b, int width) {
+    const unsigned votes = __ballot_sync(OS_FULL_MASK, __float_as_uint(b) != 0u);
+    const unsigned group = width >= 32 ? ~0u : ((1u << width) - 1u) << ((threadIdx.x & 31) & ~(width - 1));
+    return __uint_as_float(votes & group);
+}
+
+// One butterfly step: the state of the lane at distance `off` merged into this lane's. VOTED (OS_RED_SUM_ANY): the
+// sums only, the butterfly's end takes the flags' vote (os_group_any).
+template <int RED, bool VOTED = false> __device__ __forceinline__ void os_xor_merge(float& a, float& b, int off) {
     const float a2 = __shfl_xor_sync(OS_FULL_MASK, a, off);
     float b2 = 0.0f;
-    if constexpr (RED == OS_RED_MD || RED == OS_RED_SUM_ANY) b2 = __shfl_xor_sync(OS_FULL_MASK, b, off);
-    os_combine<RED>(a, b, a2, b2);
+    if constexpr (RED == OS_RED_MD || (RED == OS_RED_SUM_ANY && !VOTED)) b2 = __shfl_xor_sync(OS_FULL_MASK, b, off);
+    os_combine<RED == OS_RED_SUM_ANY && VOTED ? OS_RED_SUM : RED>(a, b, a2, b2);
 }
 
 // Butterfly over WIDTH lanes (aligned groups): every lane of a group ends with the group's state, bitwise equal.
 template <int RED, int WIDTH> __device__ __forceinline__ void os_xor_reduce(float& a, float& b) {
 #pragma unroll
-    for (int off = WIDTH / 2; off > 0; off >>= 1) os_xor_merge<RED>(a, b, off);
+    for (int off = WIDTH / 2; off > 0; off >>= 1) os_xor_merge<RED, true>(a, b, off);
+    if constexpr (RED == OS_RED_SUM_ANY && WIDTH > 1) b = os_group_any(b, WIDTH);
 }
 
 // Butterflies over a run-time width (a power of 2 <= 32: the warp kernels' lanes per row, the block's warp count)
@@ -362,7 +374,11 @@ template <int RED, int R, int SLOTS> __device__ __forceinline__ void os_rows_red
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) {
 #pragma unroll
-            for (int q = 0; q < R; q++) os_xor_merge<RED>(a[q], b[q], off);
+            for (int q = 0; q < R; q++) os_xor_merge<RED, true>(a[q], b[q], off);
+        }
+        if constexpr (RED == OS_RED_SUM_ANY) {
+#pragma unroll
+            for (int q = 0; q < R; q++) b[q] = os_group_any(b[q], 32);
         }
     } else {
         os_xor_reduce_rt<RED, R>(a, b, width);
