@@ -192,6 +192,18 @@ def test_rows_several_rows_per_tile(op, seed, monkeypatch):
         assert report.ok, f"{kind}: {report.message}"
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_scalar_rows_tile(op, seed):
+    """Rows of 129-256 whose accesses are scalar (rows_scalar: odd N here) take their own tile (rows_scalar_tile:
+    8 rows of 256 in fp32, 16 in 16 bits); M not a multiple of it, a partial last tile."""
+    assert R.rows_config(37, 129, F32, scalar=True).BLOCK_M == 8
+    assert R.rows_config(37, 255, BF16, scalar=True).BLOCK_M == 16
+    for N, dtype in ((129, F32), (255, BF16)):
+        for kind in ("normal", "masked", "one_finite"):
+            report = check_variant(_variant(op, "rows"), 37, N, dtype, kind, seed)
+            assert report.ok, f"{N} {dtype} {kind}: {report.message}"
+
+
 @pytest.mark.parametrize("programs", [1, 3, 64])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax_backward"])
 def test_split_schedules(op, programs, monkeypatch, seed):

@@ -165,3 +165,32 @@ def test_rows_grid_is_one_tile_a_program_unless_persistent(backward, monkeypatch
     monkeypatch.setattr(R, "ROWS_PERSISTENT", False)
     monkeypatch.setattr(R, "FORCE_PROGRAMS", 2)
     assert rows_plan().grid == (2,)
+
+
+def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129():
+    """Rows whose accesses Triton cannot vectorise (N or a row stride not a multiple of 16, or a pointer not 16-byte
+    aligned) and 129-256 wide take the 8 KB tile of half the warps, the launch tune_triton.py timed at N = 129 (fp32
+    [8, 256] and bf16 [16, 256] tiles of 2 warps); vectorised rows, and scalar rows of other widths, keep the rules'
+    tile."""
+    pytest.importorskip("triton")
+    from onlinesoftmax.engines.triton import variants as tv
+
+    K = tv.kernels()
+    M = 4096
+
+    def config(N, dtype, tensors=None, strides=None, backward=False):
+        n = 3 if backward else 2
+        return K.plan(backward, False, "rows", M, N, dtype, SMS, tensors or (dtype,) * n, strides or (N,) * n,
+                      lambda _n, dt, _zero: dt).config
+
+    for backward in (False, True):
+        assert config(129, F32, backward=backward) == R.RowsConfig(8, 256, 2, 1)
+        assert config(129, BF16, backward=backward) == R.RowsConfig(16, 256, 2, 1)
+        assert config(200, F16, backward=backward) == R.RowsConfig(16, 256, 2, 1)
+        for N, dtype in ((256, F32), (256, BF16), (127, F32), (1025, F32), (4097, BF16)):
+            assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
+    assert config(256, F32, strides=(272, 256)) == R.rows_config(M, 256, F32)  # strides of 16: vectorised
+    assert config(256, F32, strides=(257, 256)) == R.RowsConfig(8, 256, 2, 1)  # a sliced view's rows
+    x = torch.empty(M * 256 + 1)[1:].view(M, 256)  # 4 bytes past a 16-byte boundary
+    assert config(256, F32, tensors=(x, torch.empty(M, 256))) == R.RowsConfig(8, 256, 2, 1)
+    assert config(256, F32, tensors=(torch.empty(M, 256), torch.empty(M, 256))) == R.rows_config(M, 256, F32)

@@ -114,7 +114,8 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
         tensors, strides = (tensors[0], None, tensors[1]), (strides[0], None, strides[1])
     op = dict(BACKWARD=backward, LOG=log)
     if regime == "rows":
-        cfg = rules.rows_config(M, N, dtype, backward)
+        aligned = all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))  # warmup: dtypes
+        cfg = rules.rows_config(M, N, dtype, backward, rules.rows_scalar(N, strides, aligned))
         key = ("rows", backward, cfg, log, dtype)
         tiles = cdiv(M, cfg.BLOCK_M)
         grid = (_programs(key, cfg.num_warps, sms, tiles) if rules.rows_persistent() else tiles,)

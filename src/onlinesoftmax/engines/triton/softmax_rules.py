@@ -63,6 +63,7 @@ _FP16_BF16 = (torch.float16, torch.bfloat16)
 # ---------------------------------------------------------------------------------------------
 ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads per iteration (fp32)
 ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
+ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for scalar rows 129-256 wide, of half the warps (rows_scalar_tile)
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
@@ -172,6 +173,23 @@ def pipeline_stages(tile_bytes: int) -> int:
     return 2 if rows_persistent() and tile_bytes <= ROWS_PIPELINE_BYTES else 1
 
 
+def rows_scalar(N: int, strides, aligned: bool = True) -> bool:
+    """Whether the rows kernel's accesses are one element each: Triton vectorises a row's loads and stores only where
+    it can prove 16 of its elements aligned, i.e. N and every row stride multiples of 16 (its integer
+    specialisation) and every pointer 16-byte aligned (`aligned`). Odd N, N = 1000 or a sliced view are scalar."""
+    return not (aligned and N % 16 == 0 and all(s % 16 == 0 for s in strides if s is not None))
+
+
+def rows_scalar_tile(N: int, scalar: bool) -> bool:
+    """Whether scalar rows (rows_scalar) take ROWS_SCALAR_TILE_BYTES and half the rules' warps: rows of 129-256
+    (one 256-wide block: the kernel compiled for 129 serves every such N). With the rules' tile the tile's warps
+    lie along the row and meet through shared memory; on the H200 (`tune_triton.py --n 129 1025 4097`,
+    benchmarks/results/h200-session53/triton/tune-odd-n.txt) N = 129 went fp32 forward 35 -> 78%, backward
+    66 -> 88%, bf16 26 -> 34% and 45 -> 49% of copy. At 1025 and 4097 no setting won in every op and dtype, and
+    scalar rows of 33-128 were not timed: they keep the rules' tile."""
+    return scalar and 128 < N <= 256
+
+
 @dataclass(frozen=True)
 class RowsConfig:
     BLOCK_M: int
@@ -180,15 +198,19 @@ class RowsConfig:
     num_stages: int
 
 
-def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False) -> RowsConfig:
-    """Whole rows; several per tile for small N so a tile is ~ROWS_TILE_BYTES of each input."""
+def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scalar: bool = False) -> RowsConfig:
+    """Whole rows; several per tile for small N so a tile is ~ROWS_TILE_BYTES of each input (scalar: the accesses
+    are one element each, rows_scalar; rows_scalar_tile)."""
     size = dtype.itemsize
     block_n = pow2ceil(N)
-    block_m = max(1, rows_tile_bytes(dtype) // (block_n * size))
+    short_scalar = rows_scalar_tile(N, scalar)
+    block_m = max(1, (ROWS_SCALAR_TILE_BYTES if short_scalar else rows_tile_bytes(dtype)) // (block_n * size))
     block_m = min(block_m, pow2ceil(M))
     tile = block_m * block_n
+    warps = rows_num_warps(tile, dtype)
     inputs = 2 if backward else 1
-    return RowsConfig(block_m, block_n, rows_num_warps(tile, dtype), pipeline_stages(tile * size * inputs))
+    return RowsConfig(block_m, block_n, max(1, warps // 2) if short_scalar else warps,
+                      pipeline_stages(tile * size * inputs))
 
 
 def rows_tile_bytes(dtype: torch.dtype) -> int:
