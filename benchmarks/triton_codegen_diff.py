@@ -134,7 +134,8 @@ def dump(out: pathlib.Path, launches_to_drive) -> None:
     def compile_only(self, *args, grid, warmup, **kwargs):
         ident = (where["family"], self.__name__, tuple(sorted(kwargs.items())), tuple(map(argtype, args)))
         if ident not in named:
-            name = where["name"]
+            nth = len(launches.get(where["name"], []))  # a call's second launch (a rows tail) is NAME#2
+            name = where["name"] + (f"#{nth + 1}" if nth else "")
             compiled = real_run(self, *args, grid=grid, warmup=True, **kwargs)
             text = normalise(compiled.asm["ptx"], self.__name__)
             (out / "ptx" / f"{name}.ptx").write_text(text)
