@@ -88,6 +88,7 @@ case "$stage" in
              tests/test_gpu_dropin.py "tests/test_gpu_attention.py tests/test_gpu_attention_ladder.py")
     if [ -n "${ONLY:-}" ]; then  # ONLY=REGEX: the groups whose selector matches (grep -E), e.g. '-softmax]|triton'
       mapfile -t groups < <(printf '%s\n' "${groups[@]}" | grep -E -- "$ONLY")
+      [ ${#groups[@]} -gt 0 ] || { echo "ONLY=$ONLY matches no group" >&2; exit 2; }
     fi
     run_groups tests "${groups[@]}"
     ;;

@@ -134,7 +134,9 @@ def dump(out: pathlib.Path, launches_to_drive) -> None:
     def compile_only(self, *args, grid, warmup, **kwargs):
         ident = (where["family"], self.__name__, tuple(sorted(kwargs.items())), tuple(map(argtype, args)))
         if ident not in named:
-            nth = len(launches.get(where["name"], []))  # a call's second launch (a rows tail) is NAME#2
+            # a call's second launch (a rows tail) is NAME#2; a one-stage retry of a launch that did not fit
+            # replaces it under its name
+            nth = sum(configs[n]["fits"] for n in launches.get(where["name"], []))
             name = where["name"] + (f"#{nth + 1}" if nth else "")
             compiled = real_run(self, *args, grid=grid, warmup=True, **kwargs)
             text = normalise(compiled.asm["ptx"], self.__name__)

@@ -454,3 +454,17 @@ def test_report_ab_compares_trees_against_the_first(tmp_path, capsys):
     other.mkdir()
     twin = str(results.write_csv(rows((91.0, 97.0, 40.0)), other / "ab-base.csv"))
     assert "name the same tree" in run_bad(capsys, "report", "--ab", base, twin)
+
+
+def test_report_ab_reads_the_backend_the_sweeps_timed(tmp_path, capsys):
+    """ab.sh with BACKEND=triton: the CSVs hold api.triton rows, which --ab compares; CSVs of two backends of ours
+    are refused, not mixed."""
+    def rows(backend, pct):
+        return [dict(op="softmax", variant=f"api.{backend}.softmax", M=1040447, N=129, dtype="float32", time_ms=1.0,
+                     pct_copy=pct, ok=True, copy_gbps=4200.0, device="GPU", commit="abc", group="softmax")]
+    base = str(results.write_csv(rows("triton", 35.0), tmp_path / "ab-base.csv"))
+    window = str(results.write_csv(rows("triton", 80.0), tmp_path / "ab-window.csv"))
+    code, out = run(capsys, "report", "--ab", base, window)
+    assert code == 0 and "| softmax | float32 | 1040447 × 129 | 35.0 | 80.0 |" in out
+    cuda = str(results.write_csv(rows("cuda", 95.0), tmp_path / "ab-cuda.csv"))
+    assert "one backend of ours" in run_bad(capsys, "report", "--ab", base, cuda)

@@ -23,7 +23,7 @@ import torch
 
 from ..opdefs import OPS
 from ..registry import Variant
-from .check import compare_to_reference
+from .check import compare_to_reference, variant_rtol
 from .inputs import out_shape
 
 CPU_COPY_BYTES = 1 << 27  # 128 MiB per array on the CPU
@@ -156,7 +156,8 @@ def measure(variant: Variant, M: int, N: int, dtype: torch.dtype, seed: int = 0)
         torch.cuda.synchronize()
     rows = M if variant.op == "sum" else max(1, min(M, CHECK_ELEMENTS // N))
     host = tuple(t[:rows].cpu() for t in inputs)
-    report = compare_to_reference(variant.op, host, out[:rows].cpu() if variant.op != "sum" else out.cpu(), dtype)
+    report = compare_to_reference(variant.op, host, out[:rows].cpu() if variant.op != "sum" else out.cpu(), dtype,
+                                  rtol=variant_rtol(variant, N, dtype))
     def call(ins):
         if variant.call is not None:  # the user-facing call, allocation included, as users see it
             return lambda: variant.call(ins)

@@ -216,12 +216,22 @@ def _tree_name(path) -> str:
     return stem[3:] if stem.startswith("ab-") else stem
 
 
-def ab_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27, worst: int = 4) -> str:
+def _our_backend(rows) -> str:
+    """The one backend of ours (api.cuda or api.triton) whose op rows `rows` hold: an A/B sweeps one."""
+    found = {r["variant"][: -len(r["op"]) - 1] for r in rows
+             if r["variant"].startswith("api.") and r["variant"].endswith("." + r["op"])}
+    if len(found) != 1:
+        raise OnlineSoftmaxError(f"--ab compares one backend of ours, the CSVs hold {sorted(found) or 'none'}")
+    return found.pop()
+
+
+def ab_markdown(csv_paths, ours: str = None, elements: int = 1 << 27, worst: int = 4) -> str:
     """The same sweep of ours over several source trees (benchmarks/ab.sh: a CSV per tree, the base first): % of
     copy side by side per (op, dtype, shape) ('!' = a wrong output), then per later tree its change against the first
     over the long rows (M = elements // N) and the few-row shapes apart: cells, median, mean, range, the `worst`
     cells that lost most and the two that gained most; a cell with a wrong output in either tree is left out of the
-    changes and named. Last, each tree's long cells at issue 12's target (TARGET_PCT), right outputs only."""
+    changes and named. Last, each tree's long cells at issue 12's target (TARGET_PCT), right outputs only. ours: the
+    backend's rows (api.cuda, api.triton); None: the one the CSVs hold (benchmarks/ab.sh BACKEND)."""
     paths = _paths(csv_paths)
     if len(paths) < 2:
         raise OnlineSoftmaxError("--ab compares trees: give two or more CSVs of the same sweep, the base first")
@@ -229,10 +239,12 @@ def ab_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27, wors
     if len(set(names)) < len(names):
         raise OnlineSoftmaxError(f"--ab: two CSVs name the same tree ({', '.join(names)}): a tree is named by its "
                                  "file, ab-NAME.csv")
+    tables = [read_csv(path) for path in paths]
+    ours = ours or _our_backend([r for rows in tables for r in rows])
     trees = []
-    for path in paths:
+    for rows in tables:
         cells = {}
-        for r in read_csv(path):
+        for r in rows:
             if r["variant"] == f"{ours}.{r['op']}" and r["pct_copy"]:
                 cells[(r["op"], r["dtype"], int(r["M"]), int(r["N"]))] = (float(r["pct_copy"]), r["ok"] == "True")
         trees.append(cells)
