@@ -1,5 +1,7 @@
 """The checker must catch what is wrong: known-wrong softmaxes, unwritten outputs, bad NaNs."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -10,14 +12,14 @@ from onlinesoftmax.harness.check import (TOLERANCE, check_variant, compare, comp
 from onlinesoftmax.reference import reference
 
 
-def _variant(name, fn, serial_rows=False):
+def _variant(name, fn):
     def run(inputs, out):
         x = inputs[0].numpy()
         with np.errstate(all="ignore"):
             out.numpy()[...] = fn(x)
 
     return registry.Variant(name=name, op="softmax", backend="numpy", rung="wrong", seed_ref="-",
-                            summary="known wrong", run=run, algo_bytes=lambda M, N, s: 0, serial_rows=serial_rows)
+                            summary="known wrong", run=run, algo_bytes=lambda M, N, s: 0)
 
 
 def no_max_shift(x):
@@ -42,23 +44,24 @@ def correct(x):
     return state.probabilities(x, state.of_values(x))
 
 
-def chained_sum(x):
-    """The ladder's thread-per-row softmax (safe kernel1) in fp32: the row's exponentials summed term after term."""
-    e = np.exp(x - x.max(-1, keepdims=True)).astype(np.float32)
-    return e / np.cumsum(e, -1, dtype=np.float32)[:, -1:]
-
-
 def test_chained_row_sum_is_held_to_its_bound():
-    """A row summed term after term (Variant.serial_rows) rounds N - 1 times in a chain: at 1 x 65539 of U[-10, 40]
-    it misses TOLERANCE's rtol for some seeds (the H200's cuda.safe_k1 did: 2.33e-5) and stays within serial_rtol
-    for all; the same sum off by twice that bound fails."""
-    N = 65539
-    flagged = [check_variant(_variant("chain", chained_sum, True), 1, N, torch.float32, "uniform", s) for s in range(8)]
+    """A row summed term after term (Variant.serial_rows: the CPU baseline rung, fp32) rounds N - 1 times in a
+    chain: at 1 x 65539 of U[-10, 40] it misses TOLERANCE's rtol for some seeds (the H200's cuda.safe_k1 did:
+    2.33e-5) and stays within serial_rtol for all; the same sum off by twice that bound fails."""
+    import onlinesoftmax.ladder.cpu  # noqa: F401  (registers cpu.baseline)
+
+    N, chain = 65539, registry.get("cpu.baseline")
+    assert chain.serial_rows
+    flagged = [check_variant(chain, 1, N, torch.float32, "uniform", s) for s in range(8)]
     assert all(r.ok for r in flagged), [r.message for r in flagged if not r.ok]
-    tree_rule = [check_variant(_variant("chain", chained_sum), 1, N, torch.float32, "uniform", s) for s in range(8)]
-    assert not all(r.ok for r in tree_rule)  # the case has teeth: the serial bound is what lets it pass
-    off = _variant("off", lambda x: chained_sum(x) * (1 + 2 * serial_rtol(N, torch.float32)), True)
-    assert not check_variant(off, 1, N, torch.float32, "uniform", 0).ok
+    tree = dataclasses.replace(chain, serial_rows=False)
+    assert not all(check_variant(tree, 1, N, torch.float32, "uniform", s).ok for s in range(8))  # the case has teeth
+
+    def off_run(inputs, out):
+        chain.run(inputs, out)
+        out.mul_(1 + 2 * serial_rtol(N, torch.float32))
+
+    assert not check_variant(dataclasses.replace(chain, run=off_run), 1, N, torch.float32, "uniform", 0).ok
 
 
 @pytest.mark.parametrize("fn, kind", [
