@@ -39,7 +39,7 @@ def rows_settings(scales=(0.5, 1, 2)):
         yield f"rows tile={tile >> 10}K warps x{scale}{grid}", dict(
             regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **grids[grid],
             num_warps_for=lambda n, s=scale: max(1, min(32, int(base(n) * s))),
-            rows_scalar_tile=lambda N, scalar: False)  # the setting as labelled, not the scalar rows' own tile
+            rows_scalar_tile=lambda N: False)  # the setting as labelled, not the scalar rows' own tile
 
 
 def long_settings(backward: bool, N: int):

@@ -180,14 +180,14 @@ def rows_scalar(N: int, strides, aligned: bool = True) -> bool:
     return not (aligned and N % 16 == 0 and all(s % 16 == 0 for s in strides if s is not None))
 
 
-def rows_scalar_tile(N: int, scalar: bool) -> bool:
-    """Whether scalar rows (rows_scalar) take ROWS_SCALAR_TILE_BYTES and half the rules' warps: rows of 129-256
+def rows_scalar_tile(N: int) -> bool:
+    """Whether scalar rows (rows_scalar) N wide take ROWS_SCALAR_TILE_BYTES and half the rules' warps: rows of 129-256
     (one 256-wide block: the kernel compiled for 129 serves every such N). With the rules' tile the tile's warps
     lie along the row and meet through shared memory; on the H200 (`tune_triton.py --n 129 1025 4097`,
     benchmarks/results/h200-session53/triton/tune-odd-n.txt) N = 129 went fp32 forward 35 -> 78%, backward
     66 -> 88%, bf16 26 -> 34% and 45 -> 49% of copy. At 1025 and 4097 no setting won in every op and dtype, and
     scalar rows of 33-128 were not timed: they keep the rules' tile."""
-    return scalar and 128 < N <= 256
+    return 128 < N <= 256
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scal
     are one element each, rows_scalar; rows_scalar_tile)."""
     size = dtype.itemsize
     block_n = pow2ceil(N)
-    short_scalar = rows_scalar_tile(N, scalar)
+    short_scalar = scalar and rows_scalar_tile(N)
     block_m = max(1, (ROWS_SCALAR_TILE_BYTES if short_scalar else rows_tile_bytes(dtype)) // (block_n * size))
     block_m = min(block_m, pow2ceil(M))
     tile = block_m * block_n
