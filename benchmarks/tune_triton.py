@@ -4,7 +4,8 @@
 
 Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes; --columns: a channel softmax over dim 1
 of (B, C, 256, 256) with B * C * 65536 = 2^27, and of (8, 1000, 64, 64), through the columns kernels; --n: the
-rows regime's settings at these row lengths, softmax and its backward, odd N among them). For each,
+rows regime's settings at these row lengths, softmax and its backward, odd N among them, with and without the
+16-byte windows). For each,
 the knobs of engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and
 the result checked against torch in fp32. The output is the evidence for the rules in that module.
 """
@@ -27,17 +28,19 @@ ELEMENTS = 1 << 27
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def rows_settings(scales=(0.5, 1, 2)):
+def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):
     """Tiles (bytes of one input, either dtype), warps (`scales` times the rules'), and the grid: one tile a program
     straight to registers (the rules', as Liger's and Inductor's kernels run), or persistent (SMs x occupancy
     programs walking the tiles) with the next tile pipelined through shared memory or loading straight to
-    registers."""
+    registers; with `windows` (False among them) also rows the window could serve read one element at a time."""
     base = R.num_warps_for
     grids = {"": {}, " persistent": dict(ROWS_PERSISTENT=True),
              " persistent unpipelined": dict(ROWS_PERSISTENT=True, ROWS_PIPELINE_BYTES=0)}
-    for tile, scale, grid in itertools.product((8 << 10, 16 << 10, 32 << 10), scales, grids):
-        yield f"rows tile={tile >> 10}K warps x{scale}{grid}", dict(
-            regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **grids[grid],
+    windowed = {True: {}, False: dict(rows_window=lambda *a, **k: 1)}
+    for tile, scale, grid, window in itertools.product((8 << 10, 16 << 10, 32 << 10), scales,
+                                                       grids if persistent else [""], windows):
+        yield f"rows tile={tile >> 10}K warps x{scale}{grid}{'' if window else ' no window'}", dict(
+            regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **grids[grid], **windowed[window],
             num_warps_for=lambda n, s=scale: max(1, min(32, int(base(n) * s))),
             rows_scalar_tile=lambda N: False)  # the setting as labelled, not the scalar rows' own tile
 
@@ -119,7 +122,8 @@ def main() -> int:
     elif args.n:
         problems = [(op, d, (ELEMENTS // n, n), 1) for n in args.n for d in DTYPES
                     for op in ("softmax", "softmax_backward")]
-        settings_for = {p: rows_settings((0.25, 0.5, 1, 2)) for p in problems}  # fewer warps: fewer cross the row
+        # fewer warps: fewer cross the row; the one-tile grid (the persistent one lost everywhere, rows_persistent)
+        settings_for = {p: rows_settings((0.25, 0.5, 1, 2), persistent=False, windows=(True, False)) for p in problems}
     else:
         rows = [("softmax", d, n) for d in DTYPES for n in (128, 512, 2048, 8192, 32768)]
         rows += [("softmax_backward", d, n) for d in DTYPES for n in (512, 16384)]

@@ -24,6 +24,7 @@ from onlinesoftmax.harness.check import check_variant, compare_to_reference  # n
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
 from onlinesoftmax.registry import get  # noqa: E402
 from onlinesoftmax.engines.triton import variants as tv  # noqa: E402  (registers the triton.* variants)
+from window_cases import check_padded_and_in_place, expected_windows, record_windows  # noqa: E402
 
 K = tv.kernels()
 
@@ -39,6 +40,7 @@ SHAPES = {
         (257, 1000, False),
         (3, 1023, False),
         (2, 4097, True),  # odd N just past a power of two
+        (4095, 129, True),  # odd N (with rules.ROWS_WINDOW, test_window_rows: the last row a launch of its own)
         (1, 16384, False),  # one 64 KB fp32 row per tile (BLOCK_M = 1)
         (1, 32769, True),  # past rows_max_n (forced here); past rows_hard_max_n backward: refused
     ],
@@ -119,6 +121,30 @@ def test_auto_regime(M, N, dtype, backward, regime):
         rtol = {F32: 2e-5, F16: 2e-3, BF16: 1.6e-2}[dtype]
         err = (out.double() - want).abs()
         assert (err <= rtol * want.abs() + 1e-30).all(), (err / want.abs()).max().item()
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("op", OPS)
+def test_window_rows(op, dtype, seed, monkeypatch):
+    """The rows variants with the 16-byte windows on (rules.ROWS_WINDOW): odd N with and without the last row's own
+    launch (4095 x 129; 4096 x 129 and 64 x 32001, M * N a multiple of 8), N = 1000 (rows on vectors), 5 x 33."""
+    windows = record_windows(monkeypatch, K)
+    V = 16 // dtype.itemsize
+    for M, N in ((4095, 129), (4096, 129), (64, 32001), (257, 1000), (5, 33)):
+        for kind in kinds_for(op) if M * N <= BIG else ("normal", "masked", "nan", "huge"):
+            windows.clear()
+            report = check_variant(get(f"triton.{op}_rows"), M, N, dtype, kind, seed)
+            assert report.ok, f"{M}x{N} {kind}: {report.message}"
+            assert windows == expected_windows(M, N, N, V), (M, N, windows)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("M,N,width", [(4095, 129, 136), (1000, 4097, 4104), (64, 32001, 32008)])
+def test_window_padded_rows_and_in_place(M, N, width, dtype, backward, monkeypatch):
+    """tests/window_cases.py at real sizes: padded rows read through windows (the padding NaN and +-inf, neither
+    used nor written), in place, and off a vector."""
+    check_padded_and_in_place(K, record_windows(monkeypatch, K), M, N, width, dtype, backward, "cuda")
 
 
 def test_runs_on_torch_current_stream():

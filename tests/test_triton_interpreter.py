@@ -30,6 +30,7 @@ from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
 from onlinesoftmax.registry import get  # noqa: E402
 from onlinesoftmax.engines.triton import variants as tv  # noqa: E402  (registers the triton.* variants)
 from onlinesoftmax.engines.triton import softmax_rules as R  # noqa: E402
+from window_cases import check_padded_and_in_place, expected_windows, record_windows  # noqa: E402
 
 K = tv.kernels()
 
@@ -202,6 +203,35 @@ def test_scalar_rows_tile(op, seed):
         for kind in ("normal", "masked", "one_finite"):
             report = check_variant(_variant(op, "rows"), 37, N, dtype, kind, seed)
             assert report.ok, f"{N} {dtype} {kind}: {report.message}"
+
+
+@pytest.fixture
+def windows(monkeypatch):
+    return record_windows(monkeypatch, K)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("op", OPS)
+def test_window_rows(op, dtype, seed, windows):
+    """Rows Triton would access an element at a time, read through 16-byte windows (rules.rows_window): N = 129 and
+    37 (ends both sides of the body from the second row on), 1000 (every row on a vector, no ends in fp32), V + 1;
+    M where the last row's window passes the tensor's end (that row then runs in a scalar launch of its own) and
+    where it does not; every input kind in fp32, the harness's outputs poisoned with NaN."""
+    V = 16 // dtype.itemsize
+    kinds = kinds_for(op) if dtype == F32 else ("normal", "huge", "masked", "one_finite", "nan")
+    for M, N in ((37, 129), (8, 129), (5, 37), (3, 1000), (4, V + 1)):
+        for kind in kinds:
+            windows.clear()
+            report = check_variant(_variant(op, "rows"), M, N, dtype, kind, seed)
+            assert report.ok, f"{M}x{N} {kind}: {report.message}"
+            assert windows == expected_windows(M, N, N, V), (M, N, windows)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("backward", [False, True])
+def test_window_padded_rows_and_in_place(backward, dtype, windows):
+    """tests/window_cases.py: 6 padded rows of 129 in rows of 136, in place, off a vector."""
+    check_padded_and_in_place(K, windows, 6, 129, 136, dtype, backward, "cpu")
 
 
 @pytest.mark.parametrize("programs", [1, 3, 64])

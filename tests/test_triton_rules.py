@@ -167,11 +167,11 @@ def test_rows_grid_is_one_tile_a_program_unless_persistent(backward, monkeypatch
     assert rows_plan().grid == (2,)
 
 
-def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129():
+def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129(monkeypatch):
     """Rows whose accesses Triton cannot vectorise (N or a row stride not a multiple of 16, or a pointer not 16-byte
     aligned) and 129-256 wide take the 8 KB tile of half the warps, the launch tune_triton.py timed at N = 129 (fp32
-    [8, 256] and bf16 [16, 256] tiles of 2 warps); vectorised rows, and scalar rows of other widths, keep the rules'
-    tile."""
+    [8, 256] and bf16 [16, 256] tiles of 2 warps), unless the window serves them (rows_window); vectorised rows,
+    windowed rows, and scalar rows of other widths, keep the rules' tile."""
     pytest.importorskip("triton")
     from onlinesoftmax.engines.triton import variants as tv
 
@@ -184,13 +184,74 @@ def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129():
                       lambda _n, dt, _zero: dt).config
 
     for backward in (False, True):
-        assert config(129, F32, backward=backward) == R.RowsConfig(8, 256, 2, 1)
-        assert config(129, BF16, backward=backward) == R.RowsConfig(16, 256, 2, 1)
-        assert config(200, F16, backward=backward) == R.RowsConfig(16, 256, 2, 1)
+        n = 3 if backward else 2
+        uneven = lambda N: (N + 1,) + (N,) * (n - 1)  # noqa: E731 - strides unlike each other: no window
+        assert config(129, F32, strides=uneven(129), backward=backward) == R.RowsConfig(8, 256, 2, 1)
+        assert config(129, BF16, strides=uneven(129), backward=backward) == R.RowsConfig(16, 256, 2, 1)
+        assert config(200, F16, strides=uneven(200), backward=backward) == R.RowsConfig(16, 256, 2, 1)
         for N, dtype in ((256, F32), (256, BF16), (127, F32), (1025, F32), (4097, BF16)):
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
+        monkeypatch.setattr(R, "ROWS_WINDOW", True)
+        for N, dtype in ((129, F32), (200, BF16)):  # windowed
+            assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
+        monkeypatch.setattr(R, "ROWS_WINDOW", False)
     assert config(256, F32, strides=(272, 256)) == R.rows_config(M, 256, F32)  # strides of 16: vectorised
     assert config(256, F32, strides=(257, 256)) == R.RowsConfig(8, 256, 2, 1)  # a sliced view's rows
     x = torch.empty(M * 256 + 1)[1:].view(M, 256)  # 4 bytes past a 16-byte boundary
     assert config(256, F32, tensors=(x, torch.empty(M, 256))) == R.RowsConfig(8, 256, 2, 1)
     assert config(256, F32, tensors=(torch.empty(M, 256), torch.empty(M, 256))) == R.rows_config(M, 256, F32)
+
+
+def test_rows_window_rule(monkeypatch):
+    """The window (V elements: 16 bytes) serves scalar rows only where every row starts at the same offset of a vector
+    in every tensor, the stride holds the row, N holds a vector, and the widest window fits N's block; and only with
+    ROWS_WINDOW, off until timed."""
+    assert R.rows_window(129, (129, 129), 4) == 1
+    monkeypatch.setattr(R, "ROWS_WINDOW", True)
+    assert R.rows_window(129, (129, 129), 4) == 4
+    assert R.rows_window(129, (129, None, 129), 2) == 8  # a forward launch: no dy
+    assert R.rows_window(1000, (1000, 1000), 4) == 4  # aligned rows Triton sees as scalar (1000 % 16)
+    assert R.rows_window(129, (136, 136), 4) == 4  # padded rows
+    assert R.rows_window(1000, (1001, 1001), 4) == 4
+    assert R.rows_window(128, (128, 128), 4) == 1  # Triton vectorises these itself
+    assert R.rows_window(129, (129, 129), 4, aligned=False) == 1  # a pointer off 16 bytes
+    assert R.rows_window(129, (130, 129), 4) == 1  # rows at different offsets of a vector in x and out
+    assert R.rows_window(129, (100, 100), 4) == 1  # overlapping rows
+    assert R.rows_window(3, (3, 3), 4) == 1 and R.rows_window(7, (7, 7), 2) == 1  # shorter than a vector
+    assert R.rows_window(5, (5, 5), 4) == 4 and R.rows_window(9, (9, 9), 2) == 8
+    for N, size in ((4095, 4), (32767, 4), (4093, 2), (4090, 2), (127, 4)):  # N + V - 1 past N's block
+        assert R.rows_window(N, (N, N), size) == 1, (N, size)
+    assert R.rows_window(4093, (4093, 4093), 4) == 4 and R.rows_window(4089, (4089, 4089), 2) == 8
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_rows_window_plans(backward, monkeypatch):
+    """A windowed launch leaves the last row to a scalar launch of its own (Plan.tail, on the row's views) where that
+    row's window would pass its end, and only there; one row alone is the scalar launch."""
+    pytest.importorskip("triton")
+    from onlinesoftmax.engines.triton import variants as tv
+
+    K = tv.kernels()
+    monkeypatch.setattr(R, "ROWS_WINDOW", True)
+    n = 3 if backward else 2
+    M_AT = 3  # the arguments: in, dy (None forward), out, M, N, strides
+
+    def plan(M, N, dtype=F32, width=None):
+        ts = tuple(torch.empty(M, width or N, dtype=dtype)[:, :N] for _ in range(n))
+        return ts, K.plan(backward, False, "rows", M, N, dtype, SMS, ts, tuple(t.stride(0) for t in ts),
+                          lambda _n, dt, _zero: dt)
+
+    ts, p = plan(37, 129)
+    assert p.meta["V"] == 4 and p.args[M_AT] == 36 and p.tail.meta["V"] == 1 and p.tail.tail is None
+    tail_tensors = [t.data_ptr() for t in p.tail.args[:M_AT] if t is not None]
+    assert p.tail.args[M_AT] == 1 and tail_tensors == [t[36:].data_ptr() for t in ts]
+    _, p = plan(36, 129)  # 36 x 129 elements: the last window ends on a vector
+    assert p.meta["V"] == 4 and p.args[M_AT] == 36 and p.tail is None
+    _, p = plan(36, 129, BF16)
+    assert p.meta["V"] == 8 and p.args[M_AT] == 35 and p.tail.args[M_AT] == 1
+    _, p = plan(5, 129, width=136)  # padded rows: 4 * 136 + 129 is not a multiple of 4
+    assert p.meta["V"] == 4 and p.args[M_AT] == 4 and p.tail is not None
+    _, p = plan(1, 129)
+    assert p.meta["V"] == 1 and p.args[M_AT] == 1 and p.tail is None
+    _, p = plan(37, 1000)
+    assert p.meta["V"] == 4 and p.tail is None

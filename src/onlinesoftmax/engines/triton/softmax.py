@@ -11,7 +11,7 @@ Import this module only after TRITON_INTERPRET is set (if it is to be set): it i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -97,6 +97,7 @@ class Plan:
     meta: dict
     key: object
     config: object
+    tail: Optional["Plan"] = None  # a second launch: the rows kernel's last row, where its window would pass the end
 
 
 def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dtype, sms: int,
@@ -115,13 +116,14 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
     op = dict(BACKWARD=backward, LOG=log)
     if regime == "rows":
         aligned = all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))  # warmup: dtypes
-        cfg = rules.rows_config(M, N, dtype, backward, rules.rows_scalar(N, strides, aligned))
-        key = ("rows", backward, cfg, log, dtype)
-        tiles = cdiv(M, cfg.BLOCK_M)
-        grid = (_programs(key, cfg.num_warps, sms, tiles) if rules.rows_persistent() else tiles,)
-        return Plan(rows_kernel, grid, (*tensors, M, N, *strides),
-                    dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **op, NUM_STAGES=cfg.num_stages,
-                         num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
+        v = rules.rows_window(N, strides, dtype.itemsize, aligned)
+        if v == 1:
+            return _rows_plan(op, M, N, dtype, sms, tensors, strides, 1, rules.rows_scalar(N, strides, aligned))
+        if ((M - 1) * strides[0] + N) % v == 0:  # the last row's window ends where the row does
+            return _rows_plan(op, M, N, dtype, sms, tensors, strides, v, False)
+        last = _rows_plan(op, 1, N, dtype, sms, tuple(t[M - 1:] if isinstance(t, torch.Tensor) else t
+                                                      for t in tensors), strides, 1, True)
+        return replace(_rows_plan(op, M - 1, N, dtype, sms, tensors, strides, v, False), tail=last) if M > 1 else last
     if regime == "online":
         cfg = rules.online_config(N, dtype, backward)
         key = ("online", backward, cfg, log, dtype)
@@ -138,6 +140,18 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
                 dict(CHUNK=cfg.CHUNK, PBLOCK=cfg.PBLOCK, **op, num_warps=cfg.num_warps, num_stages=1), None, cfg)
 
 
+def _rows_plan(op: dict, M: int, N: int, dtype: torch.dtype, sms: int, tensors: tuple, strides: tuple, v: int,
+               scalar: bool) -> Plan:
+    """The rows kernel over M rows, through windows of v elements (rules.rows_window; 1: none)."""
+    cfg = rules.rows_config(M, N, dtype, op["BACKWARD"], scalar)
+    key = ("rows", op["BACKWARD"], cfg, op["LOG"], dtype, v)
+    tiles = cdiv(M, cfg.BLOCK_M)
+    grid = (_programs(key, cfg.num_warps, sms, tiles) if rules.rows_persistent() else tiles,)
+    return Plan(rows_kernel, grid, (*tensors, M, N, *strides),
+                dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **op, NUM_STAGES=cfg.num_stages, V=v,
+                     num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
+
+
 def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> None:
     out = tensors[-1]
     M, N = out.shape
@@ -148,8 +162,9 @@ def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> No
         return (torch.zeros if zero else torch.empty)(n, dtype=dtype, device=out.device)
 
     p = plan(backward, log, regime, M, N, out.dtype, sms, tensors, tuple(t.stride(0) for t in tensors), workspace)
-    if p is not None:
+    while p is not None:
         _launch_on(out.device, p.kernel, p.grid, p.args, p.meta, p.key)
+        p = p.tail
 
 
 def _launch_on(device: torch.device, kernel, grid, args, meta, key) -> None:

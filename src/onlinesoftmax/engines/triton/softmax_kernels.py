@@ -155,11 +155,20 @@ def _wait_for(count_ptr, target):
 #           persistent grid: rules.rows_persistent)
 #   forward:  read x once, write y once            2*M*N*size bytes
 #   backward: read y and dy once, write dx once    3*M*N*size bytes
+# V > 1: the row's window (rules.rows_window), for rows Triton cannot prove aligned (odd N, a sliced view), whose
+#   accesses would be one element each. Every tensor shares one row stride, so row r starts at element
+#   start = r*stride of each, and its window is start and start + N rounded out to multiples of V (V elements =
+#   16 bytes; the pointers are 16-byte aligned). The window is read as whole vectors (its mask, and the body's
+#   store mask, are constant over each vector, which Triton can prove); values outside the row are neighbours'
+#   (read, never used: replaced by the padding). The body, start and start + N rounded in, is stored as whole
+#   vectors, then the < V elements each side of it (the ends) one at a time, from the same registers. The last
+#   row's window may pass the tensor's end: the launcher leaves it to a launch of its own (V = 1) unless it ends
+#   on a vector.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr,
-                NUM_STAGES: tl.constexpr):
+                NUM_STAGES: tl.constexpr, V: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -167,16 +176,47 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
     n_blocks = tl.cdiv(M, BLOCK_M)
     for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
         rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-        ok = (rows < M)[:, None] & col_ok[None, :]
-        if BACKWARD:
-            dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-            y = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok,
-                        other=float("-inf") if LOG else 0.0).to(tl.float32)
-            out = _backward_tile(y, dy, 1, LOG)
+        if V == 1:
+            ok = (rows < M)[:, None] & col_ok[None, :]
+            if BACKWARD:
+                dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+                y = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok,
+                            other=float("-inf") if LOG else 0.0).to(tl.float32)
+                out = _backward_tile(y, dy, 1, LOG)
+            else:
+                x = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok, other=float("-inf"))
+                out = _forward_tile(x.to(tl.float32), 1, LOG)
+            tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out.to(out_ptr.dtype.element_ty),
+                     mask=ok)
         else:
-            x = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok, other=float("-inf"))
-            out = _forward_tile(x.to(tl.float32), 1, LOG)
-        tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=ok)
+            _window_rows(in_ptr, dy_ptr, out_ptr, rows, M, N, stride_in, cols, BACKWARD, LOG, V)
+
+
+@_device_fn
+def _window_rows(in_ptr, dy_ptr, out_ptr, rows, M, N, stride, cols, BACKWARD: tl.constexpr, LOG: tl.constexpr,
+                 V: tl.constexpr):
+    """rows_kernel's tile of rows through their windows (V > 1; see the comment above rows_kernel). Positions are
+    counted from each row's window start a, in int32: the row is [s, s + N), s = start - a < V."""
+    row_ok = (rows < M)[:, None]
+    start = rows * stride
+    a = start // V * V  # a multiple of V, as Triton sees it: (.. // V) * V
+    s = (start - a).to(tl.int32)[:, None]
+    c = cols[None, :]
+    read = row_ok & (c < (s + N + V - 1) // V * V)
+    inside = (c >= s) & (c < s + N)
+    body = row_ok & (c >= (s + V - 1) // V * V) & (c < (s + N) // V * V)
+    if BACKWARD:
+        pad = float("-inf") if LOG else 0.0
+        y = tl.where(inside, tl.load(in_ptr + a[:, None] + c, mask=read, other=pad).to(tl.float32), pad)
+        dy = tl.where(inside, tl.load(dy_ptr + a[:, None] + c, mask=read, other=0.0).to(tl.float32), 0.0)
+        out = _backward_tile(y, dy, 1, LOG)
+    else:
+        x = tl.where(inside, tl.load(in_ptr + a[:, None] + c, mask=read, other=float("-inf")).to(tl.float32),
+                     float("-inf"))
+        out = _forward_tile(x, 1, LOG)
+    out = out.to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + a[:, None] + c, out, mask=body)  # whole vectors
+    tl.store(out_ptr + a[:, None] + c, out, mask=row_ok & inside & ~body)  # the ends, an element at a time
 
 
 # ---------------------------------------------------------------------------------------------

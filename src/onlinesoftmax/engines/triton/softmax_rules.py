@@ -65,6 +65,7 @@ ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads pe
 ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
 ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for scalar rows 129-256 wide, of half the warps (rows_scalar_tile)
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
+ROWS_WINDOW = False  # rows: scalar rows through 16-byte windows (rows_window); off until timed on the H200
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
 ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
@@ -178,6 +179,23 @@ def rows_scalar(N: int, strides, aligned: bool = True) -> bool:
     it can prove 16 of its elements aligned, i.e. N and every row stride multiples of 16 (its integer
     specialisation) and every pointer 16-byte aligned (`aligned`). Odd N, N = 1000 or a sliced view are scalar."""
     return not (aligned and N % 16 == 0 and all(s % 16 == 0 for s in strides if s is not None))
+
+
+def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
+    """Elements V of the 16-byte vectors the rows kernel reads scalar rows (rows_scalar) through, or 1 for none: each
+    row read from the V-aligned element at or before its start, as whole vectors, the < V elements past each end of
+    its vector body stored one at a time (softmax_kernels.rows_kernel). Only where every row starts at the same
+    offset of a vector in every tensor (the pointers 16-byte aligned, one row stride), a row's window stays inside
+    the tensor (a stride of at least N; the launcher leaves the last row to a launch of its own) and N holds a
+    vector, and where the widest window, N + V - 1 elements, fits N's power-of-two block (at N = 4095 or 32767 it
+    would double the block, and spill). Only with ROWS_WINDOW: built and checked without a GPU (the interpreter, the
+    PTX), not yet timed or run on one."""
+    v = 16 // itemsize
+    given = {s for s in strides if s is not None}
+    if not ROWS_WINDOW or not rows_scalar(N, strides, aligned) or not aligned or len(given) != 1:
+        return 1
+    stride = given.pop()
+    return v if stride >= N >= v and pow2ceil(N + v - 1) == pow2ceil(N) else 1
 
 
 def rows_scalar_tile(N: int) -> bool:
