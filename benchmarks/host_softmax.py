@@ -1,6 +1,6 @@
 """Where the host's time of an eager softmax call goes (issue 12: eager overhead at or below torch's), on the GPU.
 
-    PYTHONPATH=src python benchmarks/host_softmax.py [--m 1] [--n 1024] [--dtype float32]
+    PYTHONPATH=src python benchmarks/host_softmax.py [--m 1] [--n 1024] [--dtype float32] [--backend triton]
     python -m onlinesoftmax build-native           (then the same calls take runtime/native.cpp's hot path: the
                                                     lookup, allocation and launch in one C++ call;
                                                     ONLINESOFTMAX_NATIVE=0 turns it off)
@@ -11,7 +11,13 @@ the mean wall time per call of each piece, calls back to back, one synchronize a
 pieces nest: the public call = its checks + the native helper's call (where built) or the engine's forward with a
 fresh output; the engine's forward = its key and lookup + the prepared launch; the launch = the stream handle + the
 parameter block + cuLaunchKernel. A piece that launches a kernel runs as fast as the GPU takes the launches when the
-host outpaces it (the kernel's queued time is printed beside them)."""
+host outpaces it (the kernel's queued time is printed beside them).
+
+--backend triton: the Triton backend's pieces instead (its few-row sweep cells ran 50-120 µs a call where the kernel
+queued in 6-20 µs, h200-session53/triton/sweep.csv): the public call, the op without its checks, the launcher
+(its checks, the plan, Triton's launch), the plan alone, Triton's launch alone (JITFunction.run: the arguments'
+specialisation, the cache lookup, the launch), and Liger-Kernel's softmax, a Triton launch of fewer arguments,
+where it imports."""
 
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from onlinesoftmax.engines.cuda import run as E
 from onlinesoftmax.harness import results
 from onlinesoftmax.harness.bench import queued_ms
 from onlinesoftmax.harness.extras import wall_us
+from onlinesoftmax.registry import get
 from onlinesoftmax.runtime import launch, native
 
 
@@ -41,10 +48,13 @@ def main() -> int:
     ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    ap.add_argument("--backend", default="cuda", choices=("cuda", "triton"))
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     x = torch.randn(args.m, args.n, device="cuda").to(dtype)
     out = torch.empty_like(x)
+    if args.backend == "triton":
+        return _report(triton_pieces(x, out), x, "triton", args)
     osm.softmax(x)
     E.forward(x, out, 1, False)
     torch.testing.assert_close(out, torch.softmax(x, -1))
@@ -76,11 +86,50 @@ def main() -> int:
         "  x.requires_grad and torch.is_grad_enabled()": lambda t: t.requires_grad and torch.is_grad_enabled(),
         "  x.device": lambda t: t.device,
     }
+    return _report(pieces, x, "cuda", args, f"; the native helper {'on' if shaped.key is not None else 'off'}")
+
+
+def triton_pieces(x, out) -> dict:
+    """The Triton backend's call, piece by piece (the module docstring)."""
+    from onlinesoftmax.engines.triton import softmax as K
+    from onlinesoftmax.ops import softmax as ops
+
+    M, N = x.shape
+    sms = K.sm_count(x.device)
+    regime = K.pick_regime(M, N, x.dtype, False, sms)
+
+    def plan(t):
+        return K.plan(False, False, regime, M, N, t.dtype, sms, (t, out), (N, N),
+                      lambda n, dt, zero: (torch.zeros if zero else torch.empty)(n, dtype=dt, device=t.device))
+
+    K.softmax_forward(x, out)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+    p = plan(x)
+    if p.tail is not None or regime == "split":
+        print(f"# {regime}: the plan's launch alone is not the call's whole launch (a tail, or the split regime's "
+              "zeroed counters)")
+    pieces = {
+        "torch.softmax(x, -1)": lambda t: torch.softmax(t, -1),
+        "osm.softmax(x, backend='triton')": lambda t: osm.softmax(t, backend="triton"),
+        "  ops.forward(x, -1, False, 'triton'): the op without the public checks": lambda t: ops.forward(
+            t, 1, False, "triton"),
+        "    torch.empty_like(x, contiguous)": lambda t: torch.empty_like(t, memory_format=torch.contiguous_format),
+        "    launcher softmax_forward(x, out): checks, plan, Triton's launch": lambda t: K.softmax_forward(t, out),
+        f"      plan ({regime})": plan,
+        "      Triton's launch alone (kernel[grid](...))": lambda t: p.kernel[p.grid](*p.args, **p.meta),
+    }
+    liger = get("liger.softmax")  # the sweep's call of it
+    if liger.available() is None:
+        pieces["Liger-Kernel's softmax forward"] = lambda t: liger.call((t,))
+    return pieces
+
+
+def _report(pieces: dict, x, backend: str, args, note: str = "") -> int:
     env = results.environment("cuda")
-    print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} {args.m} x {args.n}; µs per call (wall, calls back to "
-          f"back; median of 5 x 2000); the native helper {'on' if shaped.key is not None else 'off'}", flush=True)
+    print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} {args.m} x {args.n}, backend {backend}; µs per "
+          f"call (wall, calls back to back; median of 5 x 2000){note}", flush=True)
     kern = 1e3 * queued_ms([lambda: torch.softmax(x, -1)])
-    ours_kern = 1e3 * queued_ms([lambda: osm.softmax(x)])
+    ours_kern = 1e3 * queued_ms([lambda: osm.softmax(x, backend=backend)])
     print(f"  kernel, queued: torch {kern:.2f} µs, ours {ours_kern:.2f} µs")
     for label, fn in pieces.items():
         print(f"{wall_us(fn, x):8.2f}  {label}", flush=True)

@@ -266,6 +266,28 @@ def test_row_strides(regime, backward):
     assert torch.isnan(out_wide[:, 37:]).all()  # nothing written past N
 
 
+@pytest.mark.parametrize("log", [False, True])
+def test_public_op_on_2d_views(log):
+    """The public op over dim 1 of 2-D views: rows of stride 50 (launched as they are, ops._triton_rows) and a
+    transposed view (unit stride along dim 0: made contiguous first), forward and backward through autograd, against
+    float64, the backward's dy itself a view."""
+    import onlinesoftmax as osm
+
+    g = torch.Generator().manual_seed(7)
+    wide = torch.randn(6, 50, generator=g, dtype=torch.float64) * 3
+    fn, ref = (osm.log_softmax, torch.log_softmax) if log else (osm.softmax, torch.softmax)
+    for x in (wide[:, 3:40], wide.t()[:37]):
+        x32 = x.float().requires_grad_()
+        y = fn(x32, 1, backend="triton")
+        x64 = x.clone().requires_grad_()
+        want = ref(x64, 1)
+        np.testing.assert_allclose(y.detach().double().numpy(), want.detach().numpy(), rtol=2e-5, atol=1e-6)
+        dy = torch.randn(x.shape[0], 2 * x.shape[1], generator=g, dtype=torch.float64)[:, ::2]
+        y.backward(dy.float())
+        want.backward(dy)
+        np.testing.assert_allclose(x32.grad.double().numpy(), x64.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
 # ------------------------------------------------------------------------ the automatic regime
 def test_auto_regime_runs(seed):
     x = torch.randn(3, 50, dtype=F32)

@@ -173,6 +173,9 @@ def _triton_columns(tensors, out, dim, backward, log) -> bool:
 def _triton_rows(launch, tensors, out, dim) -> None:
     """Run a Triton row launcher on 2-D (rows, N) views; a non-last dim costs one copy each way."""
     last = dim == out.dim() - 1
+    if last and dim == 1 and all(t.stride(1) == 1 for t in tensors):  # rows already: no views to make
+        launch(tensors, out)
+        return
     moved = [t.movedim(dim, -1) for t in tensors]
     rows = [t.reshape(-1, t.shape[-1]) if t.stride(-1) == 1 else t.contiguous().view(-1, t.shape[-1])
             for t in moved]

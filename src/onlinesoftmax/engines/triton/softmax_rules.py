@@ -190,9 +190,11 @@ def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
     vector, and where the widest window, N + V - 1 elements, fits N's power-of-two block (at N = 4095 or 32767 it
     would double the block, and spill). Only with ROWS_WINDOW: built and checked without a GPU (the interpreter, the
     PTX), not yet timed or run on one."""
+    if not ROWS_WINDOW or not aligned or not rows_scalar(N, strides, aligned):
+        return 1
     v = 16 // itemsize
     given = {s for s in strides if s is not None}
-    if not ROWS_WINDOW or not rows_scalar(N, strides, aligned) or not aligned or len(given) != 1:
+    if len(given) != 1:
         return 1
     stride = given.pop()
     return v if stride >= N >= v and pow2ceil(N + v - 1) == pow2ceil(N) else 1
