@@ -1,6 +1,7 @@
 """Where the host's time of an eager softmax call goes (issue 12: eager overhead at or below torch's), on the GPU.
 
     PYTHONPATH=src python benchmarks/host_softmax.py [--m 1] [--n 1024] [--dtype float32] [--backend triton]
+    PYTHONPATH=src python benchmarks/host_softmax.py --backend triton --stub-driver     (no GPU needed)
     python -m onlinesoftmax build-native           (then the same calls take runtime/native.cpp's hot path: the
                                                     lookup, allocation and launch in one C++ call;
                                                     ONLINESOFTMAX_NATIVE=0 turns it off)
@@ -17,11 +18,15 @@ host outpaces it (the kernel's queued time is printed beside them).
 queued in 6-20 µs, h200-session53/triton/sweep.csv): the public call, the op without its checks, the launcher
 (its checks, the plan, Triton's launch), the plan alone, Triton's launch alone (JITFunction.run: the arguments'
 specialisation, the cache lookup, the launch), and Liger-Kernel's softmax, a Triton launch of fewer arguments,
-where it imports."""
+where it imports. With --stub-driver, on any machine: Triton's driver stubbed (tests/fakes.py stub_triton_driver:
+kernels compile for sm_90, nothing launches), CPU tensors, so only the host's Python of those pieces is timed (torch's
+CPU ops cost what they cost on CPU tensors; relative numbers only)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
 import sys
 
 import torch
@@ -49,8 +54,11 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--backend", default="cuda", choices=("cuda", "triton"))
+    ap.add_argument("--stub-driver", action="store_true", help="--backend triton without a GPU: the host's Python alone")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
+    if args.stub_driver:
+        return _report(stubbed_triton_pieces(args.m, args.n, dtype), None, "triton", args)
     x = torch.randn(args.m, args.n, device="cuda").to(dtype)
     out = torch.empty_like(x)
     if args.backend == "triton":
@@ -89,7 +97,24 @@ def main() -> int:
     return _report(pieces, x, "cuda", args, f"; the native helper {'on' if shaped.key is not None else 'off'}")
 
 
-def triton_pieces(x, out) -> dict:
+def stubbed_triton_pieces(M: int, N: int, dtype) -> dict:
+    """triton_pieces on CPU tensors with Triton's driver stubbed: nothing runs, so nothing is checked."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+    import fakes
+
+    fakes.stub_triton_driver()
+    from onlinesoftmax.engines.triton import softmax as K
+
+    # occupancy is learnt from a CUDA device's properties: here a configuration counts as learnt once launched
+    K._learn_occupancy = lambda key, compiled, warps, device: key is not None and K.OCCUPANCY.setdefault(key, 1)
+    x = torch.randn(M, N).to(dtype)
+    pieces = triton_pieces(x, torch.empty_like(x), check=False)
+    os.environ["TRITON_INTERPRET"] = "1"  # the public op's check for CPU tensors (the kernels stay compiled)
+    del pieces["torch.softmax(x, -1)"]  # torch's CPU kernel: no measure of its host time
+    return pieces
+
+
+def triton_pieces(x, out, check: bool = True) -> dict:
     """The Triton backend's call, piece by piece (the module docstring)."""
     from onlinesoftmax.engines.triton import softmax as K
     from onlinesoftmax.ops import softmax as ops
@@ -103,7 +128,8 @@ def triton_pieces(x, out) -> dict:
                       lambda n, dt, zero: (torch.zeros if zero else torch.empty)(n, dtype=dt, device=t.device))
 
     K.softmax_forward(x, out)
-    torch.testing.assert_close(out, torch.softmax(x, -1))
+    if check:
+        torch.testing.assert_close(out, torch.softmax(x, -1))
     p = plan(x)
     if p.tail is not None or regime == "split":
         print(f"# {regime}: the plan's launch alone is not the call's whole launch (a tail, or the split regime's "
@@ -114,7 +140,9 @@ def triton_pieces(x, out) -> dict:
         "  ops.forward(x, -1, False, 'triton'): the op without the public checks": lambda t: ops.forward(
             t, 1, False, "triton"),
         "    torch.empty_like(x, contiguous)": lambda t: torch.empty_like(t, memory_format=torch.contiguous_format),
-        "    launcher softmax_forward(x, out): checks, plan, Triton's launch": lambda t: K.softmax_forward(t, out),
+        "    launcher softmax_forward(x, out): checks, then a shape launched before: the ready launch":
+            lambda t: K.softmax_forward(t, out),
+        "    launcher, a new shape each call: checks, plan, Triton's launch": lambda t: _unready(K, t, out),
         f"      plan ({regime})": plan,
         "      Triton's launch alone (kernel[grid](...))": lambda t: p.kernel[p.grid](*p.args, **p.meta),
     }
@@ -124,13 +152,28 @@ def triton_pieces(x, out) -> dict:
     return pieces
 
 
+def _unready(K, t, out) -> None:
+    """The launcher as a shape's first calls run it: the ready launches forgotten first."""
+    K._READY.clear()
+    K.softmax_forward(t, out)
+
+
 def _report(pieces: dict, x, backend: str, args, note: str = "") -> int:
-    env = results.environment("cuda")
-    print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} {args.m} x {args.n}, backend {backend}; µs per "
-          f"call (wall, calls back to back; median of 5 x 2000){note}", flush=True)
-    kern = 1e3 * queued_ms([lambda: torch.softmax(x, -1)])
-    ours_kern = 1e3 * queued_ms([lambda: osm.softmax(x, backend=backend)])
-    print(f"  kernel, queued: torch {kern:.2f} µs, ours {ours_kern:.2f} µs")
+    if args.stub_driver:
+        import platform
+        import triton
+
+        print(f"# no GPU: Triton's driver stubbed (sm_90), CPU tensors, {platform.processor() or platform.machine()}, "
+              f"{os.cpu_count()} CPUs; torch {torch.__version__}, triton {triton.__version__}; {args.dtype} {args.m} x "
+              f"{args.n}, backend {backend}; µs per call (wall, calls back to back; median of 5 x 2000)", flush=True)
+        x = torch.randn(args.m, args.n).to(getattr(torch, args.dtype))
+    else:
+        env = results.environment("cuda")
+        print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} {args.m} x {args.n}, backend {backend}; µs "
+              f"per call (wall, calls back to back; median of 5 x 2000){note}", flush=True)
+        kern = 1e3 * queued_ms([lambda: torch.softmax(x, -1)])
+        ours_kern = 1e3 * queued_ms([lambda: osm.softmax(x, backend=backend)])
+        print(f"  kernel, queued: torch {kern:.2f} µs, ours {ours_kern:.2f} µs")
     for label, fn in pieces.items():
         print(f"{wall_us(fn, x):8.2f}  {label}", flush=True)
     return 0

@@ -42,3 +42,32 @@ def cuobjdump() -> pathlib.Path:
     if not cu.exists():
         pytest.skip("triton's bundled cuobjdump is not here")
     return cu
+
+
+def stub_triton_driver(launches: list | None = None) -> None:
+    """Triton's driver replaced for this process (call it in a process of its own, before any launch): kernels compile
+    for sm_90 as on the H200 (no GPU needed), on device -1 (where CPU tensors are, so the launchers' device checks
+    pass), and each launch appends what the compiled kernel's launcher was handed (grid, stream, function, metadata,
+    hooks, arguments) to `launches` (None: nothing, for timing the host's part) instead of reaching a GPU."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import CompiledKernel
+    from triton.runtime.driver import driver
+
+    class StubDriver:
+        def get_current_device(self):
+            return -1
+
+        def get_current_stream(self, device):
+            return 7  # a stream handle the launches must carry through
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    def init_handles(self):
+        if self.module is None:
+            self.module, self.function = "module", f"{self.name} {self.hash}"  # one compiled kernel
+            self.n_regs, self.n_spills, self.n_max_threads = 32, 0, 1024
+            self._run = (lambda *handed: None) if launches is None else (lambda *handed: launches.append(handed))
+
+    driver.set_active(StubDriver())
+    CompiledKernel._init_handles = init_handles

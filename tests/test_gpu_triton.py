@@ -175,6 +175,37 @@ def test_split_is_repeatable_under_contention():
             assert torch.equal(out, first)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("M,N,regime", [(7, 32768, None), (4095, 129, None), (32, 131072, None), (300, 5000, "online")])
+def test_ready_launch_matches_float64(M, N, regime, dtype, seed, monkeypatch):
+    """A shape launched before goes through the launcher's ready launch (softmax.py _Ready: no plan, no binder);
+    calls alternate between aligned rows and rows 2 elements into their buffer (unaligned pointers, another
+    specialisation) and between a knob's two values, each output NaN-poisoned, every op, against float64."""
+    monkeypatch.setattr(K, "_READY", {})
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    base = (torch.randn(M * N + 2, device="cuda", generator=g) * 3).to(dtype)
+    dy = torch.randn(M * N + 2, device="cuda", generator=g).to(dtype)
+    for i in range(8):
+        off = 2 * (i % 2)
+        monkeypatch.setattr(K.rules, "ROWS_TILE_BYTES", 16 * 1024 if i < 4 else 8 * 1024)
+        x = base[off:off + M * N].view(M, N)
+        for log in (False, True):
+            y = (torch.log_softmax if log else torch.softmax)(x.double(), -1).to(dtype)
+            out = torch.full_like(x, float("nan"))
+            K.softmax_forward(x, out, log=log, regime=regime)
+            torch.cuda.synchronize()
+            rep = compare_to_reference("log_softmax" if log else "softmax", (x,), out, dtype)
+            assert rep.ok, f"call {i} forward log={log}: {rep.message}"
+            d = dy[off:off + M * N].view(M, N)
+            grad = torch.full_like(x, float("nan"))
+            K.softmax_backward(y, d, grad, log=log, regime=regime)
+            torch.cuda.synchronize()
+            rep = compare_to_reference("log_softmax_backward" if log else "softmax_backward", (y, d), grad, dtype)
+            assert rep.ok, f"call {i} backward log={log}: {rep.message}"
+    # every op at both offsets made ready (taken from the third call of each; made again after the knob's change)
+    assert len({(k[0], k[1], k[8]) for k in K._READY}) == 8, list(K._READY)
+
+
 def test_every_variant_is_available_here():
     for v in (get(f"triton.{op}_{r}") for op in OPS for r in SHAPES):
         assert v.available() is None and v.device == "cuda", v.name

@@ -135,17 +135,18 @@ def _host_impls() -> dict:
 
 
 def wall_us(fn, x, calls: int = HOST_CALLS, trials: int = HOST_TRIALS) -> float:
-    """Mean wall time per call, calls back to back, one synchronize at the end (after a warm-up); the median of
-    `trials` such runs (the host is shared: one run can catch a hiccup)."""
+    """Mean wall time per call, calls back to back, one synchronize at the end (after a warm-up; none for a CPU x);
+    the median of `trials` such runs (the host is shared: one run can catch a hiccup)."""
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     for _ in range(50):
         fn(x)
     runs = []
     for _ in range(trials):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn(x)
-        torch.cuda.synchronize()
+        sync()
         runs.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(runs)
 

@@ -4,7 +4,8 @@ preallocated `out`.
 
 A call asks rules.py for a regime and its configuration (`plan`), launches the regime's kernel of
 softmax_jit.py with the op as compile-time flags (BACKWARD, LOG), and learns from the compiled
-kernel how many of its programs an SM holds, for the next persistent grid.
+kernel how many of its programs an SM holds, for the next persistent grid. A shape launched before is
+launched again as Triton last launched it, without the plan or Triton's binder (`_Ready`).
 
 Import this module only after TRITON_INTERPRET is set (if it is to be set): it imports the kernels.
 """
@@ -16,6 +17,9 @@ from typing import Optional
 
 import torch
 import triton
+from triton import knobs
+from triton.compiler.compiler import CompiledKernel
+from triton.runtime.driver import driver
 
 from ...errors import OnlineSoftmaxError
 from ...intmath import cdiv
@@ -64,7 +68,8 @@ _UNPIPELINED: set = set()  # configurations whose pipelined build did not fit: l
 
 
 def _launch(kernel, grid, args, meta, key, device):
-    """Launch, retrying without software pipelining if the pipelined kernel does not fit."""
+    """Launch, retrying without software pipelining if the pipelined kernel does not fit. Returns the compiled
+    kernel that ran (None in the interpreter) and the meta-parameters it ran with."""
     pipelined = meta.get("num_stages", 1) > 1 or meta.get("NUM_STAGES", 1) > 1
     if pipelined and key in _UNPIPELINED:
         meta = {**meta, "num_stages": 1, **({"NUM_STAGES": 1} if "NUM_STAGES" in meta else {})}
@@ -76,6 +81,7 @@ def _launch(kernel, grid, args, meta, key, device):
         _UNPIPELINED.add(key)
         return _launch(kernel, grid, args, meta, key, device)
     _learn_occupancy(key, compiled, meta["num_warps"], device)
+    return compiled, meta
 
 
 def _check_2d(name: str, t: torch.Tensor, shape=None) -> None:
@@ -155,25 +161,99 @@ def _rows_plan(op: dict, M: int, N: int, dtype: torch.dtype, sms: int, tensors: 
 def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> None:
     out = tensors[-1]
     M, N = out.shape
+    strides = tuple([t.stride(0) for t in tensors])
+    shape = (backward, log, regime, M, N, out.dtype, out.get_device(), strides,
+             tuple([t.data_ptr() & 15 for t in tensors]))
+    ready = _READY.get(shape)
+    if ready is not None and ready.holds():
+        device = driver.active.get_current_device()
+        if device == shape[6]:
+            ready.launch(tensors if backward else (tensors[0], None, tensors[1]), device)
+            return
     sms = sm_count(out.device)
     regime = regime or pick_regime(M, N, out.dtype, backward, sms)
+    fresh = []
 
     def workspace(n, dtype, zero):
-        return (torch.zeros if zero else torch.empty)(n, dtype=dtype, device=out.device)
+        fresh.append(((torch.zeros if zero else torch.empty)(n, dtype=dtype, device=out.device), zero))
+        return fresh[-1][0]
 
-    p = plan(backward, log, regime, M, N, out.dtype, sms, tensors, tuple(t.stride(0) for t in tensors), workspace)
+    settings = _settings()
+    p = plan(backward, log, regime, M, N, out.dtype, sms, tensors, strides, workspace)
+    learnt = p is not None and (p.key is None or p.key in OCCUPANCY)  # the grid is the one later calls would get
     while p is not None:
-        _launch_on(out.device, p.kernel, p.grid, p.args, p.meta, p.key)
+        ran = _launch_on(out.device, p.kernel, p.grid, p.args, p.meta, p.key)
+        if learnt and p.tail is None and ran is not None:
+            _make_ready(shape, p, ran, fresh, settings)
         p = p.tail
 
 
-def _launch_on(device: torch.device, kernel, grid, args, meta, key) -> None:
+def _launch_on(device: torch.device, kernel, grid, args, meta, key):
     if device.type == "cuda" and device.index != torch.cuda.current_device():
         # Triton launches on the current device's context and stream: make them the tensors' device
         with torch.cuda.device(device):
-            _launch(kernel, grid, args, meta, key, device)
-    else:
-        _launch(kernel, grid, args, meta, key, device)
+            return _launch(kernel, grid, args, meta, key, device)
+    return _launch(kernel, grid, args, meta, key, device)
+
+
+# A shape launched before (its op, regime, M, N, dtype, device, row strides and pointers' offsets in 16 bytes: Triton
+# specialises a kernel on its integer arguments and on its pointers' 16-byte alignment, all in that key) is launched
+# again as JITFunction.run launched it, the compiled kernel's launcher handed the same values, without the plan and
+# Triton's binder; only while everything the plan and the compiled kernel were chosen by is unchanged (`settings`:
+# every value of rules.py, which tests and benchmarks/tune_triton.py set, and the debug and instrumentation knobs Triton
+# compiles with) and no pre-run hook is set on the kernel. Host time, Triton's driver stubbed on this project's CPU
+# machine (benchmarks/results/cpu-host-triton-ready-s55.txt): the launcher 17-22 -> 6-9 us a call, a shape's first
+# calls 6 us more; the Triton backend's few-row sweep cells had timed 3-19x their kernels' queued time on the H200
+# (h200-session53/triton/sweep.csv).
+READY_CACHE = 256  # shapes kept ready; when full, all are dropped (each planned again at its next call)
+_READY: dict = {}
+
+
+def _settings() -> tuple:
+    return (knobs.runtime.debug, knobs.compilation.instrumentation_mode, *vars(rules).values())
+
+
+def _make_ready(shape: tuple, p: Plan, ran: tuple, fresh: list, settings: tuple) -> None:
+    """Keep the launch p made (`ran`: the compiled kernel and the meta-parameters it ran with) for `shape`, unless it
+    cannot be made again this way: the interpreter, a workspace not among the arguments after the tensors, a
+    parameter neither in the plan's arguments nor in its meta."""
+    compiled, meta = ran
+    k = len(fresh)
+    if not isinstance(compiled, CompiledKernel) or any(a is not w for a, (w, _) in zip(p.args[3:3 + k], fresh)):
+        return
+    names = p.kernel.arg_names[len(p.args):]
+    if any(name not in meta for name in names):
+        return
+    if len(_READY) >= READY_CACHE:
+        _READY.clear()  # O(1) a call, where evicting the oldest of a dict that churns is not
+    _READY[shape] = _Ready(p.kernel, compiled, p.grid, tuple((w.numel(), w.dtype, zero) for w, zero in fresh),
+                           p.args[3 + k:] + tuple(meta[name] for name in names), settings)
+
+
+class _Ready:
+    __slots__ = ("kernel", "compiled", "grid", "dims", "fresh", "rest", "settings")
+
+    def __init__(self, kernel, compiled: CompiledKernel, grid: tuple, fresh: tuple, rest: tuple, settings: tuple):
+        self.kernel = kernel  # the JITFunction
+        self.compiled = compiled
+        self.grid = grid  # the plan's
+        self.dims = tuple(grid) + (1,) * (3 - len(grid))  # the grid's (x, y, z)
+        self.fresh = fresh  # per call, after the op's three tensors: a workspace (n, dtype, zeroed) each
+        self.rest = rest  # then the plan's other arguments and the kernel's constexprs, in its parameters' order
+        self.settings = settings
+
+    def holds(self) -> bool:
+        return not self.kernel.pre_run_hooks and self.settings == _settings()
+
+    def launch(self, tensors3: tuple, device: int) -> None:
+        """What JITFunction.run does for this shape once it has found the compiled kernel."""
+        ws = tuple([(torch.zeros if zero else torch.empty)(n, dtype=dtype, device=tensors3[2].device)
+                    for n, dtype, zero in self.fresh])
+        args = (*tensors3, *ws, *self.rest)
+        stream = driver.active.get_current_stream(device)
+        c, (gx, gy, gz) = self.compiled, self.dims
+        c.run(gx, gy, gz, stream, c.function, c.packed_metadata, c.launch_metadata(self.grid, stream, *args),
+              knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
 
 
 def softmax_columns(tensors: tuple, out: torch.Tensor, backward: bool, log: bool = False) -> bool:
