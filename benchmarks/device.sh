@@ -5,7 +5,8 @@
 #         made able to fail without a GPU) | concurrency
 #         | release [sweep args] | attention | attention-hbm [B H S D]
 #         | sweep [sweep args] | cross-entropy | ce-load | tune-flat [N ...] | grid [sweep args] (issue 12: the public grid, a
-#         CSV per dtype, DTYPES) | shapes [sweep args] (the production GPU tests, then grid)
+#         CSV per dtype, DTYPES) | shapes [sweep args] (the production GPU tests, then grid) | triton (issue 12: the Triton
+#         backend's pending checks, PARTS)
 #         | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
@@ -164,6 +165,29 @@ case "$stage" in
     for dt in bfloat16 float32 float16; do for op in softmax log_softmax softmax_backward log_softmax_backward; do
       python3 benchmarks/tune_rows.py --flat --dtype $dt --op $op --n ${*:-63 127 129 199 255 1023 1025} 2>&1 | grep -v Warning
     done; done | tee "$OUT/tune-flat.txt"
+    ;;
+  triton)  # issue 12, what the Triton backend's changes since session 53 wait for, in PARTS (default all four):
+    # tests: its GPU tests of the 16-byte windows (rules.ROWS_WINDOW, forced on), the ready launch and the regimes;
+    # host: the host's time of a call, piece by piece (host_softmax.py); ab: the window's A/B (ROWS_WINDOW off, on)
+    # at odd N, N = 1000 and powers of two; few: the few-row shapes beside torch, torch.compile and Liger (if carried)
+    for part in ${PARTS:-tests host ab few}; do case $part in
+      tests) python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider tests/test_gpu_triton.py \
+               -k 'window or ready or auto_regime or current_stream or split_is' >"$OUT/pytest-gpu-triton.log" 2>&1
+             tail -5 "$OUT/pytest-gpu-triton.log" ;;
+      host) for s in "7 32768" "32 131072" "1 1024"; do set -- $s
+              python3 benchmarks/host_softmax.py --backend triton --m "$1" --n "$2" 2>&1 | grep -v Warn
+            done | tee "$OUT/host-triton.txt" ;;
+      ab) on=/tmp/window-on && rm -rf "$on" && mkdir -p "$on" && cp -r src "$on/"
+          sed -i 's/^ROWS_WINDOW = False /ROWS_WINDOW = True /' "$on/src/onlinesoftmax/engines/triton/softmax_rules.py"
+          grep -q '^ROWS_WINDOW = True ' "$on/src/onlinesoftmax/engines/triton/softmax_rules.py" \
+            || { echo "the window's knob was not found" >&2; exit 2; }
+          ns=(); for n in 127 129 1000 1023 1025 3000 4095 4097 12289 32001 128 4096; do ns+=(--n "$n"); done
+          BACKEND=triton bash benchmarks/ab.sh off=src on="$on/src" -- --dtype float32 --dtype bfloat16 "${ns[@]}" \
+            | tail -60 ;;
+      few) osm sweep --backend triton --dtype float32 --dtype bfloat16 --n 7x32768 --n 32x131072 --n 1x262144 \
+             --out "$OUT/sweep-triton-few.csv" >"$OUT/sweep-triton-few.txt" 2>&1; tail -3 "$OUT/sweep-triton-few.txt" ;;
+      *) echo "unknown part $part (tests host ab few)" >&2; exit 2 ;;
+    esac; done
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"
