@@ -167,12 +167,13 @@ case "$stage" in
     done; done | tee "$OUT/tune-flat.txt"
     ;;
   triton)  # issue 12, what the Triton backend's changes since session 53 wait for, in PARTS (default all four):
-    # tests: its GPU tests of the 16-byte windows (rules.ROWS_WINDOW, forced on), the ready launch and the regimes;
+    # tests: its GPU tests of the 16-byte windows (rules.ROWS_WINDOW, forced on), the ready launch (threads too), the regimes;
     # host: the host's time of a call, piece by piece (host_softmax.py); ab: the window's A/B (ROWS_WINDOW off, on)
     # at odd N, N = 1000 and powers of two; few: the few-row shapes beside torch, torch.compile and Liger (if carried)
     for part in ${PARTS:-tests host ab few}; do case $part in
-      tests) python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider tests/test_gpu_triton.py \
-               -k 'window or ready or auto_regime or current_stream or split_is' >"$OUT/pytest-gpu-triton.log" 2>&1
+      tests) python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider tests/test_gpu_triton.py tests/test_gpu_concurrency.py \
+               -k 'window or ready or auto_regime or current_stream or split_is or triton_threads' \
+               >"$OUT/pytest-gpu-triton.log" 2>&1
              tail -5 "$OUT/pytest-gpu-triton.log" ;;
       host) for s in "7 32768" "32 131072" "1 1024"; do set -- $s
               python3 benchmarks/host_softmax.py --backend triton --m "$1" --n "$2" 2>&1 | grep -v Warn
