@@ -169,7 +169,8 @@ case "$stage" in
   triton)  # issue 12, what the Triton backend's changes since session 53 wait for, in PARTS (default all four):
     # tests: its GPU tests of the 16-byte windows (rules.ROWS_WINDOW, forced on), the ready launch (threads too), the regimes;
     # host: the host's time of a call, piece by piece (host_softmax.py); ab: the window's A/B (ROWS_WINDOW off, on)
-    # at odd N, N = 1000 and powers of two; few: the few-row shapes beside torch, torch.compile and Liger (if carried)
+    # at odd N, N = 1000 and powers of two; few: the few-row shapes beside torch, torch.compile and Liger (if carried).
+    # All four may pass a device call's 10 minutes: PARTS='tests host', then PARTS='ab few', in two calls
     for part in ${PARTS:-tests host ab few}; do case $part in
       tests) python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider tests/test_gpu_triton.py tests/test_gpu_concurrency.py \
                -k 'window or ready or auto_regime or current_stream or split_is or triton_threads' \

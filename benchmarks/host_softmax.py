@@ -140,9 +140,9 @@ def triton_pieces(x, out, check: bool = True) -> dict:
         "  ops.forward(x, -1, False, 'triton'): the op without the public checks": lambda t: ops.forward(
             t, 1, False, "triton"),
         "    torch.empty_like(x, contiguous)": lambda t: torch.empty_like(t, memory_format=torch.contiguous_format),
-        "    launcher softmax_forward(x, out): checks, then a shape launched before: the ready launch":
+        "    launcher softmax_forward(x, out): checks, then a shape planned twice before: the ready launch":
             lambda t: K.softmax_forward(t, out),
-        "    launcher, a new shape each call: checks, plan, Triton's launch": lambda t: _unready(K, t, out),
+        "    launcher, a shape not seen before: checks, plan, Triton's launch": lambda t: _unready(K, t, out),
         f"      plan ({regime})": plan,
         "      Triton's launch alone (kernel[grid](...))": lambda t: p.kernel[p.grid](*p.args, **p.meta),
     }
@@ -153,8 +153,9 @@ def triton_pieces(x, out, check: bool = True) -> dict:
 
 
 def _unready(K, t, out) -> None:
-    """The launcher as a shape's first calls run it: the ready launches forgotten first."""
+    """The launcher as a shape's first call runs it: the shapes seen and made ready forgotten first."""
     K._READY.clear()
+    K._SEEN.clear()
     K.softmax_forward(t, out)
 
 

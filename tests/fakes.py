@@ -44,30 +44,42 @@ def cuobjdump() -> pathlib.Path:
     return cu
 
 
-def stub_triton_driver(launches: list | None = None) -> None:
+def stub_triton_driver(launches: list | None = None, stream: list | None = None) -> None:
     """Triton's driver replaced for this process (call it in a process of its own, before any launch): kernels compile
     for sm_90 as on the H200 (no GPU needed), on device -1 (where CPU tensors are, so the launchers' device checks
     pass), and each launch appends what the compiled kernel's launcher was handed (grid, stream, function, metadata,
-    hooks, arguments) to `launches` (None: nothing, for timing the host's part) instead of reaching a GPU."""
+    hooks, arguments; its int32 tensors as copies) to `launches` (None: nothing, for timing the host's part) instead of
+    reaching a GPU, then fills the int32 tensors it was handed with 1, as the split kernel's counters are left: a
+    buffer handed twice shows it. The current stream is stream[0] (default 7), which a caller may change between
+    calls."""
+    import torch
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import CompiledKernel
     from triton.runtime.driver import driver
+
+    stream = stream if stream is not None else [7]
 
     class StubDriver:
         def get_current_device(self):
             return -1
 
         def get_current_stream(self, device):
-            return 7  # a stream handle the launches must carry through
+            return stream[0]
 
         def get_current_target(self):
             return GPUTarget("cuda", 90, 32)
+
+    def launched(*handed):
+        counters = [a for a in handed if isinstance(a, torch.Tensor) and a.dtype == torch.int32]
+        launches.append(tuple(a.clone() if any(a is c for c in counters) else a for a in handed))
+        for c in counters:
+            c.fill_(1)
 
     def init_handles(self):
         if self.module is None:
             self.module, self.function = "module", f"{self.name} {self.hash}"  # one compiled kernel
             self.n_regs, self.n_spills, self.n_max_threads = 32, 0, 1024
-            self._run = (lambda *handed: None) if launches is None else (lambda *handed: launches.append(handed))
+            self._run = (lambda *handed: None) if launches is None else launched
 
     driver.set_active(StubDriver())
     CompiledKernel._init_handles = init_handles

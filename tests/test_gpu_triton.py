@@ -151,6 +151,8 @@ def test_runs_on_torch_current_stream():
     v = get("triton.softmax_split")
     x = torch.randn(4, 100000, device="cuda")
     want = torch.softmax(x.double(), dim=-1).float()
+    for _ in range(2):  # planned twice on the default stream: the side stream's call below is the ready launch
+        v.run((x,), torch.empty_like(x))
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -175,20 +177,43 @@ def test_split_is_repeatable_under_contention():
             assert torch.equal(out, first)
 
 
+# knobs that change the plans of test_ready_launch_matches_float64's shapes (rows tiles, split and online chunks)
+NEW_PLANS = {"ROWS_TILE_BYTES": 8 * 1024, "ROWS_SCALAR_TILE_BYTES": 4 * 1024, "SPLIT_MAX_CHUNK": 4096,
+             "ONLINE_CHUNK": 2048}
+
+
+@pytest.mark.parametrize("window", [False, True], ids=["scalar", "window"])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("M,N,regime", [(7, 32768, None), (4095, 129, None), (32, 131072, None), (300, 5000, "online")])
-def test_ready_launch_matches_float64(M, N, regime, dtype, seed, monkeypatch):
-    """A shape launched before goes through the launcher's ready launch (softmax.py _Ready: no plan, no binder);
-    calls alternate between aligned rows and rows 2 elements into their buffer (unaligned pointers, another
-    specialisation) and between a knob's two values, each output NaN-poisoned, every op, against float64."""
+@pytest.mark.parametrize("M,N,regime", [(7, 32768, None), (4095, 129, None), (4096, 129, None), (32, 131072, None),
+                                        (300, 5000, "online")])
+def test_ready_launch_matches_float64(M, N, regime, dtype, window, seed, monkeypatch):
+    """A shape planned twice goes through the launcher's ready launch (softmax.py _Ready: no plan, no binder). Calls
+    alternate between aligned rows and rows 2 elements into their buffer (unaligned pointers: another
+    specialisation), three of each, then the knobs change every plan (NEW_PLANS) for three more of each; every op,
+    each output NaN-poisoned, against float64. With the windows (rules.ROWS_WINDOW), the aligned 4095 x 129 is
+    planned every call (its last row a launch of its own) and 4096 x 129 goes through windows ready."""
     monkeypatch.setattr(K, "_READY", {})
+    monkeypatch.setattr(K, "_SEEN", {})
+    monkeypatch.setattr(K.rules, "ROWS_WINDOW", window)
+    planned = {}
+    plan = K.plan
+
+    def counted(backward, log, *rest, **kw):
+        key = (backward, log, max(t.data_ptr() & 15 for t in rest[-3]))  # the op, x's or dy's offset: the call's key
+        planned[key] = planned.get(key, 0) + 1
+        return plan(backward, log, *rest, **kw)
+
+    monkeypatch.setattr(K, "plan", counted)
     g = torch.Generator(device="cuda").manual_seed(seed)
     base = (torch.randn(M * N + 2, device="cuda", generator=g) * 3).to(dtype)
     dy = torch.randn(M * N + 2, device="cuda", generator=g).to(dtype)
-    for i in range(8):
+    for i in range(12):
         off = 2 * (i % 2)
-        monkeypatch.setattr(K.rules, "ROWS_TILE_BYTES", 16 * 1024 if i < 4 else 8 * 1024)
+        if i == 6:
+            for k, v in NEW_PLANS.items():
+                monkeypatch.setattr(K.rules, k, v)
         x = base[off:off + M * N].view(M, N)
+        d = dy[off:off + M * N].view(M, N)
         for log in (False, True):
             y = (torch.log_softmax if log else torch.softmax)(x.double(), -1).to(dtype)
             out = torch.full_like(x, float("nan"))
@@ -196,14 +221,17 @@ def test_ready_launch_matches_float64(M, N, regime, dtype, seed, monkeypatch):
             torch.cuda.synchronize()
             rep = compare_to_reference("log_softmax" if log else "softmax", (x,), out, dtype)
             assert rep.ok, f"call {i} forward log={log}: {rep.message}"
-            d = dy[off:off + M * N].view(M, N)
             grad = torch.full_like(x, float("nan"))
             K.softmax_backward(y, d, grad, log=log, regime=regime)
             torch.cuda.synchronize()
             rep = compare_to_reference("log_softmax_backward" if log else "softmax_backward", (y, d), grad, dtype)
             assert rep.ok, f"call {i} backward log={log}: {rep.message}"
-    # every op at both offsets made ready (taken from the third call of each; made again after the knob's change)
-    assert len({(k[0], k[1], k[8]) for k in K._READY}) == 8, list(K._READY)
+    assert len(planned) == 8, planned
+    for (backward, log, offset), n in planned.items():
+        # the window's tail only with every pointer aligned
+        tail = window and offset == 0 and M * N % (16 // dtype.itemsize) != 0 and K.rules.rows_scalar(N, (N,))
+        # 6 calls of each key: planned twice (seen, then made ready) before the knobs changed, at most twice after
+        assert n == 6 if tail else n <= 4, (backward, log, offset, n, planned)
 
 
 def test_every_variant_is_available_here():

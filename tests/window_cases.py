@@ -9,12 +9,14 @@ from onlinesoftmax.harness.check import compare_to_reference
 
 def record_windows(monkeypatch, K) -> list:
     """Turns the windows on (softmax_rules.ROWS_WINDOW) and records the V of every rows launch the launchers K make
-    from now on, in order (1: no window)."""
+    from now on, in order (1: no window); every call planned (no ready launch, which would pass no record:
+    tests/test_triton_launch.py and test_gpu_triton.py's ready-launch test take the windows through it)."""
     monkeypatch.setattr(K.rules, "ROWS_WINDOW", True)
+    monkeypatch.setattr(K, "_make_ready", lambda *a: None)
     seen = []
     launch = K._launch_on
     monkeypatch.setattr(K, "_launch_on", lambda dev, kernel, grid, args, meta, key: (
-        seen.append(meta["V"]) if kernel is K.rows_kernel else None, launch(dev, kernel, grid, args, meta, key)))
+        seen.append(meta["V"]) if kernel is K.rows_kernel else None, launch(dev, kernel, grid, args, meta, key))[1])
     return seen
 
 

@@ -178,12 +178,16 @@ def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> No
         fresh.append(((torch.zeros if zero else torch.empty)(n, dtype=dtype, device=out.device), zero))
         return fresh[-1][0]
 
-    settings = _settings()
+    again = shape in _SEEN  # made ready at a shape's second plan: a shape seen once (a new M each call) pays no more
+    if not again:
+        _remember(_SEEN, SEEN_CACHE, shape, True)
+    settings = _settings() if again else None
     p = plan(backward, log, regime, M, N, out.dtype, sms, tensors, strides, workspace)
-    learnt = p is not None and (p.key is None or p.key in OCCUPANCY)  # the grid is the one later calls would get
+    # one launch whose grid is the one later calls would get (its occupancy learnt); a plan with a tail is two
+    keep = again and p is not None and p.tail is None and (p.key is None or p.key in OCCUPANCY)
     while p is not None:
         ran = _launch_on(out.device, p.kernel, p.grid, p.args, p.meta, p.key)
-        if learnt and p.tail is None and ran is not None:
+        if keep and ran is not None:
             _make_ready(shape, p, ran, fresh, settings)
         p = p.tail
 
@@ -196,17 +200,25 @@ def _launch_on(device: torch.device, kernel, grid, args, meta, key):
     return _launch(kernel, grid, args, meta, key, device)
 
 
-# A shape launched before (its op, regime, M, N, dtype, device, row strides and pointers' offsets in 16 bytes: Triton
+# A shape planned twice (its op, regime, M, N, dtype, device, row strides and pointers' offsets in 16 bytes: Triton
 # specialises a kernel on its integer arguments and on its pointers' 16-byte alignment, all in that key) is launched
 # again as JITFunction.run launched it, the compiled kernel's launcher handed the same values, without the plan and
-# Triton's binder; only while everything the plan and the compiled kernel were chosen by is unchanged (`settings`:
-# every value of rules.py, which tests and benchmarks/tune_triton.py set, and the debug and instrumentation knobs Triton
-# compiles with) and no pre-run hook is set on the kernel. Host time, Triton's driver stubbed on this project's CPU
-# machine (benchmarks/results/cpu-host-triton-ready-s55.txt): the launcher 17-22 -> 6-9 us a call, a shape's first
-# calls 6 us more; the Triton backend's few-row sweep cells had timed 3-19x their kernels' queued time on the H200
-# (h200-session53/triton/sweep.csv).
-READY_CACHE = 256  # shapes kept ready; when full, all are dropped (each planned again at its next call)
+# Triton's binder: only a plan of one launch (not the window's with its last row's own), only while everything the
+# plan and the compiled kernel were chosen by is unchanged (`settings`: every value of rules.py, which tests and
+# benchmarks/tune_triton.py set, and the debug and instrumentation knobs Triton compiles with) and while no pre-run
+# hook is set on the kernel. Host time, Triton's driver stubbed on this project's CPU machine
+# (benchmarks/results/cpu-host-triton-ready-s55.txt): the launcher 17-22 -> 6-9 us a call; the Triton backend's few-row
+# sweep cells had timed 3-19x their kernels' queued time on the H200 (h200-session53/triton/sweep.csv).
+READY_CACHE = 256  # shapes kept ready ...
+SEEN_CACHE = 1024  # ... and shapes planned once; each dict emptied when full
 _READY: dict = {}
+_SEEN: dict = {}
+
+
+def _remember(cache: dict, limit: int, key: tuple, value) -> None:
+    if len(cache) >= limit:
+        cache.clear()  # O(1) a call, where evicting the oldest of a dict that churns is not
+    cache[key] = value
 
 
 def _settings() -> tuple:
@@ -224,10 +236,9 @@ def _make_ready(shape: tuple, p: Plan, ran: tuple, fresh: list, settings: tuple)
     names = p.kernel.arg_names[len(p.args):]
     if any(name not in meta for name in names):
         return
-    if len(_READY) >= READY_CACHE:
-        _READY.clear()  # O(1) a call, where evicting the oldest of a dict that churns is not
-    _READY[shape] = _Ready(p.kernel, compiled, p.grid, tuple((w.numel(), w.dtype, zero) for w, zero in fresh),
-                           p.args[3 + k:] + tuple(meta[name] for name in names), settings)
+    _remember(_READY, READY_CACHE, shape, _Ready(p.kernel, compiled, p.grid,
+                                                 tuple((w.numel(), w.dtype, zero) for w, zero in fresh),
+                                                 p.args[3 + k:] + tuple(meta[name] for name in names), settings))
 
 
 class _Ready:
