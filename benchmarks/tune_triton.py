@@ -32,11 +32,12 @@ def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):
     """Tiles (bytes of one input, either dtype), warps (`scales` times the rules'), and the grid: one tile a program
     straight to registers (the rules', as Liger's and Inductor's kernels run), or persistent (SMs x occupancy
     programs walking the tiles) with the next tile pipelined through shared memory or loading straight to
-    registers; with `windows` (False among them) also rows the window could serve read one element at a time."""
+    registers; each with rules.ROWS_WINDOW set to each of `windows` (the 16-byte windows where rules.rows_window takes
+    them; False: those rows read one element at a time)."""
     base = R.num_warps_for
     grids = {"": {}, " persistent": dict(ROWS_PERSISTENT=True),
              " persistent unpipelined": dict(ROWS_PERSISTENT=True, ROWS_PIPELINE_BYTES=0)}
-    windowed = {True: {}, False: dict(rows_window=lambda *a, **k: 1)}
+    windowed = {True: dict(ROWS_WINDOW=True), False: dict(ROWS_WINDOW=False)}  # the knob's own value: off (3e66afd)
     for tile, scale, grid, window in itertools.product((8 << 10, 16 << 10, 32 << 10), scales,
                                                        grids if persistent else [""], windows):
         yield f"rows tile={tile >> 10}K warps x{scale}{grid}{'' if window else ' no window'}", dict(
