@@ -58,7 +58,7 @@ def main() -> int:
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     if args.stub_driver:
-        return _report(stubbed_triton_pieces(args.m, args.n, dtype), None, "triton", args)
+        return _report(*stubbed_triton_pieces(args.m, args.n, dtype), "triton", args)
     x = torch.randn(args.m, args.n, device="cuda").to(dtype)
     out = torch.empty_like(x)
     if args.backend == "triton":
@@ -97,8 +97,9 @@ def main() -> int:
     return _report(pieces, x, "cuda", args, f"; the native helper {'on' if shaped.key is not None else 'off'}")
 
 
-def stubbed_triton_pieces(M: int, N: int, dtype) -> dict:
-    """triton_pieces on CPU tensors with Triton's driver stubbed: nothing runs, so nothing is checked."""
+def stubbed_triton_pieces(M: int, N: int, dtype) -> tuple:
+    """triton_pieces on a CPU tensor with Triton's driver stubbed (nothing runs, so nothing is checked), and the
+    tensor."""
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
     import fakes
 
@@ -111,7 +112,7 @@ def stubbed_triton_pieces(M: int, N: int, dtype) -> dict:
     pieces = triton_pieces(x, torch.empty_like(x), check=False)
     os.environ["TRITON_INTERPRET"] = "1"  # the public op's check for CPU tensors (the kernels stay compiled)
     del pieces["torch.softmax(x, -1)"]  # torch's CPU kernel: no measure of its host time
-    return pieces
+    return pieces, x
 
 
 def triton_pieces(x, out, check: bool = True) -> dict:
@@ -167,7 +168,6 @@ def _report(pieces: dict, x, backend: str, args, note: str = "") -> int:
         print(f"# no GPU: Triton's driver stubbed (sm_90), CPU tensors, {platform.processor() or platform.machine()}, "
               f"{os.cpu_count()} CPUs; torch {torch.__version__}, triton {triton.__version__}; {args.dtype} {args.m} x "
               f"{args.n}, backend {backend}; µs per call (wall, calls back to back; median of 5 x 2000)", flush=True)
-        x = torch.randn(args.m, args.n).to(getattr(torch, args.dtype))
     else:
         env = results.environment("cuda")
         print(f"# {env['device']}, torch {torch.__version__}, {args.dtype} {args.m} x {args.n}, backend {backend}; µs "
