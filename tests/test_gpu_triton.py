@@ -192,8 +192,8 @@ def test_ready_launch_matches_float64(M, N, regime, dtype, window, seed, monkeyp
     specialisation), three of each, then the knobs change every plan (NEW_PLANS) for three more of each; every op,
     each output NaN-poisoned, against float64. With the windows (rules.ROWS_WINDOW), the aligned 4095 x 129 is
     planned every call (its last row a launch of its own) and 4096 x 129 goes through windows ready."""
-    monkeypatch.setattr(K, "_READY", {})
-    monkeypatch.setattr(K, "_SEEN", {})
+    monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE))
+    monkeypatch.setattr(K, "_SEEN", K.BoundedCache(K.SEEN_CACHE))
     monkeypatch.setattr(K.rules, "ROWS_WINDOW", window)
     planned = {}
     plan = K.plan

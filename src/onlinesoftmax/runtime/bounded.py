@@ -1,8 +1,9 @@
 """A dict with a size limit, for the launch caches: reads take no lock, inserts take one and evict the oldest
 entry when full (an OrderedDict: `popitem(last=False)` is O(1), where `next(iter(dict))` walks the slots a dict
-leaves at its front as it churns: 2.3 against 0.4 us an eviction at 4096 entries on this project's CPU machine). Callers recompute an evicted value, so the limit bounds memory without changing results. `on_drop`
-(optional) is told of every value that leaves (evicted, replaced or cleared): where something outside the cache
-mirrors its entries (the native helper's table, engines/cuda/run.py)."""
+leaves at its front as it churns: 2.3 against 0.4 us an eviction at 4096 entries on this project's CPU machine).
+Callers recompute an evicted value, so the limit bounds memory without changing results. `on_drop` (optional) is
+told of every value that leaves (evicted, replaced or cleared): where something outside the cache mirrors its
+entries (the native helper's table, engines/cuda/run.py)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from triton.runtime.driver import driver
 
 from ...errors import OnlineSoftmaxError
 from ...intmath import cdiv
+from ...runtime.bounded import BoundedCache
 from . import softmax_rules as rules
 from .softmax_rules import pick_regime
 from .softmax_kernels import cols_kernel, cols_stream_kernel, interpreting, online_kernel, rows_kernel, split_kernel
@@ -178,9 +179,10 @@ def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> No
         fresh.append(((torch.zeros if zero else torch.empty)(n, dtype=dtype, device=out.device), zero))
         return fresh[-1][0]
 
-    again = shape in _SEEN  # made ready at a shape's second plan: a shape seen once (a new M each call) pays no more
+    # made ready at a shape's second plan: a shape seen once (a new M each call) pays no more
+    again = _SEEN.get(shape) is not None
     if not again:
-        _remember(_SEEN, SEEN_CACHE, shape, True)
+        _SEEN.put(shape, True)
     settings = _settings() if again else None
     p = plan(backward, log, regime, M, N, out.dtype, sms, tensors, strides, workspace)
     # one launch whose grid is the one later calls would get (its occupancy learnt); a plan with a tail is two
@@ -210,15 +212,9 @@ def _launch_on(device: torch.device, kernel, grid, args, meta, key):
 # (benchmarks/results/cpu-host-triton-ready-s55.txt): the launcher 17-22 -> 6-9 us a call; the Triton backend's few-row
 # sweep cells had timed 3-19x their kernels' queued time on the H200 (h200-session53/triton/sweep.csv).
 READY_CACHE = 256  # shapes kept ready ...
-SEEN_CACHE = 1024  # ... and shapes planned once; each dict emptied when full
-_READY: dict = {}
-_SEEN: dict = {}
-
-
-def _remember(cache: dict, limit: int, key: tuple, value) -> None:
-    if len(cache) >= limit:
-        cache.clear()  # O(1) a call, where evicting the oldest of a dict that churns is not
-    cache[key] = value
+SEEN_CACHE = 1024  # ... and shapes planned once (the oldest dropped first)
+_READY = BoundedCache(READY_CACHE)
+_SEEN = BoundedCache(SEEN_CACHE)
 
 
 def _settings() -> tuple:
@@ -236,9 +232,8 @@ def _make_ready(shape: tuple, p: Plan, ran: tuple, fresh: list, settings: tuple)
     names = p.kernel.arg_names[len(p.args):]
     if any(name not in meta for name in names):
         return
-    _remember(_READY, READY_CACHE, shape, _Ready(p.kernel, compiled, p.grid,
-                                                 tuple((w.numel(), w.dtype, zero) for w, zero in fresh),
-                                                 p.args[3 + k:] + tuple(meta[name] for name in names), settings))
+    _READY.put(shape, _Ready(p.kernel, compiled, p.grid, tuple((w.numel(), w.dtype, zero) for w, zero in fresh),
+                             p.args[3 + k:] + tuple(meta[name] for name in names), settings))
 
 
 class _Ready:
