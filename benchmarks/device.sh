@@ -170,7 +170,8 @@ case "$stage" in
     # tests: its GPU tests of the 16-byte windows (rules.ROWS_WINDOW, forced on), the ready launch (threads too), the regimes;
     # host: the host's time of a call, piece by piece (host_softmax.py); ab: the window's A/B (ROWS_WINDOW off, on)
     # at odd N, N = 1000 and powers of two; few: the few-row shapes beside torch, torch.compile and Liger (if carried).
-    # tune (not in the default PARTS): tune_triton.py's rows settings, windows on and off, at TUNE_N (129 32001).
+    # tune (not in the default PARTS): tune_triton.py's rows settings, windows on and off, at TUNE_N (129 32001);
+    # tune-few (nor this): tune_triton.py --few, every regime at TUNE_FEW's few-row shapes beside torch.
     # All four may pass a device call's 10 minutes: PARTS='tests host', then PARTS='ab few', in two calls
     for part in ${PARTS:-tests host ab few}; do case $part in
       tests) python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider tests/test_gpu_triton.py tests/test_gpu_concurrency.py \
@@ -189,9 +190,11 @@ case "$stage" in
             | tail -60 ;;
       tune) python3 benchmarks/tune_triton.py --n ${TUNE_N:-129 32001} 2>&1 | grep -v Warn | tee "$OUT/tune-odd-n.txt" \
               | tail -12 ;;
+      tune-few) python3 benchmarks/tune_triton.py --few ${TUNE_FEW:-7x32768 2x131072 32x131072 1x262144} 2>&1 \
+                  | grep -v Warn | tee "$OUT/tune-few.txt" | tail -34 ;;
       few) osm sweep --backend triton --dtype float32 --dtype bfloat16 --n 7x32768 --n 32x131072 --n 1x262144 \
              --out "$OUT/sweep-triton-few.csv" >"$OUT/sweep-triton-few.txt" 2>&1; tail -3 "$OUT/sweep-triton-few.txt" ;;
-      *) echo "unknown part $part (tests host ab few tune)" >&2; exit 2 ;;
+      *) echo "unknown part $part (tests host ab few tune tune-few)" >&2; exit 2 ;;
     esac; done
     ;;
   sweep)

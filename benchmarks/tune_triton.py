@@ -1,11 +1,12 @@
 """Try the Triton backend's tuning knobs on the GPU present; print the best setting per problem.
 
-    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns | --n N ...] > tune.txt
+    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns | --n N ... | --few MxN ...] > tune.txt
 
 Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes; --columns: a channel softmax over dim 1
 of (B, C, 256, 256) with B * C * 65536 = 2^27, and of (8, 1000, 64, 64), through the columns kernels; --n: the
 rows regime's settings at these row lengths, softmax and its backward, odd N among them, with and without the
-16-byte windows). For each,
+16-byte windows; --few: shapes of fewer rows than SMs, every regime that takes them, in microseconds beside
+torch's call in the same run, since a few rows are a sliver of the 1 GiB copy). For each,
 the knobs of engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and
 the result checked against torch in fp32. The output is the evidence for the rules in that module.
 """
@@ -55,6 +56,17 @@ def long_settings(backward: bool, N: int):
     yield "split", dict(regime="split")
 
 
+def few_settings(backward: bool, N: int):
+    """A few rows: the rules' regime, the rows regime where it takes N (one program a tile of rows: few programs),
+    and the split regime at each chunk (more, smaller tickets spread a row over the SMs)."""
+    yield "rules", {}
+    if N <= R.rows_hard_max_n(backward):
+        yield "rows (forced)", dict(regime="rows")
+    largest = R.SPLIT_MAX_CHUNK // (2 if backward else 1)
+    for chunk in (1 << k for k in range(11, largest.bit_length())):  # 2048 .. the largest
+        yield f"split chunk={chunk}", dict(regime="split", FORCE_CHUNK=chunk)
+
+
 def columns_settings(N: int):
     """The columns kernels over a non-last dim of N: the tile kernel and, for N up to 256, the streamed one
     holding the whole dim or tiles of it at several sizes (values of all inputs per thread)."""
@@ -66,8 +78,8 @@ def columns_settings(N: int):
 
 
 def run(op: str, dtype, shape: tuple, dim: int, setting: dict, copy: float):
-    """% of copy and the max error against torch in fp32 of the op over `dim` of randn(shape), the knobs set
-    (a dim other than the last goes through the public launcher: the columns kernels)."""
+    """% of copy, the max error against torch in fp32 and the median ms of the op over `dim` of randn(shape), the
+    knobs set (a dim other than the last goes through the public launcher: the columns kernels)."""
     backward = op.endswith("backward")
     log = op.startswith("log")
     regime = setting.get("regime")
@@ -96,9 +108,9 @@ def run(op: str, dtype, shape: tuple, dim: int, setting: dict, copy: float):
         torch.cuda.synchronize()
         err = (got.float() - want).abs().max().item()
         ms = do_bench(fn, warmup=5, rep=25, return_mode="median")
-        return 100 * gbps(nbytes, ms) / copy, err
+        return 100 * gbps(nbytes, ms) / copy, err, ms
     except Exception as exc:  # noqa: BLE001 - a setting that does not build is reported, not fatal
-        return float("nan"), f"{type(exc).__name__}: {str(exc)[:80]}"
+        return float("nan"), f"{type(exc).__name__}: {str(exc)[:80]}", float("nan")
     finally:
         for k, v in saved.items():
             setattr(R, k, v)
@@ -111,9 +123,13 @@ def main() -> int:
     ap.add_argument("--n", type=int, nargs="+", help="the rows regime's settings at these N only")
     ap.add_argument("--columns", action="store_true",
                     help="the columns kernels over dim 1 of (B, C, H, W) channel layouts instead of rows")
+    ap.add_argument("--few", nargs="+", metavar="MxN",
+                    help="every regime at these shapes of a few rows, in us beside torch's call")
     args = ap.parse_args()
     copy = copy_gbps("cuda")
     print(f"# {torch.cuda.get_device_name()} copy {copy:.0f} GB/s", flush=True)
+    if args.few:
+        return few(args.few, copy)
     if args.columns:
         ops_ = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
         problems = [(op, d, (ELEMENTS // (C * 65536), C, 256, 256), 1) for C in (19, 21, 64, 150)
@@ -139,11 +155,42 @@ def main() -> int:
     for op, dname, shape, dim in problems:
         results = []
         for name, setting in settings_for[(op, dname, shape, dim)]:
-            pct, err = run(op, DTYPES[dname], shape, dim, setting, copy)
+            pct, err, _ = run(op, DTYPES[dname], shape, dim, setting, copy)
             print(f"{op} {dname} {'x'.join(map(str, shape))} dim {dim}: {name}: {pct:.0f}% err={err}", flush=True)
             results.append((pct if pct == pct else -1, name))
         best = max(results)
         summary.append(f"{op:20s} {dname} {'x'.join(map(str, shape)):>16s}: best {best[0]:.0f}% with {best[1]}")
+    print("\n".join(["", "# best per problem"] + summary))
+    return 0
+
+
+def torch_ms(op: str, dtype, shape: tuple) -> float:
+    """torch's eager call of the op over the last dim, do_bench's median as run() times ours."""
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    f = torch.log_softmax if op.startswith("log") else torch.softmax
+    if not op.endswith("backward"):
+        return do_bench(lambda: f(x, -1), warmup=5, rep=25, return_mode="median")
+    y, dy = f(x, -1), torch.randn_like(x)
+    bwd = torch._log_softmax_backward_data if op.startswith("log") else torch._softmax_backward_data
+    return do_bench(lambda: bwd(dy, y, -1, dtype), warmup=5, rep=25, return_mode="median")
+
+
+def few(shapes: list, copy: float) -> int:
+    """--few: each setting of few_settings at each MxN, every op, fp32 and bf16: us a call and torch / ours."""
+    summary = []
+    for spec, dname, op in itertools.product(shapes, DTYPES, ("softmax", "log_softmax", "softmax_backward",
+                                                               "log_softmax_backward")):
+        shape = tuple(int(v) for v in spec.lower().split("x"))
+        base = torch_ms(op, DTYPES[dname], shape)
+        results = []
+        for name, setting in few_settings(op.endswith("backward"), shape[1]):
+            _, err, ms = run(op, DTYPES[dname], shape, 1, setting, copy)
+            print(f"{op} {dname} {spec}: {name}: {1e3 * ms:.1f} us, torch {1e3 * base:.1f} us "
+                  f"({base / ms:.2f}x) err={err}", flush=True)
+            results.append((base / ms if ms == ms else -1, name))
+        best = max(results)
+        summary.append(f"{op:20s} {dname} {spec:>12s}: best {best[0]:.2f}x torch with {best[1]}"
+                       f" (rules {results[0][0]:.2f}x)")
     print("\n".join(["", "# best per problem"] + summary))
     return 0
 
