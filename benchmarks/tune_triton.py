@@ -20,10 +20,12 @@ import sys
 import torch
 from triton.testing import do_bench
 
-from onlinesoftmax.harness.bench import copy_gbps, gbps
+from onlinesoftmax.harness.bench import copy_gbps, gbps, timing_inputs
+from onlinesoftmax.harness.suites import SWEEP_OPS
 from onlinesoftmax.engines.triton import softmax_rules as R
 from onlinesoftmax.engines.triton import softmax as K
 from onlinesoftmax.ops import softmax as ops
+from onlinesoftmax.registry import get
 
 ELEMENTS = 1 << 27
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -131,10 +133,9 @@ def main() -> int:
     if args.few:
         return few(args.few, copy)
     if args.columns:
-        ops_ = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
         problems = [(op, d, (ELEMENTS // (C * 65536), C, 256, 256), 1) for C in (19, 21, 64, 150)
-                    for d in DTYPES for op in ops_]
-        problems += [(op, d, (8, 1000, 64, 64), 1) for d in DTYPES for op in ops_]
+                    for d in DTYPES for op in SWEEP_OPS]
+        problems += [(op, d, (8, 1000, 64, 64), 1) for d in DTYPES for op in SWEEP_OPS]
         settings_for = {p: columns_settings(p[2][1]) for p in problems}
     elif args.n:
         problems = [(op, d, (ELEMENTS // n, n), 1) for n in args.n for d in DTYPES
@@ -165,21 +166,17 @@ def main() -> int:
 
 
 def torch_ms(op: str, dtype, shape: tuple) -> float:
-    """torch's eager call of the op over the last dim, do_bench's median as run() times ours."""
-    x = torch.randn(shape, device="cuda", dtype=dtype)
-    f = torch.log_softmax if op.startswith("log") else torch.softmax
-    if not op.endswith("backward"):
-        return do_bench(lambda: f(x, -1), warmup=5, rep=25, return_mode="median")
-    y, dy = f(x, -1), torch.randn_like(x)
-    bwd = torch._log_softmax_backward_data if op.startswith("log") else torch._softmax_backward_data
-    return do_bench(lambda: bwd(dy, y, -1, dtype), warmup=5, rep=25, return_mode="median")
+    """torch's eager call of the op (the sweep's baseline `torch.<op>`, on the sweep's inputs), do_bench's median as
+    run() times ours."""
+    inputs = timing_inputs(op, *shape, dtype, "cuda", seed=0)
+    call = get(f"torch.{op}").call
+    return do_bench(lambda: call(inputs), warmup=5, rep=25, return_mode="median")
 
 
 def few(shapes: list, copy: float) -> int:
     """--few: each setting of few_settings at each MxN, every op, fp32 and bf16: us a call and torch / ours."""
     summary = []
-    for spec, dname, op in itertools.product(shapes, DTYPES, ("softmax", "log_softmax", "softmax_backward",
-                                                               "log_softmax_backward")):
+    for spec, dname, op in itertools.product(shapes, DTYPES, SWEEP_OPS):
         shape = tuple(int(v) for v in spec.lower().split("x"))
         base = torch_ms(op, DTYPES[dname], shape)
         results = []
