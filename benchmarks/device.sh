@@ -167,9 +167,10 @@ case "$stage" in
     done; done | tee "$OUT/tune-flat.txt"
     ;;
   triton)  # issue 12, what the Triton backend's changes since session 53 wait for, in PARTS (default all four):
-    # tests: its GPU tests of the 16-byte windows (rules.ROWS_WINDOW, forced on), the ready launch (threads too), the regimes;
-    # host: the host's time of a call, piece by piece (host_softmax.py); ab: the window's A/B (ROWS_WINDOW off, on)
-    # at odd N, N = 1000 and powers of two; few: the few-row shapes beside torch, torch.compile and Liger (if carried).
+    # tests: its GPU tests of the 16-byte windows (rules.ROWS_WINDOW_MIN_N forced to every N), the ready launch
+    # (threads too), the regimes; host: the host's time of a call, piece by piece (host_softmax.py); ab: the window's
+    # A/B (the rule's ROWS_WINDOW_MIN_N against none and every N) at odd N, N = 1000 and powers of two; few: the
+    # few-row shapes beside torch, torch.compile and Liger (if carried).
     # tune (not in the default PARTS): tune_triton.py's rows settings, windows on and off, at TUNE_N (129 32001);
     # tune-few (nor this): tune_triton.py --few, every regime at TUNE_FEW's few-row shapes beside torch.
     # All four may pass a device call's 10 minutes: PARTS='tests host', then PARTS='ab few', in two calls
@@ -181,12 +182,16 @@ case "$stage" in
       host) for s in "7 32768" "32 131072" "1 1024"; do set -- $s
               python3 benchmarks/host_softmax.py --backend triton --m "$1" --n "$2" 2>&1 | grep -v Warn
             done | tee "$OUT/host-triton.txt" ;;
-      ab) on=/tmp/window-on && rm -rf "$on" && mkdir -p "$on" && cp -r src "$on/"
-          sed -i 's/^ROWS_WINDOW = False /ROWS_WINDOW = True /' "$on/src/onlinesoftmax/engines/triton/softmax_rules.py"
-          grep -q '^ROWS_WINDOW = True ' "$on/src/onlinesoftmax/engines/triton/softmax_rules.py" \
-            || { echo "the window's knob was not found" >&2; exit 2; }
-          ns=(); for n in 127 129 1000 1023 1025 3000 4095 4097 12289 32001 128 4096; do ns+=(--n "$n"); done
-          BACKEND=triton bash benchmarks/ab.sh off=src on="$on/src" -- --dtype float32 --dtype bfloat16 "${ns[@]}" \
+      ab) trees=()  # the rule (src: windows from rules.ROWS_WINDOW_MIN_N up) against none and every N windowed
+          for t in off:None every:1; do name=${t%%:*} d=/tmp/window-${t%%:*}
+            rm -rf "$d" && mkdir -p "$d" && cp -r src "$d/"
+            sed -i "s/^ROWS_WINDOW_MIN_N = [0-9A-Za-z]* /ROWS_WINDOW_MIN_N = ${t#*:} /" \
+              "$d/src/onlinesoftmax/engines/triton/softmax_rules.py"
+            grep -q "^ROWS_WINDOW_MIN_N = ${t#*:} " "$d/src/onlinesoftmax/engines/triton/softmax_rules.py" \
+              || { echo "the window's knob was not found" >&2; exit 2; }
+            trees+=("$name=$d/src"); done
+          ns=(); for n in 127 129 1000 1023 1025 3000 4095 4097 8193 12289 32001 128 4096; do ns+=(--n "$n"); done
+          BACKEND=triton bash benchmarks/ab.sh rule=src "${trees[@]}" -- --dtype float32 --dtype bfloat16 "${ns[@]}" \
             | tail -60 ;;
       tune) python3 benchmarks/tune_triton.py --n ${TUNE_N:-129 32001} 2>&1 | grep -v Warn | tee "$OUT/tune-odd-n.txt" \
               | tail -12 ;;

@@ -35,12 +35,12 @@ def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):
     """Tiles (bytes of one input, either dtype), warps (`scales` times the rules'), and the grid: one tile a program
     straight to registers (the rules', as Liger's and Inductor's kernels run), or persistent (SMs x occupancy
     programs walking the tiles) with the next tile pipelined through shared memory or loading straight to
-    registers; each with rules.ROWS_WINDOW set to each of `windows` (the 16-byte windows where rules.rows_window takes
-    them; False: those rows read one element at a time)."""
+    registers; each with the 16-byte windows on for every N or off (rules.ROWS_WINDOW_MIN_N 1 or None) per
+    `windows` (True: wherever rules.rows_window takes them; False: those rows read one element at a time)."""
     base = R.num_warps_for
     grids = {"": {}, " persistent": dict(ROWS_PERSISTENT=True),
              " persistent unpipelined": dict(ROWS_PERSISTENT=True, ROWS_PIPELINE_BYTES=0)}
-    windowed = {True: dict(ROWS_WINDOW=True), False: dict(ROWS_WINDOW=False)}  # the knob's own value: off (3e66afd)
+    windowed = {True: dict(ROWS_WINDOW_MIN_N=1), False: dict(ROWS_WINDOW_MIN_N=None)}  # every N, none: not the rule's
     for tile, scale, grid, window in itertools.product((8 << 10, 16 << 10, 32 << 10), scales,
                                                        grids if persistent else [""], windows):
         yield f"rows tile={tile >> 10}K warps x{scale}{grid}{'' if window else ' no window'}", dict(

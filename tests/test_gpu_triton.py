@@ -40,7 +40,8 @@ SHAPES = {
         (257, 1000, False),
         (3, 1023, False),
         (2, 4097, True),  # odd N just past a power of two
-        (4095, 129, True),  # odd N (with rules.ROWS_WINDOW, test_window_rows: the last row a launch of its own)
+        (4095, 129, True),  # odd N (with the windows on, test_window_rows: the last row a launch of its own)
+        (3, 12289, True),  # through the windows by the rules (ROWS_WINDOW_MIN_N), the last row a launch of its own
         (1, 16384, False),  # one 64 KB fp32 row per tile (BLOCK_M = 1)
         (1, 32769, True),  # past rows_max_n (forced here); past rows_hard_max_n backward: refused
     ],
@@ -126,8 +127,9 @@ def test_auto_regime(M, N, dtype, backward, regime):
 @pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("op", OPS)
 def test_window_rows(op, dtype, seed, monkeypatch):
-    """The rows variants with the 16-byte windows on (rules.ROWS_WINDOW): odd N with and without the last row's own
-    launch (4095 x 129; 4096 x 129 and 64 x 32001, M * N a multiple of 8), N = 1000 (rows on vectors), 5 x 33."""
+    """The rows variants with the 16-byte windows on for every N (rules.ROWS_WINDOW_MIN_N): odd N with and without the
+    last row's own launch (4095 x 129; 4096 x 129 and 64 x 32001, M * N a multiple of 8), N = 1000 (rows on
+    vectors), 5 x 33."""
     windows = record_windows(monkeypatch, K)
     V = 16 // dtype.itemsize
     for M, N in ((4095, 129), (4096, 129), (64, 32001), (257, 1000), (5, 33)):
@@ -190,11 +192,11 @@ def test_ready_launch_matches_float64(M, N, regime, dtype, window, seed, monkeyp
     """A shape planned twice goes through the launcher's ready launch (softmax.py _Ready: no plan, no binder). Calls
     alternate between aligned rows and rows 2 elements into their buffer (unaligned pointers: another
     specialisation), three of each, then the knobs change every plan (NEW_PLANS) for three more of each; every op,
-    each output NaN-poisoned, against float64. With the windows (rules.ROWS_WINDOW), the aligned 4095 x 129 is
-    planned every call (its last row a launch of its own) and 4096 x 129 goes through windows ready."""
+    each output NaN-poisoned, against float64. With the windows on for every N (rules.ROWS_WINDOW_MIN_N), the aligned
+    4095 x 129 is planned every call (its last row a launch of its own) and 4096 x 129 goes through windows ready."""
     monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE))
     monkeypatch.setattr(K, "_SEEN", K.BoundedCache(K.SEEN_CACHE))
-    monkeypatch.setattr(K.rules, "ROWS_WINDOW", window)
+    monkeypatch.setattr(K.rules, "ROWS_WINDOW_MIN_N", 1 if window else None)
     planned = {}
     plan = K.plan
 

@@ -191,10 +191,10 @@ def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129(monkeypatch):
         assert config(200, F16, strides=uneven(200), backward=backward) == R.RowsConfig(16, 256, 2, 1)
         for N, dtype in ((256, F32), (256, BF16), (127, F32), (1025, F32), (4097, BF16)):
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
-        monkeypatch.setattr(R, "ROWS_WINDOW", True)
+        monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", 1)
         for N, dtype in ((129, F32), (200, BF16)):  # windowed
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
-        monkeypatch.setattr(R, "ROWS_WINDOW", False)
+        monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", None)
     assert config(256, F32, strides=(272, 256)) == R.rows_config(M, 256, F32)  # strides of 16: vectorised
     assert config(256, F32, strides=(257, 256)) == R.RowsConfig(8, 256, 2, 1)  # a sliced view's rows
     x = torch.empty(M * 256 + 1)[1:].view(M, 256)  # 4 bytes past a 16-byte boundary
@@ -204,10 +204,15 @@ def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129(monkeypatch):
 
 def test_rows_window_rule(monkeypatch):
     """The window (V elements: 16 bytes) serves scalar rows only where every row starts at the same offset of a vector
-    in every tensor, the stride holds the row, N holds a vector, and the widest window fits N's block; and only with
-    ROWS_WINDOW, off until timed."""
-    assert R.rows_window(129, (129, 129), 4) == 1
-    monkeypatch.setattr(R, "ROWS_WINDOW", True)
+    in every tensor, the stride holds the row, N holds a vector, and the widest window fits N's block; and only for
+    rows of ROWS_WINDOW_MIN_N or more (8192: faster on the H200 from 12289 up, slower at 129-4097)."""
+    for N, size, V in ((12289, 4, 4), (32001, 4, 4), (32001, 2, 8), (8193, 2, 8)):  # the rule's own: windowed
+        assert R.rows_window(N, (N, N), size) == V, (N, size)
+    for N in (129, 1000, 1025, 4097, 8191):
+        assert R.rows_window(N, (N, N), 4) == 1, N
+    monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", None)
+    assert R.rows_window(32001, (32001, 32001), 4) == 1
+    monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", 1)
     assert R.rows_window(129, (129, 129), 4) == 4
     assert R.rows_window(129, (129, None, 129), 2) == 8  # a forward launch: no dy
     assert R.rows_window(1000, (1000, 1000), 4) == 4  # aligned rows Triton sees as scalar (1000 % 16)
@@ -232,7 +237,7 @@ def test_rows_window_plans(backward, monkeypatch):
     from onlinesoftmax.engines.triton import variants as tv
 
     K = tv.kernels()
-    monkeypatch.setattr(R, "ROWS_WINDOW", True)
+    monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", 1)
     n = 3 if backward else 2
     M_AT = 3  # the arguments: in, dy (None forward), out, M, N, strides
 

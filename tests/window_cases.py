@@ -8,10 +8,10 @@ from onlinesoftmax.harness.check import compare_to_reference
 
 
 def record_windows(monkeypatch, K) -> list:
-    """Turns the windows on (softmax_rules.ROWS_WINDOW) and records the V of every rows launch the launchers K make
-    from now on, in order (1: no window); every call planned (no ready launch, which would pass no record:
-    tests/test_triton_launch.py and test_gpu_triton.py's ready-launch test take the windows through it)."""
-    monkeypatch.setattr(K.rules, "ROWS_WINDOW", True)
+    """Turns the windows on for every N (softmax_rules.ROWS_WINDOW_MIN_N) and records the V of every rows launch the
+    launchers K make from now on, in order (1: no window); every call planned (no ready launch, which would pass no
+    record: tests/test_triton_launch.py and test_gpu_triton.py's ready-launch test take the windows through it)."""
+    monkeypatch.setattr(K.rules, "ROWS_WINDOW_MIN_N", 1)
     monkeypatch.setattr(K, "_make_ready", lambda *a: None)
     seen = []
     launch = K._launch_on

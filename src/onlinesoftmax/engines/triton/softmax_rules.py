@@ -65,7 +65,7 @@ ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads pe
 ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
 ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for scalar rows 129-256 wide, of half the warps (rows_scalar_tile)
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
-ROWS_WINDOW = False  # rows: scalar rows through 16-byte windows (rows_window); off until timed on the H200
+ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
 ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
@@ -188,9 +188,12 @@ def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
     offset of a vector in every tensor (the pointers 16-byte aligned, one row stride), a row's window stays inside
     the tensor (a stride of at least N; the launcher leaves the last row to a launch of its own) and N holds a
     vector, and where the widest window, N + V - 1 elements, fits N's power-of-two block (at N = 4095 or 32767 it
-    would double the block, and spill). Only with ROWS_WINDOW: built and checked without a GPU (the interpreter, the
-    PTX), not yet timed or run on one."""
-    if not ROWS_WINDOW or not aligned or not rows_scalar(N, strides, aligned):
+    would double the block, and spill). Only for rows of at least ROWS_WINDOW_MIN_N elements: on the H200 at 3d10205
+    (benchmarks/results/h200-session57/triton/ab.txt, every row windowed against none, 4 ops, fp32 and bf16) the
+    windows gained at N = 12289 and 32001 (16 cells: mean +7.3 points of copy, up to +22; 4 lost, the log-softmax
+    backward's -7.5 and -9.5 the worst) and lost below (80 cells: mean -3.5; N = 129 -10.7 and 1025 -16.6 on
+    average, to -32), where the masked vectors at each end weigh more against a short row; 4097 to 12289 untimed."""
+    if ROWS_WINDOW_MIN_N is None or N < ROWS_WINDOW_MIN_N or not aligned or not rows_scalar(N, strides, aligned):
         return 1
     v = 16 // itemsize
     given = {s for s in strides if s is not None}
