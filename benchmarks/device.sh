@@ -171,8 +171,10 @@ case "$stage" in
     # (threads too), the regimes; host: the host's time of a call, piece by piece (host_softmax.py); ab: the window's
     # A/B (the rule's ROWS_WINDOW_MIN_N against none and every N) at odd N, N = 1000 and powers of two; few: the
     # few-row shapes beside torch, torch.compile and Liger (if carried).
-    # tune (not in the default PARTS): tune_triton.py's rows settings, windows on and off, at TUNE_N (129 32001);
-    # tune-few (nor this): tune_triton.py --few, every regime at TUNE_FEW's few-row shapes beside torch.
+    # tune (not in the default PARTS): tune_triton.py's rows settings, windows on and off, at TUNE_N (127: scalar rows
+    # under 129 keep the rules' tile; 8193: the windows' threshold); tune-few (nor this): tune_triton.py --few, every
+    # regime at TUNE_FEW's few-row shapes beside torch (default: where SPLIT_TASKS_PER_PROGRAM = 2 would move the
+    # forward's chunk).
     # All four may pass a device call's 10 minutes: PARTS='tests host', then PARTS='ab few', in two calls
     for part in ${PARTS:-tests host ab few}; do case $part in
       tests) python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider tests/test_gpu_triton.py tests/test_gpu_concurrency.py \
@@ -193,9 +195,10 @@ case "$stage" in
           ns=(); for n in 127 129 1000 1023 1025 3000 4095 4097 8193 12289 32001 128 4096; do ns+=(--n "$n"); done
           BACKEND=triton bash benchmarks/ab.sh rule=src "${trees[@]}" -- --dtype float32 --dtype bfloat16 "${ns[@]}" \
             | tail -60 ;;
-      tune) python3 benchmarks/tune_triton.py --n ${TUNE_N:-129 32001} 2>&1 | grep -v Warn | tee "$OUT/tune-odd-n.txt" \
+      tune) python3 benchmarks/tune_triton.py --n ${TUNE_N:-127 8193} 2>&1 | grep -v Warn | tee "$OUT/tune-odd-n.txt" \
               | tail -12 ;;
-      tune-few) python3 benchmarks/tune_triton.py --few ${TUNE_FEW:-7x32768 2x131072 32x131072 1x262144} 2>&1 \
+      tune-few) few=${TUNE_FEW:-16x131072 32x131072 7x262144 16x262144 2x1000003}
+                python3 benchmarks/tune_triton.py --few $few 2>&1 \
                   | grep -v Warn | tee "$OUT/tune-few.txt" | tail -34 ;;
       few) osm sweep --backend triton --dtype float32 --dtype bfloat16 --n 7x32768 --n 32x131072 --n 1x262144 \
              --out "$OUT/sweep-triton-few.csv" >"$OUT/sweep-triton-few.txt" 2>&1; tail -3 "$OUT/sweep-triton-few.txt" ;;
