@@ -184,17 +184,18 @@ case "$stage" in
       host) for s in "7 32768" "32 131072" "1 1024"; do set -- $s
               python3 benchmarks/host_softmax.py --backend triton --m "$1" --n "$2" 2>&1 | grep -v Warn
             done | tee "$OUT/host-triton.txt" ;;
-      ab) trees=()  # the rule (src: windows from rules.ROWS_WINDOW_MIN_N up) against none and every N windowed
-          for t in off:None every:1; do name=${t%%:*} d=/tmp/window-${t%%:*}
+      ab) trees=()  # the rule (src) against no windows and windows at every N and size
+          knob() {  # knob FILE NAME VALUE: one of rules.py's knobs set on a copy
+            sed -i "s/^$2 = [^#]*#/$2 = $3  #/" "$1" && grep -q "^$2 = $3  #" "$1" \
+              || { echo "the knob $2 was not found in $1" >&2; exit 2; }; }
+          for t in off every; do d=/tmp/window-$t f=/tmp/window-$t/src/onlinesoftmax/engines/triton/softmax_rules.py
             rm -rf "$d" && mkdir -p "$d" && cp -r src "$d/"
-            sed -i "s/^ROWS_WINDOW_MIN_N = [0-9A-Za-z]* /ROWS_WINDOW_MIN_N = ${t#*:} /" \
-              "$d/src/onlinesoftmax/engines/triton/softmax_rules.py"
-            grep -q "^ROWS_WINDOW_MIN_N = ${t#*:} " "$d/src/onlinesoftmax/engines/triton/softmax_rules.py" \
-              || { echo "the window's knob was not found" >&2; exit 2; }
-            trees+=("$name=$d/src"); done
+            if [ "$t" = off ]; then knob "$f" ROWS_WINDOW_MIN_N None
+            else knob "$f" ROWS_WINDOW_MIN_N 1 && knob "$f" ROWS_WINDOW_TAIL_MIN_BYTES 0; fi
+            trees+=("$t=$d/src"); done
           ns=(); for n in 127 129 1000 1023 1025 3000 4095 4097 8193 12289 32001 128 4096; do ns+=(--n "$n"); done
           BACKEND=triton bash benchmarks/ab.sh rule=src "${trees[@]}" -- --dtype float32 --dtype bfloat16 "${ns[@]}" \
-            | tail -60 ;;
+            | tail -125 ;;
       tune) python3 benchmarks/tune_triton.py --n ${TUNE_N:-127 8193} 2>&1 | grep -v Warn | tee "$OUT/tune-odd-n.txt" \
               | tail -12 ;;
       tune-few) few=${TUNE_FEW:-16x131072 32x131072 7x262144 16x262144 2x1000003}

@@ -31,16 +31,25 @@ ELEMENTS = 1 << 27
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def windows_of(N: int, dtype: torch.dtype) -> tuple:
+    """The window settings worth timing at N (contiguous rows): on and off where rules.rows_window can give N a
+    window at all (its rows scalar, N + V - 1 inside N's block), else off alone: the same launch twice."""
+    v = 16 // dtype.itemsize
+    takes = R.rows_scalar(N, (N,), True) and N >= v and R.pow2ceil(N + v - 1) == R.pow2ceil(N)
+    return (True, False) if takes else (False,)
+
+
 def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):
     """Tiles (bytes of one input, either dtype), warps (`scales` times the rules'), and the grid: one tile a program
     straight to registers (the rules', as Liger's and Inductor's kernels run), or persistent (SMs x occupancy
     programs walking the tiles) with the next tile pipelined through shared memory or loading straight to
-    registers; each with the 16-byte windows on for every N or off (rules.ROWS_WINDOW_MIN_N 1 or None) per
+    registers; each with the 16-byte windows on for every N and size or off (rules.ROWS_WINDOW_MIN_N 1 or None) per
     `windows` (True: wherever rules.rows_window takes them; False: those rows read one element at a time)."""
     base = R.num_warps_for
     grids = {"": {}, " persistent": dict(ROWS_PERSISTENT=True),
              " persistent unpipelined": dict(ROWS_PERSISTENT=True, ROWS_PIPELINE_BYTES=0)}
-    windowed = {True: dict(ROWS_WINDOW_MIN_N=1), False: dict(ROWS_WINDOW_MIN_N=None)}  # every N, none: not the rule's
+    windowed = {True: dict(ROWS_WINDOW_MIN_N=1, ROWS_WINDOW_TAIL_MIN_BYTES=0),  # every N and size, none: not the rule's
+                False: dict(ROWS_WINDOW_MIN_N=None)}
     for tile, scale, grid, window in itertools.product((8 << 10, 16 << 10, 32 << 10), scales,
                                                        grids if persistent else [""], windows):
         yield f"rows tile={tile >> 10}K warps x{scale}{grid}{'' if window else ' no window'}", dict(
@@ -140,8 +149,10 @@ def main() -> int:
     elif args.n:
         problems = [(op, d, (ELEMENTS // n, n), 1) for n in args.n for d in DTYPES
                     for op in ("softmax", "softmax_backward")]
-        # fewer warps: fewer cross the row; the one-tile grid (the persistent one lost everywhere, rows_persistent)
-        settings_for = {p: rows_settings((0.25, 0.5, 1, 2), persistent=False, windows=(True, False)) for p in problems}
+        # fewer warps: fewer cross the row; the one-tile grid (the persistent one lost everywhere, rows_persistent);
+        # windows on and off only where N takes them at all (not 127: 127 + V - 1 passes its block in every dtype)
+        settings_for = {p: rows_settings((0.25, 0.5, 1, 2), persistent=False, windows=windows_of(p[2][1], DTYPES[p[1]]))
+                        for p in problems}
     else:
         rows = [("softmax", d, n) for d in DTYPES for n in (128, 512, 2048, 8192, 32768)]
         rows += [("softmax_backward", d, n) for d in DTYPES for n in (512, 16384)]

@@ -41,7 +41,7 @@ SHAPES = {
         (3, 1023, False),
         (2, 4097, True),  # odd N just past a power of two
         (4095, 129, True),  # odd N (with the windows on, test_window_rows: the last row a launch of its own)
-        (3, 12289, True),  # through the windows by the rules (ROWS_WINDOW_MIN_N), the last row a launch of its own
+        (8, 12289, True),  # through the windows by the rules (test_rule_windows), no launch for the last row
         (1, 16384, False),  # one 64 KB fp32 row per tile (BLOCK_M = 1)
         (1, 32769, True),  # past rows_max_n (forced here); past rows_hard_max_n backward: refused
     ],
@@ -141,6 +141,22 @@ def test_window_rows(op, dtype, seed, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("op", OPS)
+def test_rule_windows(op, dtype, seed, monkeypatch):
+    """The windows where the rules put them (rules.ROWS_WINDOW_MIN_N, rows_window_tail), not forced: 8 x 12289
+    through windows in one launch; 3 x 12289, whose last row would need a launch of its own, and 2 x 4097, shorter
+    than the windows' rows, without; each against float64."""
+    windows = record_windows(monkeypatch, K, every=False)
+    V = 16 // dtype.itemsize
+    for M, N, want in ((8, 12289, [V]), (3, 12289, [1]), (2, 4097, [1])):
+        for kind in kinds_for(op):
+            windows.clear()
+            report = check_variant(get(f"triton.{op}_rows"), M, N, dtype, kind, seed)
+            assert report.ok, f"{M}x{N} {kind}: {report.message}"
+            assert windows == want, (M, N, windows)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("M,N,width", [(4095, 129, 136), (1000, 4097, 4104), (64, 32001, 32008)])
 def test_window_padded_rows_and_in_place(M, N, width, dtype, backward, monkeypatch):
@@ -197,6 +213,7 @@ def test_ready_launch_matches_float64(M, N, regime, dtype, window, seed, monkeyp
     monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE))
     monkeypatch.setattr(K, "_SEEN", K.BoundedCache(K.SEEN_CACHE))
     monkeypatch.setattr(K.rules, "ROWS_WINDOW_MIN_N", 1 if window else None)
+    monkeypatch.setattr(K.rules, "ROWS_WINDOW_TAIL_MIN_BYTES", 0)
     planned = {}
     plan = K.plan
 

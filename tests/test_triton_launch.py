@@ -99,7 +99,7 @@ out["online_bwd"] = case("online backward", True, False, "online", 2, 4096)
 out["bf16"] = case("rows forward bf16", False, False, None, 5, 33, dtype=torch.bfloat16)
 out["window"] = case("rows forward through windows", False, False, None, 4, 41, knobs={"ROWS_WINDOW_MIN_N": 1})
 out["window_tail"] = case("rows forward through windows, the last row apart", False, False, None, 6, 41,
-                          knobs={"ROWS_WINDOW_MIN_N": 1})
+                          knobs={"ROWS_WINDOW_MIN_N": 1, "ROWS_WINDOW_TAIL_MIN_BYTES": 0})
 out["knob"] = case("rows forward, ROWS_TILE_BYTES 256", False, False, None, 6, 40, knobs={"ROWS_TILE_BYTES": 256})
 out["knob_back"] = case("rows forward, the knob back", False, False, None, 6, 40)
 # a persistent grid takes the configuration's occupancy: a shape seen, then planned under a knob that makes a

@@ -191,10 +191,11 @@ def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129(monkeypatch):
         assert config(200, F16, strides=uneven(200), backward=backward) == R.RowsConfig(16, 256, 2, 1)
         for N, dtype in ((256, F32), (256, BF16), (127, F32), (1025, F32), (4097, BF16)):
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
+        rule = R.ROWS_WINDOW_MIN_N
         monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", 1)
         for N, dtype in ((129, F32), (200, BF16)):  # windowed
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
-        monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", None)
+        monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", rule)
     assert config(256, F32, strides=(272, 256)) == R.rows_config(M, 256, F32)  # strides of 16: vectorised
     assert config(256, F32, strides=(257, 256)) == R.RowsConfig(8, 256, 2, 1)  # a sliced view's rows
     x = torch.empty(M * 256 + 1)[1:].view(M, 256)  # 4 bytes past a 16-byte boundary
@@ -208,7 +209,7 @@ def test_rows_window_rule(monkeypatch):
     rows of ROWS_WINDOW_MIN_N or more (8192: faster on the H200 from 12289 up, slower at 129-4097)."""
     for N, size, V in ((12289, 4, 4), (32001, 4, 4), (32001, 2, 8), (8193, 2, 8)):  # the rule's own: windowed
         assert R.rows_window(N, (N, N), size) == V, (N, size)
-    for N in (129, 1000, 1025, 4097, 8191):
+    for N in (129, 1000, 1025, 4097, 8189):  # 8189: windowed with every N (8189 + 3 fits 8192)
         assert R.rows_window(N, (N, N), 4) == 1, N
     monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", None)
     assert R.rows_window(32001, (32001, 32001), 4) == 1
@@ -238,6 +239,7 @@ def test_rows_window_plans(backward, monkeypatch):
 
     K = tv.kernels()
     monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", 1)
+    monkeypatch.setattr(R, "ROWS_WINDOW_TAIL_MIN_BYTES", 0)
     n = 3 if backward else 2
     M_AT = 3  # the arguments: in, dy (None forward), out, M, N, strides
 
@@ -259,4 +261,13 @@ def test_rows_window_plans(backward, monkeypatch):
     _, p = plan(1, 129)
     assert p.meta["V"] == 1 and p.args[M_AT] == 1 and p.tail is None
     _, p = plan(37, 1000)
+    assert p.meta["V"] == 4 and p.tail is None
+    # a plan with the last row apart only from ROWS_WINDOW_TAIL_MIN_BYTES of input (two launches: never ready)
+    monkeypatch.setattr(R, "ROWS_WINDOW_TAIL_MIN_BYTES", 37 * 129 * 4)
+    _, p = plan(37, 129)
+    assert p.meta["V"] == 4 and p.tail is not None
+    monkeypatch.setattr(R, "ROWS_WINDOW_TAIL_MIN_BYTES", 37 * 129 * 4 + 1)
+    _, p = plan(37, 129)
+    assert p.meta["V"] == 1 and p.args[M_AT] == 37 and p.tail is None
+    _, p = plan(36, 129)  # no tail: windowed whatever the size
     assert p.meta["V"] == 4 and p.tail is None

@@ -124,9 +124,12 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
     if regime == "rows":
         aligned = all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))  # warmup: dtypes
         v = rules.rows_window(N, strides, dtype.itemsize, aligned)
+        tail = ((M - 1) * strides[0] + N) % v != 0  # the last row's window would pass the tensor's end
+        if tail and not rules.rows_window_tail(M, N, dtype.itemsize):
+            v = 1
         if v == 1:
             return _rows_plan(op, M, N, dtype, sms, tensors, strides, 1, rules.rows_scalar(N, strides, aligned))
-        if ((M - 1) * strides[0] + N) % v == 0:  # the last row's window ends where the row does
+        if not tail:  # the last row's window ends where the row does
             return _rows_plan(op, M, N, dtype, sms, tensors, strides, v, False)
         last = _rows_plan(op, 1, N, dtype, sms, tuple(t[M - 1:] if isinstance(t, torch.Tensor) else t
                                                       for t in tensors), strides, 1, True)

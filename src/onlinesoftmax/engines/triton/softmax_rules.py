@@ -66,6 +66,7 @@ ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/resu
 ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for scalar rows 129-256 wide, of half the warps (rows_scalar_tile)
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
+ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
 ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
@@ -186,13 +187,14 @@ def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
     row read from the V-aligned element at or before its start, as whole vectors, the < V elements past each end of
     its vector body stored one at a time (softmax_kernels.rows_kernel). Only where every row starts at the same
     offset of a vector in every tensor (the pointers 16-byte aligned, one row stride), a row's window stays inside
-    the tensor (a stride of at least N; the launcher leaves the last row to a launch of its own) and N holds a
-    vector, and where the widest window, N + V - 1 elements, fits N's power-of-two block (at N = 4095 or 32767 it
-    would double the block, and spill). Only for rows of at least ROWS_WINDOW_MIN_N elements: on the H200 at 3d10205
-    (benchmarks/results/h200-session57/triton/ab.txt, every row windowed against none, 4 ops, fp32 and bf16) the
-    windows gained at N = 12289 and 32001 (16 cells: mean +7.3 points of copy, up to +22; 4 lost, the log-softmax
-    backward's -7.5 and -9.5 the worst) and lost below (80 cells: mean -3.5; N = 129 -10.7 and 1025 -16.6 on
-    average, to -32), where the masked vectors at each end weigh more against a short row; 4097 to 12289 untimed."""
+    the tensor (a stride of at least N; the launcher leaves the last row to a launch of its own, rows_window_tail)
+    and N holds a vector, and where the widest window, N + V - 1 elements, fits N's power-of-two block (at N = 4095
+    or 32767 it would double the block, and spill). Only for rows of at least ROWS_WINDOW_MIN_N elements: on the H200
+    at 3d10205 (benchmarks/results/h200-session57/triton/ab.txt, every row windowed against none, 4 ops, fp32 and
+    bf16) the windows gained at N = 12289 and 32001 (16 cells: mean +7.3 points of copy, up to +22; 4 lost, the
+    log-softmax backward's -7.5 and -9.5 the worst) and lost below (80 cells: mean -3.4; N = 129 -10.7 and 1025
+    -16.6 on average, to -32), where the masked vectors at each end weigh more against a short row; 4097 to 12289
+    untimed."""
     if ROWS_WINDOW_MIN_N is None or N < ROWS_WINDOW_MIN_N or not aligned or not rows_scalar(N, strides, aligned):
         return 1
     v = 16 // itemsize
@@ -201,6 +203,17 @@ def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
         return 1
     stride = given.pop()
     return v if stride >= N >= v and pow2ceil(N + v - 1) == pow2ceil(N) else 1
+
+
+def rows_window_tail(M: int, N: int, itemsize: int) -> bool:
+    """Whether M rows whose last row's window would pass the tensor's end take the windows anyway, the last row in a
+    scalar launch of its own: only from ROWS_WINDOW_TAIL_MIN_BYTES of input. Such a plan is two launches, which the
+    ready launch never keeps, so every call is planned: on the H200's host 36-50 us a call against 13-18 us ready
+    (benchmarks/results/h200-session57/triton/host-triton.txt), where the windows saved about a fifth of the
+    kernel's time at M x N = 2^27 (rows_window). A 64 MiB input's forward moves 128 MiB, ~32 us at copy speed, about
+    what the plan costs the host: below that an eager call waits on the host, and what the windows save the kernel
+    does not shorten it. Derived from those two measurements, not timed."""
+    return M * N * itemsize >= ROWS_WINDOW_TAIL_MIN_BYTES
 
 
 def rows_scalar_tile(N: int) -> bool:
