@@ -10,12 +10,13 @@ from onlinesoftmax.harness.check import compare_to_reference
 def record_windows(monkeypatch, K, every: bool = True) -> list:
     """Records the V of every rows launch the launchers K make from now on, in order (1: no window), with the windows
     on for every N and size (softmax_rules.ROWS_WINDOW_MIN_N, ROWS_WINDOW_TAIL_MIN_BYTES) or, every=False, where the
-    rules put them; every call planned (no ready launch, which would pass no record: tests/test_triton_launch.py and
-    test_gpu_triton.py's ready-launch test take the windows through it)."""
+    rules put them; every call planned (no ready launch, which would pass no record, nor one an earlier test left
+    ready: tests/test_triton_launch.py and test_gpu_triton.py's ready-launch test take the windows through it)."""
     if every:
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_MIN_N", 1)
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_TAIL_MIN_BYTES", 0)
     monkeypatch.setattr(K, "_make_ready", lambda *a: None)
+    monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE))
     seen = []
     launch = K._launch_on
     monkeypatch.setattr(K, "_launch_on", lambda dev, kernel, grid, args, meta, key: (
