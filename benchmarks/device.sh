@@ -195,14 +195,17 @@ case "$stage" in
             trees+=("$t=$d/src"); done
           ns=(); for n in 127 129 1000 1023 1025 3000 4095 4097 8193 12289 32001 128 4096; do ns+=(--n "$n"); done
           BACKEND=triton bash benchmarks/ab.sh rule=src "${trees[@]}" -- --dtype float32 --dtype bfloat16 "${ns[@]}" \
-            | tail -125 ;;
+            | tail -125
+          # three trees' csv, txt and png would pass the 8 files a device call returns: one archive beside ab.txt
+          (cd "$OUT" && tar czf ab-trees.tgz ab-*.csv ab-*.txt && rm -f ab-*.csv ab-*.txt ab-*.png) ;;
       tune) python3 benchmarks/tune_triton.py --n ${TUNE_N:-127 8193} 2>&1 | grep -v Warn | tee "$OUT/tune-odd-n.txt" \
               | tail -12 ;;
       tune-few) few=${TUNE_FEW:-16x131072 32x131072 7x262144 16x262144 2x1000003}
                 python3 benchmarks/tune_triton.py --few $few 2>&1 \
                   | grep -v Warn | tee "$OUT/tune-few.txt" | tail -34 ;;
       few) osm sweep --backend triton --dtype float32 --dtype bfloat16 --n 7x32768 --n 32x131072 --n 1x262144 \
-             --out "$OUT/sweep-triton-few.csv" >"$OUT/sweep-triton-few.txt" 2>&1; tail -3 "$OUT/sweep-triton-few.txt" ;;
+             --out "$OUT/sweep-triton-few.csv" >"$OUT/sweep-triton-few.txt" 2>&1; tail -3 "$OUT/sweep-triton-few.txt"
+           rm -f "$OUT/sweep-triton-few.png" ;;
       *) echo "unknown part $part (tests host ab few tune tune-few)" >&2; exit 2 ;;
     esac; done
     ;;
