@@ -32,11 +32,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def windows_of(N: int, dtype: torch.dtype) -> tuple:
-    """The window settings worth timing at N (contiguous rows): on and off where rules.rows_window can give N a
-    window at all (its rows scalar, N + V - 1 inside N's block), else off alone: the same launch twice."""
-    v = 16 // dtype.itemsize
-    takes = R.rows_scalar(N, (N,), True) and N >= v and R.pow2ceil(N + v - 1) == R.pow2ceil(N)
-    return (True, False) if takes else (False,)
+    """The window settings worth timing at N (contiguous rows): on and off where rows N wide can be read through
+    windows at all (rules.rows_window_fits), else off alone: the same launch twice."""
+    return (True, False) if R.rows_window_fits(N, (N, N), dtype.itemsize) > 1 else (False,)
 
 
 def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):

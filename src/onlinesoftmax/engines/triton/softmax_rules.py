@@ -183,19 +183,26 @@ def rows_scalar(N: int, strides, aligned: bool = True) -> bool:
 
 
 def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
-    """Elements V of the 16-byte vectors the rows kernel reads scalar rows (rows_scalar) through, or 1 for none: each
-    row read from the V-aligned element at or before its start, as whole vectors, the < V elements past each end of
-    its vector body stored one at a time (softmax_kernels.rows_kernel). Only where every row starts at the same
-    offset of a vector in every tensor (the pointers 16-byte aligned, one row stride), a row's window stays inside
-    the tensor (a stride of at least N; the launcher leaves the last row to a launch of its own, rows_window_tail)
-    and N holds a vector, and where the widest window, N + V - 1 elements, fits N's power-of-two block (at N = 4095
-    or 32767 it would double the block, and spill). Only for rows of at least ROWS_WINDOW_MIN_N elements: on the H200
-    at 3d10205 (benchmarks/results/h200-session57/triton/ab.txt, every row windowed against none, 4 ops, fp32 and
-    bf16) the windows gained at N = 12289 and 32001 (16 cells: mean +7.3 points of copy, up to +22; 4 lost, the
-    log-softmax backward's -7.5 and -9.5 the worst) and lost below (80 cells: mean -3.4; N = 129 -10.7 and 1025
-    -16.6 on average, to -32), where the masked vectors at each end weigh more against a short row; 4097 to 12289
-    untimed."""
-    if ROWS_WINDOW_MIN_N is None or N < ROWS_WINDOW_MIN_N or not aligned or not rows_scalar(N, strides, aligned):
+    """Elements V of the 16-byte vectors the rows kernel reads scalar rows through (rows_window_fits), or 1 for none:
+    only for rows of at least ROWS_WINDOW_MIN_N elements. On the H200 at 3d10205
+    (benchmarks/results/h200-session57/triton/ab.txt, every row windowed against none, 4 ops, fp32 and bf16) the
+    windows gained at N = 12289 and 32001 (16 cells: mean +7.3 points of copy, up to +22; 4 lost, the log-softmax
+    backward's -7.5 and -9.5 the worst) and lost below (80 cells: mean -3.4; N = 129 -10.7 and 1025 -16.6 on
+    average, to -32), where the masked vectors at each end weigh more against a short row; 4097 to 12289 untimed."""
+    if ROWS_WINDOW_MIN_N is None or N < ROWS_WINDOW_MIN_N:
+        return 1
+    return rows_window_fits(N, strides, itemsize, aligned)
+
+
+def rows_window_fits(N: int, strides, itemsize: int, aligned: bool = True) -> int:
+    """V (16 bytes of elements) where rows N wide can be read through windows, whatever their length's rule
+    (rows_window), else 1: each row read from the V-aligned element at or before its start, as whole vectors, the
+    < V elements past each end of its vector body stored one at a time (softmax_kernels.rows_kernel). Only for
+    scalar rows (rows_scalar) where every row starts at the same offset of a vector in every tensor (the pointers
+    16-byte aligned, one row stride), a row's window stays inside the tensor (a stride of at least N; the launcher
+    leaves the last row to a launch of its own, rows_window_tail) and N holds a vector, and where the widest window,
+    N + V - 1 elements, fits N's power-of-two block (at N = 4095 or 32767 it would double the block, and spill)."""
+    if not aligned or not rows_scalar(N, strides, aligned):
         return 1
     v = 16 // itemsize
     given = {s for s in strides if s is not None}
