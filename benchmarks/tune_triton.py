@@ -1,20 +1,22 @@
 """Try the Triton backend's tuning knobs on the GPU present; print the best setting per problem.
 
-    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns | --n N ... | --few MxN ...] > tune.txt
+    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns | --n N ... | --few MxN ...] [--only REGEX]
 
 Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes; --columns: a channel softmax over dim 1
 of (B, C, 256, 256) with B * C * 65536 = 2^27, and of (8, 1000, 64, 64), through the columns kernels; --n: the
-rows regime's settings at these row lengths, softmax and its backward, odd N among them, with and without the
-16-byte windows; --few: shapes of fewer rows than SMs, every regime that takes them, in microseconds beside
-torch's call in the same run, since a few rows are a sliver of the 1 GiB copy). For each,
-the knobs of engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and
-the result checked against torch in fp32. The output is the evidence for the rules in that module.
+rows regime's settings at these row lengths, softmax and its backward, odd N among them, the rules' own, tiles of
+one warp, and the tiles with and without the 16-byte windows; --few: shapes of fewer rows than SMs, every regime
+that takes them, in microseconds beside torch's call in the same run, since a few rows are a sliver of the 1 GiB
+copy; --only: the settings so named alone, beside the rules'). For each, the knobs of
+engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and the result
+checked against torch in fp32. The output is the evidence for the rules in that module.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import sys
 
 import torch
@@ -54,6 +56,17 @@ def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):
             regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **grids[grid], **windowed[window],
             num_warps_for=lambda n, s=scale: max(1, min(32, int(base(n) * s))),
             rows_scalar_tile=lambda N: False)  # the setting as labelled, not the scalar rows' own tile
+
+
+def one_warp_settings():
+    """Scalar rows (no 16-byte windows) in tiles of one warp: a warp holds whole rows, BLOCK_N / 32 elements of each
+    in a thread, so a row's max and sum take 5 shuffles each over those elements. With more warps Triton lays them
+    along a short row (a [32, 128] tile of 8 warps: one column of 16 rows a thread, ~10 shuffles an element and
+    shared memory between the warps; ptxas read in docs/tuning.md)."""
+    for tile in (1 << 10, 2 << 10, 4 << 10):
+        yield f"rows tile={tile >> 10}K one warp no window", dict(
+            regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, ROWS_WINDOW_MIN_N=None,
+            num_warps_for=lambda n: 1, rows_scalar_tile=lambda N: False)
 
 
 def long_settings(backward: bool, N: int):
@@ -134,6 +147,7 @@ def main() -> int:
                     help="the columns kernels over dim 1 of (B, C, H, W) channel layouts instead of rows")
     ap.add_argument("--few", nargs="+", metavar="MxN",
                     help="every regime at these shapes of a few rows, in us beside torch's call")
+    ap.add_argument("--only", metavar="REGEX", help="the settings whose name matches (re.search) alone")
     args = ap.parse_args()
     copy = copy_gbps("cuda")
     print(f"# {torch.cuda.get_device_name()} copy {copy:.0f} GB/s", flush=True)
@@ -149,7 +163,9 @@ def main() -> int:
                     for op in ("softmax", "softmax_backward")]
         # fewer warps: fewer cross the row; the one-tile grid (the persistent one lost everywhere, rows_persistent);
         # windows on and off only where N takes them at all (not 127: 127 + V - 1 passes its block in every dtype)
-        settings_for = {p: rows_settings((0.25, 0.5, 1, 2), persistent=False, windows=windows_of(p[2][1], DTYPES[p[1]]))
+        settings_for = {p: itertools.chain([("rules", {})], one_warp_settings(),
+                                           rows_settings((0.25, 0.5, 1, 2), persistent=False,
+                                                         windows=windows_of(p[2][1], DTYPES[p[1]])))
                         for p in problems}
     else:
         rows = [("softmax", d, n) for d in DTYPES for n in (128, 512, 2048, 8192, 32768)]
@@ -165,6 +181,8 @@ def main() -> int:
     for op, dname, shape, dim in problems:
         results = []
         for name, setting in settings_for[(op, dname, shape, dim)]:
+            if args.only and name != "rules" and not re.search(args.only, name):
+                continue
             pct, err, _ = run(op, DTYPES[dname], shape, dim, setting, copy)
             print(f"{op} {dname} {'x'.join(map(str, shape))} dim {dim}: {name}: {pct:.0f}% err={err}", flush=True)
             results.append((pct if pct == pct else -1, name))
