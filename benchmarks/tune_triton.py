@@ -1,13 +1,15 @@
 """Try the Triton backend's tuning knobs on the GPU present; print the best setting per problem.
 
-    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns | --n N ... | --few MxN ...] [--only REGEX]
+    PYTHONPATH=src python3 benchmarks/tune_triton.py [--quick | --columns | --n N ... | --few MxN ...]
+        [--only REGEX] [--ops OP ...]
 
 Each problem is (op, dtype, N) with M * N = 2^27 (the sweep's shapes; --columns: a channel softmax over dim 1
 of (B, C, 256, 256) with B * C * 65536 = 2^27, and of (8, 1000, 64, 64), through the columns kernels; --n: the
-rows regime's settings at these row lengths, softmax and its backward, odd N among them, the rules' own, tiles of
-one warp, and the tiles with and without the 16-byte windows; --few: shapes of fewer rows than SMs, every regime
-that takes them, in microseconds beside torch's call in the same run, since a few rows are a sliver of the 1 GiB
-copy; --only: the settings so named alone, beside the rules'). For each, the knobs of
+rows regime's settings at these row lengths (odd N among them) for softmax and its backward or --ops: the rules'
+own, tiles of one warp (N <= 256), the tiles with and without the 16-byte windows, and the chunked regimes
+(N >= 8192); --few: shapes of fewer rows than SMs, every regime that takes them, in microseconds beside torch's
+call in the same run, since a few rows are a sliver of the 1 GiB copy; --only: the settings so named alone, beside
+the rules'). For each, the knobs of
 engines/triton/softmax_rules.py are set, the op is timed with triton.testing.do_bench (median), and the result
 checked against torch in fp32. The output is the evidence for the rules in that module.
 """
@@ -148,6 +150,7 @@ def main() -> int:
     ap.add_argument("--few", nargs="+", metavar="MxN",
                     help="every regime at these shapes of a few rows, in us beside torch's call")
     ap.add_argument("--only", metavar="REGEX", help="the settings whose name matches (re.search) alone")
+    ap.add_argument("--ops", nargs="+", choices=SWEEP_OPS, default=("softmax", "softmax_backward"), help="--n's ops")
     args = ap.parse_args()
     copy = copy_gbps("cuda")
     print(f"# {torch.cuda.get_device_name()} copy {copy:.0f} GB/s", flush=True)
@@ -160,12 +163,16 @@ def main() -> int:
         settings_for = {p: columns_settings(p[2][1]) for p in problems}
     elif args.n:
         problems = [(op, d, (ELEMENTS // n, n), 1) for n in args.n for d in DTYPES
-                    for op in ("softmax", "softmax_backward")]
+                    for op in args.ops]
         # fewer warps: fewer cross the row; the one-tile grid (the persistent one lost everywhere, rows_persistent);
         # windows on and off only where N takes them at all (not 127: 127 + V - 1 passes its block in every dtype)
-        settings_for = {p: itertools.chain([("rules", {})], one_warp_settings(),
+        # tiles of one warp for short rows (a longer row would not fit a warp's registers); the chunked regimes
+        # where a row is long (the rows regime's backward holds two inputs of up to 32768 values in registers)
+        settings_for = {p: itertools.chain([("rules", {})], one_warp_settings() if p[2][1] <= 256 else (),
                                            rows_settings((0.25, 0.5, 1, 2), persistent=False,
-                                                         windows=windows_of(p[2][1], DTYPES[p[1]])))
+                                                         windows=windows_of(p[2][1], DTYPES[p[1]])),
+                                           long_settings(p[0].endswith("backward"), p[2][1])
+                                           if p[2][1] >= 8192 else ())
                         for p in problems}
     else:
         rows = [("softmax", d, n) for d in DTYPES for n in (128, 512, 2048, 8192, 32768)]
