@@ -164,12 +164,13 @@ def main() -> int:
     elif args.n:
         problems = [(op, d, (ELEMENTS // n, n), 1) for n in args.n for d in DTYPES
                     for op in args.ops]
-        # fewer warps: fewer cross the row; the one-tile grid (the persistent one lost everywhere, rows_persistent);
+        # fewer warps: fewer cross the row; more (x4: 32 for a 16-bit row of 16384, where the rules' 8 hold the
+        # backward's y and dy in 255 registers, ptxas); the one-tile grid (the persistent one lost everywhere, rows_persistent);
         # windows on and off only where N takes them at all (not 127: 127 + V - 1 passes its block in every dtype)
         # tiles of one warp for short rows (a longer row would not fit a warp's registers); the chunked regimes
         # where a row is long (the rows regime's backward holds two inputs of up to 32768 values in registers)
         settings_for = {p: itertools.chain([("rules", {})], one_warp_settings() if p[2][1] <= 256 else (),
-                                           rows_settings((0.25, 0.5, 1, 2), persistent=False,
+                                           rows_settings((0.25, 0.5, 1, 2, 4), persistent=False,
                                                          windows=windows_of(p[2][1], DTYPES[p[1]])),
                                            long_settings(p[0].endswith("backward"), p[2][1])
                                            if p[2][1] >= 8192 else ())
