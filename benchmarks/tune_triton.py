@@ -165,7 +165,8 @@ def main() -> int:
         problems = [(op, d, (ELEMENTS // n, n), 1) for n in args.n for d in DTYPES
                     for op in args.ops]
         # fewer warps: fewer cross the row; more (x4: 32 for a 16-bit row of 16384, where the rules' 8 hold the
-        # backward's y and dy in 255 registers, ptxas); the one-tile grid (the persistent one lost everywhere, rows_persistent);
+        # backward's y and dy in 255 registers, ptxas); the one-tile grid (the persistent one lost everywhere,
+        # rows_persistent);
         # windows on and off only where N takes them at all (not 127: 127 + V - 1 passes its block in every dtype)
         # tiles of one warp for short rows (a longer row would not fit a warp's registers); the chunked regimes
         # where a row is long (the rows regime's backward holds two inputs of up to 32768 values in registers)
