@@ -57,7 +57,7 @@ def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):
         yield f"rows tile={tile >> 10}K warps x{scale}{grid}{'' if window else ' no window'}", dict(
             regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **grids[grid], **windowed[window],
             num_warps_for=lambda n, s=scale: max(1, min(32, int(base(n) * s))),
-            rows_scalar_tile=lambda N: False)  # the setting as labelled, not the scalar rows' own tile
+            rows_scalar_tile=lambda N, dtype: None)  # the setting as labelled, not the scalar rows' own tile
 
 
 def one_warp_settings():
@@ -68,7 +68,7 @@ def one_warp_settings():
     for tile in (1 << 10, 2 << 10, 4 << 10):
         yield f"rows tile={tile >> 10}K one warp no window", dict(
             regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, ROWS_WINDOW_MIN_N=None,
-            num_warps_for=lambda n: 1, rows_scalar_tile=lambda N: False)
+            num_warps_for=lambda n: 1, rows_scalar_tile=lambda N, dtype: None)
 
 
 def long_settings(backward: bool, N: int):

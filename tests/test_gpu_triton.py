@@ -36,6 +36,7 @@ SHAPES = {
     "rows": [
         (1, 1, True),
         (5, 33, True),  # odd N, several rows per tile
+        (1001, 127, True),  # scalar rows in tiles of one warp (rules.rows_scalar_tile), a partial last tile
         (1000, 128, False),  # 32 rows per fp32 tile, a partial last tile, a persistent grid
         (257, 1000, False),
         (3, 1023, False),
@@ -196,8 +197,8 @@ def test_split_is_repeatable_under_contention():
 
 
 # knobs that change the plans of test_ready_launch_matches_float64's shapes (rows tiles, split and online chunks)
-NEW_PLANS = {"ROWS_TILE_BYTES": 8 * 1024, "ROWS_SCALAR_TILE_BYTES": 4 * 1024, "SPLIT_MAX_CHUNK": 4096,
-             "ONLINE_CHUNK": 2048}
+NEW_PLANS = {"ROWS_TILE_BYTES": 8 * 1024, "ROWS_SCALAR_TILE_BYTES": 4 * 1024, "ROWS_ONE_WARP_TILE_BYTES": 1024,
+             "SPLIT_MAX_CHUNK": 4096, "ONLINE_CHUNK": 2048}
 
 
 @pytest.mark.parametrize("window", [False, True], ids=["scalar", "window"])

@@ -195,11 +195,14 @@ def test_rows_several_rows_per_tile(op, seed, monkeypatch):
 
 @pytest.mark.parametrize("op", OPS)
 def test_scalar_rows_tile(op, seed):
-    """Rows of 129-256 whose accesses are scalar (rows_scalar: odd N here) take their own tile (rows_scalar_tile:
-    8 rows of 256 in fp32, 16 in 16 bits); M not a multiple of it, a partial last tile."""
+    """Rows of 65-256 whose accesses are scalar (rows_scalar: odd N here) take their own tile (rows_scalar_tile:
+    8 rows of 256 in fp32 on 2 warps, else 2 KB on one warp: 4 rows of 256 in 16 bits, 4 of 128 in fp32 and 8 in
+    16 bits); M not a multiple of it, a partial last tile."""
     assert R.rows_config(37, 129, F32, scalar=True).BLOCK_M == 8
-    assert R.rows_config(37, 255, BF16, scalar=True).BLOCK_M == 16
-    for N, dtype in ((129, F32), (255, BF16)):
+    assert R.rows_config(37, 255, BF16, scalar=True).BLOCK_M == 4
+    assert R.rows_config(37, 127, F32, scalar=True).BLOCK_M == 4
+    assert R.rows_config(37, 65, F16, scalar=True).BLOCK_M == 8
+    for N, dtype in ((129, F32), (255, BF16), (127, F32), (65, F16)):
         for kind in ("normal", "masked", "one_finite"):
             report = check_variant(_variant(op, "rows"), 37, N, dtype, kind, seed)
             assert report.ok, f"{N} {dtype} {kind}: {report.message}"

@@ -167,11 +167,12 @@ def test_rows_grid_is_one_tile_a_program_unless_persistent(backward, monkeypatch
     assert rows_plan().grid == (2,)
 
 
-def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129(monkeypatch):
+def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatch):
     """Rows whose accesses Triton cannot vectorise (N or a row stride not a multiple of 16, or a pointer not 16-byte
-    aligned) and 129-256 wide take the 8 KB tile of half the warps, the launch tune_triton.py timed at N = 129 (fp32
-    [8, 256] and bf16 [16, 256] tiles of 2 warps), unless the window serves them (rows_window); vectorised rows,
-    windowed rows, and scalar rows of other widths, keep the rules' tile."""
+    aligned) and 65-256 wide take the launches tune_triton.py timed at N = 127 and 129 (rules.rows_scalar_tile):
+    fp32 rows of 129-256 the 8 KB tile on 2 warps ([8, 256]), the others 2 KB on one warp (fp32 [4, 128], 16-bit
+    [8, 128] and [4, 256]), unless the window serves them (rows_window); vectorised rows, windowed rows, and scalar
+    rows of other widths (64, 1025, 4097), keep the rules' tile."""
     pytest.importorskip("triton")
     from onlinesoftmax.engines.triton import variants as tv
 
@@ -187,9 +188,11 @@ def test_scalar_rows_of_129_to_256_take_the_tile_timed_at_129(monkeypatch):
         n = 3 if backward else 2
         uneven = lambda N: (N + 1,) + (N,) * (n - 1)  # noqa: E731 - strides unlike each other: no window
         assert config(129, F32, strides=uneven(129), backward=backward) == R.RowsConfig(8, 256, 2, 1)
-        assert config(129, BF16, strides=uneven(129), backward=backward) == R.RowsConfig(16, 256, 2, 1)
-        assert config(200, F16, strides=uneven(200), backward=backward) == R.RowsConfig(16, 256, 2, 1)
-        for N, dtype in ((256, F32), (256, BF16), (127, F32), (1025, F32), (4097, BF16)):
+        assert config(129, BF16, strides=uneven(129), backward=backward) == R.RowsConfig(4, 256, 1, 1)
+        assert config(200, F16, strides=uneven(200), backward=backward) == R.RowsConfig(4, 256, 1, 1)
+        assert config(127, F32, backward=backward) == R.RowsConfig(4, 128, 1, 1)
+        assert config(65, BF16, backward=backward) == R.RowsConfig(8, 128, 1, 1)
+        for N, dtype in ((256, F32), (256, BF16), (128, F32), (63, F32), (1025, F32), (4097, BF16)):
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
         rule = R.ROWS_WINDOW_MIN_N
         monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", 1)

@@ -63,7 +63,8 @@ _FP16_BF16 = (torch.float16, torch.bfloat16)
 # ---------------------------------------------------------------------------------------------
 ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads per iteration (fp32)
 ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
-ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for scalar rows 129-256 wide, of half the warps (rows_scalar_tile)
+ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for fp32 scalar rows 129-256 wide, on 2 warps (rows_scalar_tile) ...
+ROWS_ONE_WARP_TILE_BYTES = 2 * 1024  # ... and for other scalar rows 65-256 wide, on one warp (rows_scalar_tile)
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
 ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
@@ -223,14 +224,25 @@ def rows_window_tail(M: int, N: int, itemsize: int) -> bool:
     return M * N * itemsize >= ROWS_WINDOW_TAIL_MIN_BYTES
 
 
-def rows_scalar_tile(N: int) -> bool:
-    """Whether scalar rows (rows_scalar) N wide take ROWS_SCALAR_TILE_BYTES and half the rules' warps: rows of 129-256
-    (one 256-wide block: the kernel compiled for 129 serves every such N). With the rules' tile the tile's warps
-    lie along the row and meet through shared memory; on the H200 (`tune_triton.py --n 129 1025 4097`,
-    benchmarks/results/h200-session53/triton/tune-odd-n.txt) N = 129 went fp32 forward 35 -> 78%, backward
-    66 -> 88%, bf16 26 -> 34% and 45 -> 49% of copy. At 1025 and 4097 no setting won in every op and dtype, and
-    scalar rows of 33-128 were not timed: they keep the rules' tile."""
-    return 128 < N <= 256
+def rows_scalar_tile(N: int, dtype: torch.dtype) -> Optional[tuple[int, int]]:
+    """(bytes of one input a tile holds, its warps) for scalar rows (rows_scalar) N wide, where they do not take the
+    rules' tile; None where they do. With no 16-byte vectors Triton gives a thread one element a load and lays a
+    tile's warps along the row before its rows: the rules' fp32 [32, 128] tile on 8 warps holds one column of 16 rows
+    a thread, and each row's max and sum cross 128 threads (~10 shuffles an element and shared memory, the TTGIR and
+    PTX in docs/tuning.md). A tile of one warp holds whole rows, BLOCK_N / 32 elements of each a thread. Rows of
+    65-128, and 16-bit rows of 129-256, take tiles of one warp of ROWS_ONE_WARP_TILE_BYTES; fp32 rows of 129-256 the
+    8 KB tile (ROWS_SCALAR_TILE_BYTES) on 2 warps, half the rules'. One 128- or 256-wide block: the kernel compiled
+    for one N serves the others. `tune_triton.py --n 127 129`, % of copy (session 58, an H100, copy 3000 GB/s,
+    benchmarks/results/h100-session58/tune-odd-n.txt), the rules' tile here against a warp's 2 KB: 127 fp32 forward
+    53 -> 99, backward 93 -> 100, bf16 46 -> 94 and 68 -> 96; 129 bf16 44 -> 68 and 67 -> 85, where fp32 kept the
+    8 KB tile (forward 96 against 91, backward 101 both). The 8 KB tile at 129 on the H200 (session 53,
+    h200-session53/triton/tune-odd-n.txt): fp32 forward 35 -> 78%, backward 66 -> 88%. Scalar rows of 33-64 (where
+    two warps share a 64-wide row) and of 1025 or more were not timed, or no setting won there: the rules' tile."""
+    if 64 < N <= 128 or (128 < N <= 256 and dtype in _FP16_BF16):
+        return ROWS_ONE_WARP_TILE_BYTES, 1
+    if 128 < N <= 256:
+        return ROWS_SCALAR_TILE_BYTES, 2
+    return None
 
 
 @dataclass(frozen=True)
@@ -243,16 +255,15 @@ class RowsConfig:
 
 def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scalar: bool = False) -> RowsConfig:
     """Whole rows; several per tile for small N so a tile is ~ROWS_TILE_BYTES of each input (scalar: the accesses
-    are one element each, rows_scalar; rows_scalar_tile)."""
+    are one element each, rows_scalar; some widths then take their own tile, rows_scalar_tile)."""
     size = dtype.itemsize
     block_n = pow2ceil(N)
-    short_scalar = scalar and rows_scalar_tile(N)
-    block_m = max(1, (ROWS_SCALAR_TILE_BYTES if short_scalar else rows_tile_bytes(dtype)) // (block_n * size))
+    own = rows_scalar_tile(N, dtype) if scalar else None
+    block_m = max(1, (own[0] if own else rows_tile_bytes(dtype)) // (block_n * size))
     block_m = min(block_m, pow2ceil(M))
     tile = block_m * block_n
-    warps = rows_num_warps(tile, dtype)
     inputs = 2 if backward else 1
-    return RowsConfig(block_m, block_n, max(1, warps // 2) if short_scalar else warps,
+    return RowsConfig(block_m, block_n, own[1] if own else rows_num_warps(tile, dtype),
                       pipeline_stages(tile * size * inputs))
 
 
