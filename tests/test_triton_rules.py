@@ -172,7 +172,7 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
     aligned) and 65-256 wide take the launches tune_triton.py timed at N = 127 and 129 (rules.rows_scalar_tile):
     fp32 rows of 129-256 the 8 KB tile on 2 warps ([8, 256]), the others 2 KB on one warp (fp32 [4, 128], 16-bit
     [8, 128] and [4, 256]), unless the window serves them (rows_window); vectorised rows, windowed rows, and scalar
-    rows of other widths (64, 1025, 4097), keep the rules' tile."""
+    rows of other widths (63, 64, 1025, 4097), keep the rules' tile."""
     pytest.importorskip("triton")
     from onlinesoftmax.engines.triton import variants as tv
 
@@ -192,6 +192,8 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
         assert config(200, F16, strides=uneven(200), backward=backward) == R.RowsConfig(4, 256, 1, 1)
         assert config(127, F32, backward=backward) == R.RowsConfig(4, 128, 1, 1)
         assert config(65, BF16, backward=backward) == R.RowsConfig(8, 128, 1, 1)
+        assert config(128, F32, strides=uneven(128), backward=backward) == R.RowsConfig(4, 128, 1, 1)  # the bounds
+        assert config(64, F32, strides=uneven(64), backward=backward) == R.rows_config(M, 64, F32, backward)
         for N, dtype in ((256, F32), (256, BF16), (128, F32), (63, F32), (1025, F32), (4097, BF16)):
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
         rule = R.ROWS_WINDOW_MIN_N
@@ -201,6 +203,7 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
         monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", rule)
     assert config(256, F32, strides=(272, 256)) == R.rows_config(M, 256, F32)  # strides of 16: vectorised
     assert config(256, F32, strides=(257, 256)) == R.RowsConfig(8, 256, 2, 1)  # a sliced view's rows
+    assert config(256, BF16, strides=(257, 256)) == R.RowsConfig(4, 256, 1, 1)
     x = torch.empty(M * 256 + 1)[1:].view(M, 256)  # 4 bytes past a 16-byte boundary
     assert config(256, F32, tensors=(x, torch.empty(M, 256))) == R.RowsConfig(8, 256, 2, 1)
     assert config(256, F32, tensors=(torch.empty(M, 256), torch.empty(M, 256))) == R.rows_config(M, 256, F32)

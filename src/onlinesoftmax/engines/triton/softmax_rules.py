@@ -63,7 +63,7 @@ _FP16_BF16 = (torch.float16, torch.bfloat16)
 # ---------------------------------------------------------------------------------------------
 ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads per iteration (fp32)
 ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
-ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for fp32 scalar rows 129-256 wide, on 2 warps (rows_scalar_tile) ...
+ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for fp32 scalar rows 129-256 wide, warps fixed at 2 (rows_scalar_tile)
 ROWS_ONE_WARP_TILE_BYTES = 2 * 1024  # ... and for other scalar rows 65-256 wide, on one warp (rows_scalar_tile)
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
@@ -233,11 +233,13 @@ def rows_scalar_tile(N: int, dtype: torch.dtype) -> Optional[tuple[int, int]]:
     65-128, and 16-bit rows of 129-256, take tiles of one warp of ROWS_ONE_WARP_TILE_BYTES; fp32 rows of 129-256 the
     8 KB tile (ROWS_SCALAR_TILE_BYTES) on 2 warps, half the rules'. One 128- or 256-wide block: the kernel compiled
     for one N serves the others. `tune_triton.py --n 127 129`, % of copy (session 58, an H100, copy 3000 GB/s,
-    benchmarks/results/h100-session58/tune-odd-n.txt), the rules' tile here against a warp's 2 KB: 127 fp32 forward
+    benchmarks/results/h100-session58/tune-odd-n.txt), the previous rule's launch (the rules' tile at 127,
+    the 8 KB tile at 129) against a warp's 2 KB: 127 fp32 forward
     53 -> 99, backward 93 -> 100, bf16 46 -> 94 and 68 -> 96; 129 bf16 44 -> 68 and 67 -> 85, where fp32 kept the
     8 KB tile (forward 96 against 91, backward 101 both). The 8 KB tile at 129 on the H200 (session 53,
     h200-session53/triton/tune-odd-n.txt): fp32 forward 35 -> 78%, backward 66 -> 88%. Scalar rows of 33-64 (where
-    two warps share a 64-wide row) and of 1025 or more were not timed, or no setting won there: the rules' tile."""
+    two warps share a 64-wide row) and of 257-1024 were not timed, and at 1025 and 4097 no setting won: the rules'
+    tile."""
     if 64 < N <= 128 or (128 < N <= 256 and dtype in _FP16_BF16):
         return ROWS_ONE_WARP_TILE_BYTES, 1
     if 128 < N <= 256:
