@@ -41,23 +41,28 @@ def windows_of(N: int, dtype: torch.dtype) -> tuple:
     return (True, False) if R.rows_window_fits(N, (N, N), dtype.itemsize) > 1 else (False,)
 
 
+def rows_setting(tile: int, warps_for, window: bool, **more) -> dict:
+    """The rows regime with `tile` bytes of one input a tile (either dtype), warps_for(tile elements) warps, and
+    the 16-byte windows on for every N and size or off (rules.ROWS_WINDOW_MIN_N 1 or None; True: wherever
+    rules.rows_window takes them, False: those rows read one element at a time): the setting as labelled, not the
+    scalar rows' own tile (rules.rows_scalar_tile)."""
+    windowed = dict(ROWS_WINDOW_MIN_N=1, ROWS_WINDOW_TAIL_MIN_BYTES=0) if window else dict(ROWS_WINDOW_MIN_N=None)
+    return dict(regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **more, **windowed,
+                num_warps_for=warps_for, rows_scalar_tile=lambda N, dtype: None)
+
+
 def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):
-    """Tiles (bytes of one input, either dtype), warps (`scales` times the rules'), and the grid: one tile a program
-    straight to registers (the rules', as Liger's and Inductor's kernels run), or persistent (SMs x occupancy
-    programs walking the tiles) with the next tile pipelined through shared memory or loading straight to
-    registers; each with the 16-byte windows on for every N and size or off (rules.ROWS_WINDOW_MIN_N 1 or None) per
-    `windows` (True: wherever rules.rows_window takes them; False: those rows read one element at a time)."""
+    """Tiles, warps (`scales` times the rules'), and the grid: one tile a program straight to registers (the
+    rules', as Liger's and Inductor's kernels run), or persistent (SMs x occupancy programs walking the tiles) with
+    the next tile pipelined through shared memory or loading straight to registers; each with the windows on or
+    off per `windows` (rows_setting)."""
     base = R.num_warps_for
     grids = {"": {}, " persistent": dict(ROWS_PERSISTENT=True),
              " persistent unpipelined": dict(ROWS_PERSISTENT=True, ROWS_PIPELINE_BYTES=0)}
-    windowed = {True: dict(ROWS_WINDOW_MIN_N=1, ROWS_WINDOW_TAIL_MIN_BYTES=0),  # every N and size, none: not the rule's
-                False: dict(ROWS_WINDOW_MIN_N=None)}
     for tile, scale, grid, window in itertools.product((8 << 10, 16 << 10, 32 << 10), scales,
                                                        grids if persistent else [""], windows):
-        yield f"rows tile={tile >> 10}K warps x{scale}{grid}{'' if window else ' no window'}", dict(
-            regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **grids[grid], **windowed[window],
-            num_warps_for=lambda n, s=scale: max(1, min(32, int(base(n) * s))),
-            rows_scalar_tile=lambda N, dtype: None)  # the setting as labelled, not the scalar rows' own tile
+        yield f"rows tile={tile >> 10}K warps x{scale}{grid}{'' if window else ' no window'}", rows_setting(
+            tile, lambda n, s=scale: max(1, min(32, int(base(n) * s))), window, **grids[grid])
 
 
 def one_warp_settings():
@@ -66,9 +71,7 @@ def one_warp_settings():
     along a short row (a [32, 128] tile of 8 warps: one column of 16 rows a thread, ~10 shuffles an element and
     shared memory between the warps; ptxas read in docs/tuning.md)."""
     for tile in (1 << 10, 2 << 10, 4 << 10):
-        yield f"rows tile={tile >> 10}K one warp no window", dict(
-            regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, ROWS_WINDOW_MIN_N=None,
-            num_warps_for=lambda n: 1, rows_scalar_tile=lambda N, dtype: None)
+        yield f"rows tile={tile >> 10}K one warp no window", rows_setting(tile, lambda n: 1, False)
 
 
 def long_settings(backward: bool, N: int):
