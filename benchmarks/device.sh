@@ -191,14 +191,16 @@ case "$stage" in
       host) for s in "7 32768" "32 131072" "1 1024"; do set -- $s
               python3 benchmarks/host_softmax.py --backend triton --m "$1" --n "$2" 2>&1 | grep -v Warn
             done | tee "$OUT/host-triton.txt" ;;
-      ab) trees=()  # the rule (src) against no windows and windows at every N and size
+      ab) trees=()  # the rule (src) against trees with rules.py's knobs set otherwise (AB_TREES)
           knob() {  # knob FILE NAME VALUE: one of rules.py's knobs set on a copy
             sed -i "s/^$2 = [^#]*#/$2 = $3  #/" "$1" && grep -q "^$2 = $3  #" "$1" \
               || { echo "the knob $2 was not found in $1" >&2; exit 2; }; }
-          for t in off every; do d=/tmp/window-$t f=/tmp/window-$t/src/onlinesoftmax/engines/triton/softmax_rules.py
+          # AB_TREES: NAME:KNOB=VALUE,KNOB=VALUE ... (default: the windows off, and on for every N and size)
+          for spec in ${AB_TREES:-off:ROWS_WINDOW_MIN_N=None every:ROWS_WINDOW_MIN_N=1,ROWS_WINDOW_TAIL_MIN_BYTES=0}; do
+            t=${spec%%:*} d=/tmp/ab-${spec%%:*} f=/tmp/ab-${spec%%:*}/src/onlinesoftmax/engines/triton/softmax_rules.py
             rm -rf "$d" && mkdir -p "$d" && cp -r src "$d/"
-            if [ "$t" = off ]; then knob "$f" ROWS_WINDOW_MIN_N None
-            else knob "$f" ROWS_WINDOW_MIN_N 1 && knob "$f" ROWS_WINDOW_TAIL_MIN_BYTES 0; fi
+            IFS=, read -ra kvs <<<"${spec#*:}"
+            for kv in "${kvs[@]}"; do knob "$f" "${kv%%=*}" "${kv#*=}"; done
             trees+=("$t=$d/src"); done
           ns=(); for n in 127 129 1000 1023 1025 3000 4095 4097 8193 12289 32001 128 4096; do ns+=(--n "$n"); done
           BACKEND=triton bash benchmarks/ab.sh rule=src "${trees[@]}" -- --dtype float32 --dtype bfloat16 "${ns[@]}" \

@@ -40,7 +40,8 @@ SHAPES = {
         (1000, 128, False),  # 32 rows per fp32 tile, a partial last tile, a persistent grid
         (257, 1000, False),
         (3, 1023, False),
-        (2, 4097, True),  # odd N just past a power of two
+        (2, 4097, True),  # odd N just past a power of two: 4096 + 1 lanes (rules.rows_pieces)
+        (37, 3000, True),  # 2048 + 1024 lanes, scalar rows
         (4095, 129, True),  # odd N (with the windows on, test_window_rows: the last row a launch of its own)
         (8, 12289, True),  # through the windows by the rules (test_rule_windows), no launch for the last row
         (1, 16384, False),  # one 64 KB fp32 row per tile (BLOCK_M = 1)

@@ -27,6 +27,7 @@ from onlinesoftmax import reference  # noqa: E402
 from onlinesoftmax.errors import OnlineSoftmaxError  # noqa: E402
 from onlinesoftmax.harness.check import check_variant, compare_to_reference  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for  # noqa: E402
+from onlinesoftmax.intmath import pow2floor  # noqa: E402
 from onlinesoftmax.registry import get  # noqa: E402
 from onlinesoftmax.engines.triton import variants as tv  # noqa: E402  (registers the triton.* variants)
 from onlinesoftmax.engines.triton import softmax_rules as R  # noqa: E402
@@ -206,6 +207,45 @@ def test_scalar_rows_tile(op, seed):
         for kind in ("normal", "masked", "one_finite"):
             report = check_variant(_variant(op, "rows"), 37, N, dtype, kind, seed)
             assert report.ok, f"{N} {dtype} {kind}: {report.message}"
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("op", OPS)
+def test_rows_in_two_tiles(op, dtype, seed):
+    """Rows held in two tiles (rules.rows_pieces: the largest power of two in N, whole, then a masked power of two
+    for the rest): a tail of one element (129, 1025), of 4 (131) and a wide one (3000: 2048 + 1024); several rows a
+    tile and a partial last tile; every input kind in fp32 (masked rows, one finite value in the tail, NaN, huge),
+    the harness's outputs poisoned with NaN."""
+    kinds = kinds_for(op) if dtype == F32 else ("normal", "huge", "masked", "one_finite", "nan")
+    for M, N, tail in ((37, 129, 1), (9, 131, 4), (3, 1025, 1), (2, 3000, 1024)):
+        assert R.rows_pieces(N) == (pow2floor(N), tail)
+        for kind in kinds:
+            report = check_variant(_variant(op, "rows"), M, N, dtype, kind, seed)
+            assert report.ok, f"{M}x{N} {kind}: {report.message}"
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_rows_in_two_tiles_strided(backward):
+    """Two tiles over rows of uneven strides (a sliced view in, another out): nothing written past N, the one
+    finite value of a row in its tail tile, a row masked but its tail."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 140, generator=g)[:, 3:134]  # 131 wide, stride 140: 128 + a tail of 4
+    x[1] = float("-inf")
+    x[1, 130] = 2.0
+    x[2, :128] = float("-inf")
+    out_wide = torch.full((6, 150), float("nan"))
+    out = out_wide[:, :131]
+    if backward:
+        y = torch.softmax(x, -1)
+        dy = torch.randn(6, 139, generator=g)[:, 7:138]
+        K.softmax_backward(y, dy, out, regime="rows")
+        ref = reference.softmax_backward(y, dy)
+    else:
+        K.softmax_forward(x, out, regime="rows")
+        ref = reference.softmax(x)
+        assert out[1, 130].item() == 1.0 and (out[1, :130] == 0).all()
+    np.testing.assert_allclose(out.double().numpy(), ref, rtol=2e-5, atol=1e-6)
+    assert torch.isnan(out_wide[:, 131:]).all()
 
 
 @pytest.fixture

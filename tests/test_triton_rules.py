@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from onlinesoftmax.errors import OnlineSoftmaxError
+from onlinesoftmax.intmath import pow2ceil
 from onlinesoftmax.engines.triton import softmax_rules as R
 from onlinesoftmax.registry import OPS, variants
 
@@ -187,8 +188,9 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
     for backward in (False, True):
         n = 3 if backward else 2
         uneven = lambda N: (N + 1,) + (N,) * (n - 1)  # noqa: E731 - strides unlike each other: no window
-        assert config(129, F32, strides=uneven(129), backward=backward) == R.RowsConfig(8, 256, 2, 1)
-        assert config(129, BF16, strides=uneven(129), backward=backward) == R.RowsConfig(4, 256, 1, 1)
+        # 129 in two tiles (rules.rows_pieces): 128 + 1 lanes, the tile's rows as if 256 wide
+        assert config(129, F32, strides=uneven(129), backward=backward) == R.RowsConfig(8, 128, 2, 1, TAIL=1)
+        assert config(129, BF16, strides=uneven(129), backward=backward) == R.RowsConfig(4, 128, 1, 1, TAIL=1)
         assert config(200, F16, strides=uneven(200), backward=backward) == R.RowsConfig(4, 256, 1, 1)
         assert config(127, F32, backward=backward) == R.RowsConfig(4, 128, 1, 1)
         assert config(65, BF16, backward=backward) == R.RowsConfig(8, 128, 1, 1)
@@ -198,8 +200,8 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
         rule = R.ROWS_WINDOW_MIN_N
         monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", 1)
-        for N, dtype in ((129, F32), (200, BF16)):  # windowed
-            assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
+        for N, dtype in ((129, F32), (200, BF16)):  # windowed: one tile
+            assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward, pieces=False), N
         monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", rule)
     assert config(256, F32, strides=(272, 256)) == R.rows_config(M, 256, F32)  # strides of 16: vectorised
     assert config(256, F32, strides=(257, 256)) == R.RowsConfig(8, 256, 2, 1)  # a sliced view's rows
@@ -207,6 +209,50 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
     x = torch.empty(M * 256 + 1)[1:].view(M, 256)  # 4 bytes past a 16-byte boundary
     assert config(256, F32, tensors=(x, torch.empty(M, 256))) == R.RowsConfig(8, 256, 2, 1)
     assert config(256, F32, tensors=(torch.empty(M, 256), torch.empty(M, 256))) == R.rows_config(M, 256, F32)
+
+
+def test_rows_pieces_hold_a_row_in_fewer_lanes(monkeypatch):
+    """A row of N >= ROWS_PIECES_MIN_N not a power of two takes two power-of-two tiles (the largest power of two in
+    N, then one holding the rest) where they take fewer lanes than pow2ceil(N), and one tile elsewhere; never through
+    windows (V > 1). The tile's rows and warps follow the lanes it holds; a backward tile of 16384 lanes or more
+    takes 32 warps."""
+    pytest.importorskip("triton")
+    from onlinesoftmax.engines.triton import variants as tv
+
+    expected = {128: (128, 0), 129: (128, 1), 191: (128, 64), 192: (128, 64), 193: (256, 0), 255: (256, 0),
+                1000: (1024, 0), 1025: (1024, 1), 3000: (2048, 1024), 3072: (2048, 1024), 3073: (4096, 0),
+                4097: (4096, 1), 8193: (8192, 1), 12289: (16384, 0), 24576: (16384, 8192), 32001: (32768, 0)}
+    for N, pieces in expected.items():
+        assert R.rows_pieces(N) == pieces, N
+    for N in range(1, 129):
+        assert R.rows_pieces(N) == (pow2ceil(N), 0), N
+    for N in range(129, 5000):
+        head, tail = R.rows_pieces(N)
+        assert head + tail >= N and (tail == 0 or (head < N <= head + tail < pow2ceil(N) and head >= tail)), N
+        assert head & (head - 1) == 0 and tail & (tail - 1) == 0, N
+    monkeypatch.setattr(R, "ROWS_PIECES_MIN_N", None)
+    assert R.rows_pieces(129) == (256, 0) and R.rows_pieces(4097) == (8192, 0)
+    monkeypatch.undo()
+
+    K = tv.kernels()
+
+    def meta(M, N, dtype, backward=False, strides=None):
+        n = 3 if backward else 2
+        return K.plan(backward, True, "rows", M, N, dtype, SMS, (dtype,) * n, strides or (N,) * n,
+                      lambda _n, dt, _zero: dt).meta
+
+    m = meta(32760, 4097, F32)
+    assert (m["BLOCK_M"], m["BLOCK_N"], m["TAIL"], m["num_warps"], m["V"]) == (1, 4096, 1, 8, 1)
+    m = meta(44739, 3000, BF16, backward=True)
+    assert (m["BLOCK_M"], m["BLOCK_N"], m["TAIL"], m["num_warps"]) == (1, 2048, 1024, 2)
+    m = meta(16382, 8193, BF16, backward=True)  # windowed (ROWS_WINDOW_MIN_N): one tile, the backward's 32 warps
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (16384, 0, 8, 32)
+    m = meta(16382, 8193, BF16, backward=True, strides=(8194, 8193, 8193))  # no window: pieces
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 1, 1, 8)
+    assert meta(10921, 12289, F32, backward=True)["num_warps"] == 32
+    assert meta(10921, 12289, F32)["num_warps"] == 16  # forward: the rules'
+    monkeypatch.setattr(R, "ROWS_BACKWARD_FULL_WARPS_LANES", None)
+    assert meta(10921, 12289, F32, backward=True)["num_warps"] == 16
 
 
 def test_rows_window_rule(monkeypatch):

@@ -153,12 +153,12 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
 def _rows_plan(op: dict, M: int, N: int, dtype: torch.dtype, sms: int, tensors: tuple, strides: tuple, v: int,
                scalar: bool) -> Plan:
     """The rows kernel over M rows, through windows of v elements (rules.rows_window; 1: none)."""
-    cfg = rules.rows_config(M, N, dtype, op["BACKWARD"], scalar)
+    cfg = rules.rows_config(M, N, dtype, op["BACKWARD"], scalar, pieces=v == 1)
     key = ("rows", op["BACKWARD"], cfg, op["LOG"], dtype, v)
     tiles = cdiv(M, cfg.BLOCK_M)
     grid = (_programs(key, cfg.num_warps, sms, tiles) if rules.rows_persistent() else tiles,)
     return Plan(rows_kernel, grid, (*tensors, M, N, *strides),
-                dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **op, NUM_STAGES=cfg.num_stages, V=v,
+                dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **op, NUM_STAGES=cfg.num_stages, V=v, TAIL=cfg.TAIL,
                      num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
 
 

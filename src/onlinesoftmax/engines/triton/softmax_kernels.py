@@ -117,12 +117,9 @@ def _grad(y, dy, s, live, LOG: tl.constexpr):
 
 
 @_device_fn
-def _forward_tile(x, AXIS: tl.constexpr, LOG: tl.constexpr):
-    """softmax or log_softmax of a tile of fp32 values along AXIS (whole rows or columns; padding -inf), with one
-    exp per element."""
-    z = x - tl.expand_dims(_guard(tl.max(x, axis=AXIS)), AXIS)
-    e = tl.exp2(z * LOG2E)
-    d = tl.expand_dims(tl.sum(e, axis=AXIS), AXIS)
+def _softmax_of(z, e, d, LOG: tl.constexpr):
+    """softmax (e / d) or log_softmax (z - log d) from z = x - shift, e = exp(z) and the row's d (broadcast); 0 /
+    -inf for an empty row (d = 0)."""
     if LOG:
         return z - tl.log(tl.where(d == 0, 1.0, d))
     else:
@@ -130,16 +127,53 @@ def _forward_tile(x, AXIS: tl.constexpr, LOG: tl.constexpr):
 
 
 @_device_fn
+def _forward_tile(x, AXIS: tl.constexpr, LOG: tl.constexpr):
+    """softmax or log_softmax of a tile of fp32 values along AXIS (whole rows or columns; padding -inf), with one
+    exp per element."""
+    z = x - tl.expand_dims(_guard(tl.max(x, axis=AXIS)), AXIS)
+    e = tl.exp2(z * LOG2E)
+    return _softmax_of(z, e, tl.expand_dims(tl.sum(e, axis=AXIS), AXIS), LOG)
+
+
+@_device_fn
+def _forward_pieces(x, t, LOG: tl.constexpr):
+    """_forward_tile over rows held in two tiles, x their first BLOCK_N elements and t the rest (padding -inf)."""
+    shift = _guard(tl.maximum(tl.max(x, axis=1), tl.max(t, axis=1)))
+    z = x - shift[:, None]
+    e = tl.exp2(z * LOG2E)
+    zt = t - shift[:, None]
+    et = tl.exp2(zt * LOG2E)
+    d = (tl.sum(e, axis=1) + tl.sum(et, axis=1))[:, None]
+    return _softmax_of(z, e, d, LOG), _softmax_of(zt, et, d, LOG)
+
+
+@_device_fn
+def _backward_sums(y, dy, AXIS: tl.constexpr, LOG: tl.constexpr):
+    """A tile's part of each row's reduction for the backward: (sum dy, live: 1 where y has a finite value, else 0)
+    for log_softmax, (sum dy*y, unused) for softmax. Padding adds nothing (dy 0, y 0 or -inf)."""
+    if LOG:
+        return tl.sum(dy, axis=AXIS), tl.max(tl.where(y == float("-inf"), 0.0, 1.0), axis=AXIS)
+    else:
+        s = tl.sum(dy * y, axis=AXIS)
+        return s, s
+
+
+@_device_fn
 def _backward_tile(y, dy, AXIS: tl.constexpr, LOG: tl.constexpr):
     """dx of a tile of fp32 y and dy along AXIS (whole rows or columns; padding adds nothing: dy 0, and y 0, or
     -inf for log_softmax, which is not live)."""
-    if LOG:
-        s = tl.sum(dy, axis=AXIS)
-        live = tl.max(tl.where(y == float("-inf"), 0.0, 1.0), axis=AXIS)
-    else:
-        s = tl.sum(dy * y, axis=AXIS)
-        live = s  # unused
+    s, live = _backward_sums(y, dy, AXIS, LOG)
     return _grad(y, dy, tl.expand_dims(s, AXIS), tl.expand_dims(live, AXIS), LOG)
+
+
+@_device_fn
+def _backward_pieces(y, dy, yt, dyt, LOG: tl.constexpr):
+    """_backward_tile over rows held in two tiles: (y, dy) their first BLOCK_N elements, (yt, dyt) the rest."""
+    s, live = _backward_sums(y, dy, 1, LOG)
+    st, livet = _backward_sums(yt, dyt, 1, LOG)
+    s = (s + st)[:, None]
+    live = tl.maximum(live, livet)[:, None]
+    return _grad(y, dy, s, live, LOG), _grad(yt, dyt, s, live, LOG)
 
 
 @_device_fn
@@ -164,30 +198,49 @@ def _wait_for(count_ptr, target):
 #   vectors, then the < V elements each side of it (the ends) one at a time, from the same registers. The last
 #   row's window may pass the tensor's end: the launcher leaves it to a launch of its own (V = 1) unless it ends
 #   on a vector.
+# TAIL > 0 (V = 1 only): a row N wide is held in two tiles, its first BLOCK_N elements (a power of two, whole) and
+#   the TAIL past them (a power of two, masked), so a row of 2^k + 1 takes 2^k + 1 lanes instead of 2^(k+1)
+#   (rules.rows_pieces); one reduction over both.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr,
-                NUM_STAGES: tl.constexpr, V: tl.constexpr):
+                NUM_STAGES: tl.constexpr, V: tl.constexpr, TAIL: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < N
     n_blocks = tl.cdiv(M, BLOCK_M)
+    pad = float("-inf")  # what x (or y) reads past the row: it adds nothing (y of softmax: 0)
+    if BACKWARD:
+        pad = float("-inf") if LOG else 0.0
     for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
         rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
         if V == 1:
-            ok = (rows < M)[:, None] & col_ok[None, :]
+            row_ok = (rows < M)[:, None]
+            ok = row_ok & col_ok[None, :]
+            x = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok, other=pad).to(tl.float32)
+            if TAIL > 0:
+                tcols = BLOCK_N + tl.arange(0, TAIL)
+                tok = row_ok & (tcols < N)[None, :]
+                xt = tl.load(in_ptr + rows[:, None] * stride_in + tcols[None, :], mask=tok, other=pad).to(tl.float32)
             if BACKWARD:
                 dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-                y = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok,
-                            other=float("-inf") if LOG else 0.0).to(tl.float32)
-                out = _backward_tile(y, dy, 1, LOG)
+                if TAIL > 0:
+                    dyt = tl.load(dy_ptr + rows[:, None] * stride_dy + tcols[None, :], mask=tok,
+                                  other=0.0).to(tl.float32)
+                    out, outt = _backward_pieces(x, dy, xt, dyt, LOG)
+                else:
+                    out = _backward_tile(x, dy, 1, LOG)
+            elif TAIL > 0:
+                out, outt = _forward_pieces(x, xt, LOG)
             else:
-                x = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok, other=float("-inf"))
-                out = _forward_tile(x.to(tl.float32), 1, LOG)
+                out = _forward_tile(x, 1, LOG)
             tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out.to(out_ptr.dtype.element_ty),
                      mask=ok)
+            if TAIL > 0:
+                tl.store(out_ptr + rows[:, None] * stride_out + tcols[None, :], outt.to(out_ptr.dtype.element_ty),
+                         mask=tok)
         else:
             _window_rows(in_ptr, dy_ptr, out_ptr, rows, M, N, stride_in, cols, BACKWARD, LOG, V)
 

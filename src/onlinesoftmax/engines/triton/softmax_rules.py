@@ -51,7 +51,7 @@ from typing import Optional
 
 import torch
 
-from ...intmath import cdiv, pow2ceil
+from ...intmath import cdiv, pow2ceil, pow2floor
 from ...opdefs import GPU_DTYPES
 from ...runtime import DEFAULT_SMS
 
@@ -65,6 +65,9 @@ ROWS_TILE_BYTES = 16 * 1024  # bytes of one input a rows-regime program loads pe
 ROWS_TILE_BYTES_16BIT = 8 * 1024  # ... and for fp16/bf16 (H200, benchmarks/results/h200-tune-triton.txt)
 ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for fp32 scalar rows 129-256 wide, warps fixed at 2 (rows_scalar_tile)
 ROWS_ONE_WARP_TILE_BYTES = 2 * 1024  # ... and for other scalar rows 65-256 wide, on one warp (rows_scalar_tile)
+ROWS_PIECES_MIN_N = 129  # rows: a row this long or longer in two power-of-two tiles where they take fewer lanes
+# than one (rows_pieces); None: one tile
+ROWS_BACKWARD_FULL_WARPS_LANES = 16384  # rows backward: a tile of this many lanes or more on 32 warps; None: rules'
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
 ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
@@ -253,20 +256,36 @@ class RowsConfig:
     BLOCK_N: int
     num_warps: int
     num_stages: int
+    TAIL: int = 0  # lanes of a second tile past BLOCK_N (rows_pieces); 0: none
 
 
-def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scalar: bool = False) -> RowsConfig:
+def rows_pieces(N: int) -> tuple[int, int]:
+    """(BLOCK_N, TAIL): the lanes that hold a row N wide, one power-of-two tile (TAIL = 0), or two where they take
+    fewer lanes (ROWS_PIECES): the largest power of two in N, whole, then the power of two that holds the rest,
+    masked. A row of 2^k + 1 takes 2^k + 1 lanes instead of 2^(k+1), half the loads, exponentials and registers
+    (N = 129, 1025, 4097; 3000 takes 2048 + 1024); N up to 1.5 times a power of two gains, a longer one not
+    (1000: 512 + 512, one tile of 1024). For rows the kernel reads without windows (V = 1), from
+    ROWS_PIECES_MIN_N (129, the shortest timed)."""
+    block, head = pow2ceil(N), pow2floor(N)
+    tail = pow2ceil(N - head)
+    pieces = ROWS_PIECES_MIN_N is not None and N >= ROWS_PIECES_MIN_N and head < N and head + tail < block
+    return (head, tail) if pieces else (block, 0)
+
+
+def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scalar: bool = False,
+                pieces: bool = True) -> RowsConfig:
     """Whole rows; several per tile for small N so a tile is ~ROWS_TILE_BYTES of each input (scalar: the accesses
-    are one element each, rows_scalar; some widths then take their own tile, rows_scalar_tile)."""
+    are one element each, rows_scalar; some widths then take their own tile, rows_scalar_tile). pieces: a row may
+    take two tiles (rows_pieces; not through windows)."""
     size = dtype.itemsize
-    block_n = pow2ceil(N)
+    block_n, tail = rows_pieces(N) if pieces else (pow2ceil(N), 0)
     own = rows_scalar_tile(N, dtype) if scalar else None
-    block_m = max(1, (own[0] if own else rows_tile_bytes(dtype)) // (block_n * size))
+    block_m = pow2floor(max(1, (own[0] if own else rows_tile_bytes(dtype)) // ((block_n + tail) * size)))
     block_m = min(block_m, pow2ceil(M))
-    tile = block_m * block_n
+    tile = block_m * (block_n + tail)
     inputs = 2 if backward else 1
-    return RowsConfig(block_m, block_n, own[1] if own else rows_num_warps(tile, dtype),
-                      pipeline_stages(tile * size * inputs))
+    return RowsConfig(block_m, block_n, own[1] if own else rows_num_warps(tile, dtype, backward),
+                      pipeline_stages(tile * size * inputs), tail)
 
 
 def rows_tile_bytes(dtype: torch.dtype) -> int:
@@ -275,8 +294,16 @@ def rows_tile_bytes(dtype: torch.dtype) -> int:
     return ROWS_TILE_BYTES_16BIT if dtype in _FP16_BF16 else ROWS_TILE_BYTES
 
 
-def rows_num_warps(tile_elems: int, dtype: torch.dtype) -> int:
-    """Half the fp32 rule's warps for 16-bit tiles (4-8 warps measured best there)."""
+def rows_num_warps(tile_elems: int, dtype: torch.dtype, backward: bool = False) -> int:
+    """Half the fp32 rule's warps for 16-bit tiles (4-8 warps measured best there). A backward tile of
+    ROWS_BACKWARD_FULL_WARPS_LANES or more (one row past 8192: y and dy in fp32 registers fill an SM's register file
+    whatever the warps, one program an SM) takes 32 warps, fewer values a thread: `tune_triton.py --n 8193 12289
+    32001` on the H200 (session 59, benchmarks/results/h200-session59/), % of copy, the rules' warps against 32:
+    8193 softmax backward fp32 88 -> 93, bf16 54 -> 56; 12289 log-softmax backward fp32 75 -> 94, bf16 37 -> 51
+    (8 warps: 255 registers a thread, ptxas), softmax backward fp32 101 both, bf16 70 -> 73; 32001 (fp32 already
+    32) bf16 50 and 39 both."""
+    if backward and ROWS_BACKWARD_FULL_WARPS_LANES is not None and tile_elems >= ROWS_BACKWARD_FULL_WARPS_LANES:
+        return 32
     warps = num_warps_for(tile_elems)
     return max(1, warps // 2) if dtype in _FP16_BF16 else warps
 
