@@ -159,8 +159,9 @@ def test_ready_launch_carries_the_workspace_fresh(launches):
 def test_window_plan_with_its_last_row_apart_is_never_made_ready(launches):
     for call in launches["window_tail"]:
         assert call["planned"] == 1 and len(call["launches"]) == 2, call["tag"]
-        assert [launch[-1] for launch in call["launches"]] == [4, 1]  # V: the windows, then the last row's scalar
-    assert launches["window"][2]["launches"][0][-1] == 4  # one launch through windows: ready
+        # V (the rows kernel's next-to-last parameter, before TAIL): the windows, then the last row's scalar launch
+        assert [launch[-2] for launch in call["launches"]] == [4, 1]
+    assert launches["window"][2]["launches"][0][-2] == 4  # one launch through windows: ready
 
 
 def test_ready_launch_is_per_specialisation(launches):
