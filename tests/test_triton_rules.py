@@ -212,21 +212,22 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
 
 
 def test_rows_pieces_hold_a_row_in_fewer_lanes(monkeypatch):
-    """A row of N >= ROWS_PIECES_MIN_N not a power of two takes two power-of-two tiles (the largest power of two in
-    N, then one holding the rest) where they take fewer lanes than pow2ceil(N), and one tile elsewhere; never through
-    windows (V > 1). The tile's rows and warps follow the lanes it holds; a backward tile of 16384 lanes or more
-    takes 32 warps."""
+    """A row of ROWS_PIECES_MIN_N <= N <= ROWS_PIECES_MAX_N not a power of two takes two power-of-two tiles (the
+    largest power of two in N, then one holding the rest) where they take fewer lanes than pow2ceil(N), and one tile
+    elsewhere; never through windows (V > 1). The tile's rows and warps follow the lanes it holds; a backward tile of
+    16384 lanes or more takes 32 warps."""
     pytest.importorskip("triton")
     from onlinesoftmax.engines.triton import variants as tv
 
     expected = {128: (128, 0), 129: (128, 1), 191: (128, 64), 192: (128, 64), 193: (256, 0), 255: (256, 0),
                 1000: (1024, 0), 1025: (1024, 1), 3000: (2048, 1024), 3072: (2048, 1024), 3073: (4096, 0),
-                4097: (4096, 1), 8193: (8192, 1), 12289: (16384, 0), 24576: (16384, 8192), 32001: (32768, 0)}
+                4097: (4096, 1), 6144: (4096, 2048), 8191: (8192, 0), 8193: (16384, 0), 24576: (32768, 0),
+                32001: (32768, 0)}
     for N, pieces in expected.items():
         assert R.rows_pieces(N) == pieces, N
     for N in range(1, 129):
         assert R.rows_pieces(N) == (pow2ceil(N), 0), N
-    for N in range(129, 5000):
+    for N in range(129, R.ROWS_PIECES_MAX_N + 1):
         head, tail = R.rows_pieces(N)
         assert head + tail >= N and (tail == 0 or (head < N <= head + tail < pow2ceil(N) and head >= tail)), N
         assert head & (head - 1) == 0 and tail & (tail - 1) == 0, N
@@ -247,8 +248,8 @@ def test_rows_pieces_hold_a_row_in_fewer_lanes(monkeypatch):
     assert (m["BLOCK_M"], m["BLOCK_N"], m["TAIL"], m["num_warps"]) == (1, 2048, 1024, 2)
     m = meta(16382, 8193, BF16, backward=True)  # windowed (ROWS_WINDOW_MIN_N): one tile, the backward's 32 warps
     assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (16384, 0, 8, 32)
-    m = meta(16382, 8193, BF16, backward=True, strides=(8194, 8193, 8193))  # no window: pieces
-    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 1, 1, 8)
+    m = meta(16382, 8193, BF16, backward=True, strides=(8194, 8193, 8193))  # no window, past ROWS_PIECES_MAX_N
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (16384, 0, 1, 32)
     assert meta(10921, 12289, F32, backward=True)["num_warps"] == 32
     assert meta(10921, 12289, F32)["num_warps"] == 16  # forward: the rules'
     monkeypatch.setattr(R, "ROWS_BACKWARD_FULL_WARPS_LANES", None)

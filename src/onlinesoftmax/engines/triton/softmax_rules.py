@@ -67,6 +67,7 @@ ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for fp32 scalar rows 129-256 wide, 
 ROWS_ONE_WARP_TILE_BYTES = 2 * 1024  # ... and for other scalar rows 65-256 wide, on one warp (rows_scalar_tile)
 ROWS_PIECES_MIN_N = 129  # rows: a row this long or longer in two power-of-two tiles where they take fewer lanes
 # than one (rows_pieces); None: one tile
+ROWS_PIECES_MAX_N = 8191  # ... and no longer than this
 ROWS_BACKWARD_FULL_WARPS_LANES = 16384  # rows backward: a tile of this many lanes or more on 32 warps; None: rules'
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
@@ -265,10 +266,15 @@ def rows_pieces(N: int) -> tuple[int, int]:
     masked. A row of 2^k + 1 takes 2^k + 1 lanes instead of 2^(k+1), half the loads, exponentials and registers
     (N = 129, 1025, 4097; 3000 takes 2048 + 1024); N up to 1.5 times a power of two gains, a longer one not
     (1000: 512 + 512, one tile of 1024). For rows the kernel reads without windows (V = 1), from
-    ROWS_PIECES_MIN_N (129, the shortest timed)."""
+    ROWS_PIECES_MIN_N (129, the shortest timed) to ROWS_PIECES_MAX_N: past 8192 the two tiles' lanes take half the
+    warps of one tile's, and at 16382 x 8193 on the H200 (benchmarks/results/h200-session59/probe/) the softmax
+    backward in two tiles ran at 66.9% of copy in fp32 against 92.6% in one windowed tile (forward 91.8 against 54.8,
+    bf16 76.1 against 57.0 and 63.1 against 28.9: not yet a rule), and a 16-bit forward row of 24576 in two tiles
+    would hold 96 values a thread (147 registers, ptxas) where one tile holds 64."""
     block, head = pow2ceil(N), pow2floor(N)
     tail = pow2ceil(N - head)
-    pieces = ROWS_PIECES_MIN_N is not None and N >= ROWS_PIECES_MIN_N and head < N and head + tail < block
+    pieces = (ROWS_PIECES_MIN_N is not None and ROWS_PIECES_MIN_N <= N <= ROWS_PIECES_MAX_N and head < N
+              and head + tail < block)
     return (head, tail) if pieces else (block, 0)
 
 
