@@ -224,6 +224,31 @@ def test_rows_in_two_tiles(op, dtype, seed):
             assert report.ok, f"{M}x{N} {kind}: {report.message}"
 
 
+@pytest.mark.parametrize("N", [129, 1025, 3000])
+@pytest.mark.parametrize("op", OPS)
+def test_special_rows_in_two_tiles(op, N):
+    """test_special_rows' hazards at widths held in two tiles (rules.rows_pieces), placed in the tail tile: the one
+    finite value of row 3 (so the log-softmax backward's y is live in its tail alone), NaN in row 1, +inf in row 5's
+    tail too, and row 10's max at the tail's first column."""
+    assert R.rows_pieces(N)[1] > 0
+    x = _special_rows(N, F32)
+    x[5, N - 1] = float("inf")
+    x[10, pow2floor(N)] = 500.0
+    report, out = _run_direct(op, "rows", _inputs(op, x), F32)
+    assert report.ok, report.message
+    if op == "softmax":
+        assert out[3, -1].item() == 1.0 and (out[3, :-1] == 0).all() and (out[0] == 0).all()
+    if op == "log_softmax":
+        assert out[3, -1].item() == 0.0 and torch.isneginf(out[0]).all()
+    if op in ("softmax", "log_softmax"):
+        for row in (1, 2, 5, 6):
+            assert torch.isnan(out[row]).all(), (row, out[row])
+    else:
+        assert (out[0] == 0).all()
+    if op == "log_softmax_backward":
+        assert (out[3] != 0).any(), "a row live in its tail alone took the masked rows' zero gradient"
+
+
 @pytest.mark.parametrize("backward", [False, True])
 def test_rows_in_two_tiles_strided(backward):
     """Two tiles over rows of uneven strides (a sliced view in, another out): nothing written past N, the one

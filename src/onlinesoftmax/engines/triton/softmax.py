@@ -3,7 +3,7 @@ tensors (M, N) with column stride 1 and any row stride, in fp32, fp16 or bf16, i
 preallocated `out`.
 
 A call asks rules.py for a regime and its configuration (`plan`), launches the regime's kernel of
-softmax_jit.py with the op as compile-time flags (BACKWARD, LOG), and learns from the compiled
+softmax_kernels.py with the op as compile-time flags (BACKWARD, LOG), and learns from the compiled
 kernel how many of its programs an SM holds, for the next persistent grid. A shape launched before is
 launched again as Triton last launched it, without the plan or Triton's binder (`_Ready`).
 

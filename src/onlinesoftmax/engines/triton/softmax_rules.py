@@ -3,8 +3,9 @@
 
 Regimes (`pick_regime` chooses one when the caller does not; the variants force one each):
 
-1. "rows"   the whole row in registers, BLOCK_N = next_power_of_2(N). Small N packs several rows
-            in one [BLOCK_M, BLOCK_N] tile (`rows_config`: a tile of ~ROWS_TILE_BYTES), so a
+1. "rows"   the whole row in registers, BLOCK_N = next_power_of_2(N), or two tiles of BLOCK_N + TAIL
+            lanes where they hold the row in fewer (`rows_pieces`). Small N packs several rows
+            in one [BLOCK_M, BLOCK_N] tile (`rows_config`: a tile of at most ROWS_TILE_BYTES), so a
             program moves enough bytes per iteration even at N = 128; one tile a program
             (`rows_persistent`: the persistent grid, SMs x occupancy programs walking the tiles with
             the next tile's loads pipelined, measured 5-10 points of copy slower on the H200).
@@ -235,8 +236,8 @@ def rows_scalar_tile(N: int, dtype: torch.dtype) -> Optional[tuple[int, int]]:
     a thread, and each row's max and sum cross 128 threads (~10 shuffles an element and shared memory, the TTGIR and
     PTX in docs/tuning.md). A tile of one warp holds whole rows, BLOCK_N / 32 elements of each a thread. Rows of
     65-128, and 16-bit rows of 129-256, take tiles of one warp of ROWS_ONE_WARP_TILE_BYTES; fp32 rows of 129-256 the
-    8 KB tile (ROWS_SCALAR_TILE_BYTES) on 2 warps, half the rules'. One 128- or 256-wide block: the kernel compiled
-    for one N serves the others. `tune_triton.py --n 127 129`, % of copy (session 58, an H100, copy 3000 GB/s,
+    8 KB tile (ROWS_SCALAR_TILE_BYTES) on 2 warps, half the rules' (rows of 129-191 in two tiles, rows_pieces, as
+    if 256 wide). `tune_triton.py --n 127 129`, % of copy (session 58, an H100, copy 3000 GB/s,
     benchmarks/results/h100-session58/tune-odd-n.txt), the previous rule's launch (the rules' tile at 127,
     the 8 KB tile at 129) against a warp's 2 KB: 127 fp32 forward
     53 -> 99, backward 93 -> 100, bf16 46 -> 94 and 68 -> 96; 129 bf16 44 -> 68 and 67 -> 85, where fp32 kept the
@@ -280,9 +281,10 @@ def rows_pieces(N: int) -> tuple[int, int]:
 
 def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scalar: bool = False,
                 pieces: bool = True) -> RowsConfig:
-    """Whole rows; several per tile for small N so a tile is ~ROWS_TILE_BYTES of each input (scalar: the accesses
-    are one element each, rows_scalar; some widths then take their own tile, rows_scalar_tile). pieces: a row may
-    take two tiles (rows_pieces; not through windows)."""
+    """Whole rows; several per tile for small N, a power of two of them, so a tile holds at most ROWS_TILE_BYTES of
+    each input (more than half of it, unless one row passes it); scalar: the accesses are one element each
+    (rows_scalar), and some widths then take their own tile (rows_scalar_tile). pieces: a row may take two tiles
+    (rows_pieces; not through windows)."""
     size = dtype.itemsize
     block_n, tail = rows_pieces(N) if pieces else (pow2ceil(N), 0)
     own = rows_scalar_tile(N, dtype) if scalar else None
