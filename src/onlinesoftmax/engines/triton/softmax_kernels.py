@@ -101,9 +101,9 @@ def _normalise(x, shift, d, LOG: tl.constexpr):
     an empty row (d = 0), nan for a row whose d is nan."""
     z = x - shift
     if LOG:
-        return z - tl.log(tl.where(d == 0, 1.0, d))
+        return _softmax_of(z, z, d, LOG)  # no exponential: _softmax_of leaves e unused
     else:
-        return tl.exp2(z * LOG2E) * (1.0 / tl.where(d == 0, float("inf"), d))
+        return _softmax_of(z, tl.exp2(z * LOG2E), d, LOG)
 
 
 @_device_fn
