@@ -263,7 +263,7 @@ class RowsConfig:
 
 def rows_pieces(N: int) -> tuple[int, int]:
     """(BLOCK_N, TAIL): the lanes that hold a row N wide, one power-of-two tile (TAIL = 0), or two where they take
-    fewer lanes (ROWS_PIECES): the largest power of two in N, whole, then the power of two that holds the rest,
+    fewer lanes: the largest power of two in N, whole, then the power of two that holds the rest,
     masked. A row of 2^k + 1 takes 2^k + 1 lanes instead of 2^(k+1), half the loads, exponentials and registers
     (N = 129, 1025, 4097; 3000 takes 2048 + 1024); N up to 1.5 times a power of two gains, a longer one not
     (1000: 512 + 512, one tile of 1024). For rows the kernel reads without windows (V = 1), from
