@@ -249,30 +249,6 @@ def test_special_rows_in_two_tiles(op, N):
         assert (out[3] != 0).any(), "a row live in its tail alone took the masked rows' zero gradient"
 
 
-@pytest.mark.parametrize("backward", [False, True])
-def test_rows_in_two_tiles_strided(backward):
-    """Two tiles over rows of uneven strides (a sliced view in, another out): nothing written past N, the one
-    finite value of a row in its tail tile, a row masked but its tail."""
-    g = torch.Generator().manual_seed(5)
-    x = torch.randn(6, 140, generator=g)[:, 3:134]  # 131 wide, stride 140: 128 + a tail of 4
-    x[1] = float("-inf")
-    x[1, 130] = 2.0
-    x[2, :128] = float("-inf")
-    out_wide = torch.full((6, 150), float("nan"))
-    out = out_wide[:, :131]
-    if backward:
-        y = torch.softmax(x, -1)
-        dy = torch.randn(6, 139, generator=g)[:, 7:138]
-        K.softmax_backward(y, dy, out, regime="rows")
-        ref = reference.softmax_backward(y, dy)
-    else:
-        K.softmax_forward(x, out, regime="rows")
-        ref = reference.softmax(x)
-        assert out[1, 130].item() == 1.0 and (out[1, :130] == 0).all()
-    np.testing.assert_allclose(out.double().numpy(), ref, rtol=2e-5, atol=1e-6)
-    assert torch.isnan(out_wide[:, 131:]).all()
-
-
 @pytest.fixture
 def windows(monkeypatch):
     return record_windows(monkeypatch, K)
@@ -315,23 +291,30 @@ def test_split_schedules(op, programs, monkeypatch, seed):
 
 @pytest.mark.parametrize("backward", [False, True])
 @pytest.mark.parametrize("regime", REGIMES)
-def test_row_strides(regime, backward):
-    """Row strides other than N, on the inputs and the output."""
+@pytest.mark.parametrize("N", [37, 131])
+def test_row_strides(N, regime, backward):
+    """Row strides other than N, on the inputs and the output: nothing written past N. Two rows hold their finite
+    values at the row's end alone: one value (row 1), the last three (row 2); at 131 the rows regime holds a row in
+    two tiles (128 + a tail of 4, rules.rows_pieces), so those values lie in its tail tile."""
+    assert R.rows_pieces(N) == ((128, 4) if N == 131 else (64, 0))
     g = torch.Generator().manual_seed(3)
-    wide = torch.randn(4, 64, generator=g)
-    x = wide[:, 5:42]
-    out_wide = torch.full((4, 50), float("nan"))
-    out = out_wide[:, :37]
+    x = torch.randn(6, N + 27, generator=g)[:, 5:N + 5]
+    x[1] = float("-inf")
+    x[1, N - 1] = 2.0
+    x[2, :N - 3] = float("-inf")
+    out_wide = torch.full((6, N + 13), float("nan"))
+    out = out_wide[:, :N]
     if backward:
         y = torch.softmax(x, -1)
-        dy = torch.randn(4, 80, generator=g)[:, 11:48]
+        dy = torch.randn(6, N + 43, generator=g)[:, 11:N + 11]
         K.softmax_backward(y, dy, out, regime=regime)
         ref = reference.softmax_backward(y, dy)
     else:
         K.softmax_forward(x, out, regime=regime)
         ref = reference.softmax(x)
+        assert out[1, -1].item() == 1.0 and (out[1, :-1] == 0).all()
     np.testing.assert_allclose(out.double().numpy(), ref, rtol=2e-5, atol=1e-6)
-    assert torch.isnan(out_wide[:, 37:]).all()  # nothing written past N
+    assert torch.isnan(out_wide[:, N:]).all()  # nothing written past N
 
 
 @pytest.mark.parametrize("log", [False, True])
