@@ -195,14 +195,16 @@ case "$stage" in
           knob() {  # knob FILE NAME VALUE: one of rules.py's knobs set on a copy
             sed -i "s/^$2 = [^#]*#/$2 = $3  #/" "$1" && grep -q "^$2 = $3  #" "$1" \
               || { echo "the knob $2 was not found in $1" >&2; exit 2; }; }
-          # AB_TREES: NAME:KNOB=VALUE,KNOB=VALUE ... (default: the windows off, and on for every N and size)
+          # AB_TREES: NAME:KNOB=VALUE,KNOB=VALUE ... (default: the windows off, and on for every N and size), or
+          # NAME@DIR: the source tree DIR as it is (an earlier commit's src, carried: .ab/NAME/src)
           for spec in ${AB_TREES:-off:ROWS_WINDOW_MIN_N=None every:ROWS_WINDOW_MIN_N=1,ROWS_WINDOW_TAIL_MIN_BYTES=0}; do
+            if [[ $spec == *@* ]]; then trees+=("${spec%%@*}=${spec#*@}"); continue; fi
             t=${spec%%:*} d=/tmp/ab-${spec%%:*} f=/tmp/ab-${spec%%:*}/src/onlinesoftmax/engines/triton/softmax_rules.py
             rm -rf "$d" && mkdir -p "$d" && cp -r src "$d/"
             IFS=, read -ra kvs <<<"${spec#*:}"
             for kv in "${kvs[@]}"; do knob "$f" "${kv%%=*}" "${kv#*=}"; done
             trees+=("$t=$d/src"); done
-          ns=(); for n in 127 129 1000 1023 1025 3000 4095 4097 8193 12289 32001 128 4096; do ns+=(--n "$n"); done
+          ns=(); for n in ${AB_N:-127 129 1000 1023 1025 3000 4095 4097 8193 12289 32001 128 4096}; do ns+=(--n "$n"); done
           BACKEND=triton bash benchmarks/ab.sh rule=src "${trees[@]}" -- --dtype float32 --dtype bfloat16 "${ns[@]}" \
             | tail -125
           # three trees' csv, txt and png would pass the 8 files a device call returns: one archive beside ab.txt

@@ -136,18 +136,6 @@ def _forward_tile(x, AXIS: tl.constexpr, LOG: tl.constexpr):
 
 
 @_device_fn
-def _forward_pieces(x, t, LOG: tl.constexpr):
-    """_forward_tile over rows held in two tiles, x their first BLOCK_N elements and t the rest (padding -inf)."""
-    shift = _guard(tl.maximum(tl.max(x, axis=1), tl.max(t, axis=1)))
-    z = x - shift[:, None]
-    e = tl.exp2(z * LOG2E)
-    zt = t - shift[:, None]
-    et = tl.exp2(zt * LOG2E)
-    d = (tl.sum(e, axis=1) + tl.sum(et, axis=1))[:, None]
-    return _softmax_of(z, e, d, LOG), _softmax_of(zt, et, d, LOG)
-
-
-@_device_fn
 def _backward_sums(y, dy, AXIS: tl.constexpr, LOG: tl.constexpr):
     """A tile's part of each row's reduction for the backward: (sum dy, live: 1 where y has a finite value, else 0)
     for log_softmax, (sum dy*y, unused) for softmax. Padding adds nothing (dy 0, y 0 or -inf)."""
@@ -167,16 +155,6 @@ def _backward_tile(y, dy, AXIS: tl.constexpr, LOG: tl.constexpr):
 
 
 @_device_fn
-def _backward_pieces(y, dy, yt, dyt, LOG: tl.constexpr):
-    """_backward_tile over rows held in two tiles: (y, dy) their first BLOCK_N elements, (yt, dyt) the rest."""
-    s, live = _backward_sums(y, dy, 1, LOG)
-    st, livet = _backward_sums(yt, dyt, 1, LOG)
-    s = (s + st)[:, None]
-    live = tl.maximum(live, livet)[:, None]
-    return _grad(y, dy, s, live, LOG), _grad(yt, dyt, s, live, LOG)
-
-
-@_device_fn
 def _wait_for(count_ptr, target):
     """Spin until *count_ptr >= target (acquire: the partials published before it are visible)."""
     n = tl.atomic_add(count_ptr, 0, sem="acquire")
@@ -189,87 +167,117 @@ def _wait_for(count_ptr, target):
 #           persistent grid: rules.rows_persistent)
 #   forward:  read x once, write y once            2*M*N*size bytes
 #   backward: read y and dy once, write dx once    3*M*N*size bytes
+# A row is held in one tile of BLOCK_N lanes, or in two (TAIL > 0): BLOCK_N lanes (a power of two) and the TAIL past
+#   them (a power of two, masked), so a row of 2^k + 1 takes 2^k + 1 lanes instead of 2^(k+1) (rules.rows_pieces);
+#   one reduction over both.
 # V > 1: the row's window (rules.rows_window), for rows Triton cannot prove aligned (odd N, a sliced view), whose
 #   accesses would be one element each. Every tensor shares one row stride, so row r starts at element
-#   start = r*stride of each, and its window is start and start + N rounded out to multiples of V (V elements =
-#   16 bytes; the pointers are 16-byte aligned). The window is read as whole vectors (its mask, and the body's
-#   store mask, are constant over each vector, which Triton can prove); values outside the row are neighbours'
-#   (read, never used: replaced by the padding). The body, start and start + N rounded in, is stored as whole
-#   vectors, then the < V elements each side of it (the ends) one at a time, from the same registers. The last
-#   row's window may pass the tensor's end: the launcher leaves it to a launch of its own (V = 1) unless it ends
-#   on a vector.
-# TAIL > 0 (V = 1 only): a row N wide is held in two tiles, its first BLOCK_N elements (a power of two, whole) and
-#   the TAIL past them (a power of two, masked), so a row of 2^k + 1 takes 2^k + 1 lanes instead of 2^(k+1)
-#   (rules.rows_pieces); one reduction over both.
+#   start = r*stride of each; lane c holds element a + c, a = start rounded down to a multiple of V (V elements =
+#   16 bytes; the pointers are 16-byte aligned), and the row is lanes [s, s + N), s = start - a < V. The lanes up to
+#   s + N rounded up to a vector are read as whole vectors (the mask, and the body's store mask, are constant over
+#   each vector, which Triton can prove); values outside the row are neighbours' (read, never used: replaced by the
+#   padding). The body, lanes s and s + N rounded in, is stored as whole vectors; the < V elements each side of it
+#   (the ends) are read again and computed from the row's reduction in a small tile of 2V lanes, one element at a
+#   time (a store of them from the big tile would be one predicated instruction per lane). The last row's window
+#   may pass the tensor's end: the launcher leaves it to a launch of its own (V = 1) unless it ends on a vector.
 # ---------------------------------------------------------------------------------------------
+@_device_fn
+def _load_row(ptr, base, c, read, s, end, pad, V: tl.constexpr):
+    """Lanes c of rows starting at element base (fp32): `pad` past the row (and, V > 1, outside [s, end))."""
+    v = tl.load(ptr + base + c, mask=read, other=pad).to(tl.float32)
+    if V > 1:
+        v = tl.where((c >= s) & (c < end), v, pad)
+    return v
+
+
 @triton.jit
 def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr,
                 NUM_STAGES: tl.constexpr, V: tl.constexpr, TAIL: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
+    cols = tl.arange(0, BLOCK_N)[None, :]
     n_blocks = tl.cdiv(M, BLOCK_M)
     pad = float("-inf")  # what x (or y) reads past the row: it adds nothing (y of softmax: 0)
     if BACKWARD:
         pad = float("-inf") if LOG else 0.0
     for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
         rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        row_ok = (rows < M)[:, None]
+        if V == 1:  # every row from its first element, read and stored whole
+            a_in = rows[:, None] * stride_in
+            if BACKWARD:  # forward launches pass no dy and no stride_dy
+                a_dy = rows[:, None] * stride_dy
+            a_out = rows[:, None] * stride_out
+            s = 0
+            end = N
+            stop = N
+        else:  # every row from the vector its first element lies in (the tensors share one stride)
+            start = rows[:, None] * stride_in
+            a_in = start // V * V  # a multiple of V, as Triton sees it: (.. // V) * V
+            a_dy = a_in
+            a_out = a_in
+            s = (start - a_in).to(tl.int32)
+            end = s + N
+            stop = (end + V - 1) // V * V
+        read = row_ok & (cols < stop)
+        x = _load_row(in_ptr, a_in, cols, read, s, end, pad, V)
+        if TAIL > 0:
+            tcols = BLOCK_N + tl.arange(0, TAIL)[None, :]
+            tread = row_ok & (tcols < stop)
+            xt = _load_row(in_ptr, a_in, tcols, tread, s, end, pad, V)
+        if BACKWARD:  # the row's reduction (sum dy*y, or sum dy and whether y is live)
+            dy = _load_row(dy_ptr, a_dy, cols, read, s, end, 0.0, V)
+            total, live = _backward_sums(x, dy, 1, LOG)
+            if TAIL > 0:
+                dyt = _load_row(dy_ptr, a_dy, tcols, tread, s, end, 0.0, V)
+                total_t, live_t = _backward_sums(xt, dyt, 1, LOG)
+                total += total_t
+                live = tl.maximum(live, live_t)
+            total = total[:, None]
+            live = live[:, None]
+            out = _grad(x, dy, total, live, LOG)
+            if TAIL > 0:
+                outt = _grad(xt, dyt, total, live, LOG)
+        else:  # the row's (shift, d), one exponential an element
+            m = tl.max(x, axis=1)
+            if TAIL > 0:
+                m = tl.maximum(m, tl.max(xt, axis=1))
+            shift = _guard(m)[:, None]
+            z = x - shift
+            e = tl.exp2(z * LOG2E)
+            d = tl.sum(e, axis=1)
+            if TAIL > 0:
+                zt = xt - shift
+                et = tl.exp2(zt * LOG2E)
+                d += tl.sum(et, axis=1)
+            d = d[:, None]
+            out = _softmax_of(z, e, d, LOG)
+            if TAIL > 0:
+                outt = _softmax_of(zt, et, d, LOG)
         if V == 1:
-            row_ok = (rows < M)[:, None]
-            ok = row_ok & col_ok[None, :]
-            x = tl.load(in_ptr + rows[:, None] * stride_in + cols[None, :], mask=ok, other=pad).to(tl.float32)
+            tl.store(out_ptr + a_out + cols, out.to(out_ptr.dtype.element_ty), mask=read)
             if TAIL > 0:
-                tcols = BLOCK_N + tl.arange(0, TAIL)
-                tok = row_ok & (tcols < N)[None, :]
-                xt = tl.load(in_ptr + rows[:, None] * stride_in + tcols[None, :], mask=tok, other=pad).to(tl.float32)
+                tl.store(out_ptr + a_out + tcols, outt.to(out_ptr.dtype.element_ty), mask=tread)
+        else:  # the body, lanes [lo, hi): whole vectors
+            lo = (s + V - 1) // V * V
+            hi = end // V * V
+            tl.store(out_ptr + a_out + cols, out.to(out_ptr.dtype.element_ty),
+                     mask=row_ok & (cols >= lo) & (cols < hi))
+            if TAIL > 0:  # its lanes lie past lo (BLOCK_N >= V >= lo)
+                tl.store(out_ptr + a_out + tcols, outt.to(out_ptr.dtype.element_ty), mask=row_ok & (tcols < hi))
+        if V > 1:  # the ends: lanes [s, lo) and [hi, end), each < V wide, from the row's reduction
+            k = tl.arange(0, 2 * V)[None, :]
+            p = tl.where(k < V, s + k, hi + k - V)
+            ends = row_ok & tl.where(k < V, p < lo, p < end)
+            xe = tl.load(in_ptr + a_in + p, mask=ends, other=pad).to(tl.float32)
             if BACKWARD:
-                dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-                if TAIL > 0:
-                    dyt = tl.load(dy_ptr + rows[:, None] * stride_dy + tcols[None, :], mask=tok,
-                                  other=0.0).to(tl.float32)
-                    out, outt = _backward_pieces(x, dy, xt, dyt, LOG)
-                else:
-                    out = _backward_tile(x, dy, 1, LOG)
-            elif TAIL > 0:
-                out, outt = _forward_pieces(x, xt, LOG)
+                dye = tl.load(dy_ptr + a_dy + p, mask=ends, other=0.0).to(tl.float32)
+                oute = _grad(xe, dye, total, live, LOG)
             else:
-                out = _forward_tile(x, 1, LOG)
-            tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out.to(out_ptr.dtype.element_ty),
-                     mask=ok)
-            if TAIL > 0:
-                tl.store(out_ptr + rows[:, None] * stride_out + tcols[None, :], outt.to(out_ptr.dtype.element_ty),
-                         mask=tok)
-        else:
-            _window_rows(in_ptr, dy_ptr, out_ptr, rows, M, N, stride_in, cols, BACKWARD, LOG, V)
-
-
-@_device_fn
-def _window_rows(in_ptr, dy_ptr, out_ptr, rows, M, N, stride, cols, BACKWARD: tl.constexpr, LOG: tl.constexpr,
-                 V: tl.constexpr):
-    """rows_kernel's tile of rows through their windows (V > 1; see the comment above rows_kernel). Positions are
-    counted from each row's window start a, in int32: the row is [s, s + N), s = start - a < V."""
-    row_ok = (rows < M)[:, None]
-    start = rows * stride
-    a = start // V * V  # a multiple of V, as Triton sees it: (.. // V) * V
-    s = (start - a).to(tl.int32)[:, None]
-    c = cols[None, :]
-    read = row_ok & (c < (s + N + V - 1) // V * V)
-    inside = (c >= s) & (c < s + N)
-    body = row_ok & (c >= (s + V - 1) // V * V) & (c < (s + N) // V * V)
-    if BACKWARD:
-        pad = float("-inf") if LOG else 0.0
-        y = tl.where(inside, tl.load(in_ptr + a[:, None] + c, mask=read, other=pad).to(tl.float32), pad)
-        dy = tl.where(inside, tl.load(dy_ptr + a[:, None] + c, mask=read, other=0.0).to(tl.float32), 0.0)
-        out = _backward_tile(y, dy, 1, LOG)
-    else:
-        x = tl.where(inside, tl.load(in_ptr + a[:, None] + c, mask=read, other=float("-inf")).to(tl.float32),
-                     float("-inf"))
-        out = _forward_tile(x, 1, LOG)
-    out = out.to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + a[:, None] + c, out, mask=body)  # whole vectors
-    tl.store(out_ptr + a[:, None] + c, out, mask=row_ok & inside & ~body)  # the ends, an element at a time
+                ze = xe - shift
+                oute = _softmax_of(ze, tl.exp2(ze * LOG2E), d, LOG)
+            tl.store(out_ptr + a_out + p, oute.to(out_ptr.dtype.element_ty), mask=ends)
 
 
 # ---------------------------------------------------------------------------------------------

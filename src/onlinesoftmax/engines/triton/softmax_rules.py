@@ -68,7 +68,7 @@ ROWS_SCALAR_TILE_BYTES = 8 * 1024  # ... and for fp32 scalar rows 129-256 wide, 
 ROWS_ONE_WARP_TILE_BYTES = 2 * 1024  # ... and for other scalar rows 65-256 wide, on one warp (rows_scalar_tile)
 ROWS_PIECES_MIN_N = 129  # rows: a row this long or longer in two power-of-two tiles where they take fewer lanes
 # than one (rows_pieces); None: one tile
-ROWS_PIECES_MAX_N = 8191  # ... and no longer than this
+ROWS_PIECES_MAX_N = 16383  # ... and no longer than this
 ROWS_BACKWARD_FULL_WARPS_LANES = 16384  # rows backward: a tile of this many lanes or more on 32 warps; None: rules'
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
@@ -203,11 +203,12 @@ def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
 def rows_window_fits(N: int, strides, itemsize: int, aligned: bool = True) -> int:
     """V (16 bytes of elements) where rows N wide can be read through windows, whatever their length's rule
     (rows_window), else 1: each row read from the V-aligned element at or before its start, as whole vectors, the
-    < V elements past each end of its vector body stored one at a time (softmax_kernels.rows_kernel). Only for
-    scalar rows (rows_scalar) where every row starts at the same offset of a vector in every tensor (the pointers
-    16-byte aligned, one row stride), a row's window stays inside the tensor (a stride of at least N; the launcher
-    leaves the last row to a launch of its own, rows_window_tail) and N holds a vector, and where the widest window,
-    N + V - 1 elements, fits N's power-of-two block (at N = 4095 or 32767 it would double the block, and spill)."""
+    < V elements past each end of its vector body read again and stored one at a time (softmax_kernels.rows_kernel).
+    Only for scalar rows (rows_scalar) where every row starts at the same offset of a vector in every tensor (the
+    pointers 16-byte aligned, one row stride), a row's window stays inside the tensor (a stride of at least N; the
+    launcher leaves the last row to a launch of its own, rows_window_tail) and N holds a vector, and where the widest
+    window, N + V - 1 elements, takes at most V lanes more than the row read one element at a time (rows_pieces: at
+    N = 32767 it would double the block, and spill; at 4095, 4096 + V lanes where a scalar row takes 4096)."""
     if not aligned or not rows_scalar(N, strides, aligned):
         return 1
     v = 16 // itemsize
@@ -215,7 +216,7 @@ def rows_window_fits(N: int, strides, itemsize: int, aligned: bool = True) -> in
     if len(given) != 1:
         return 1
     stride = given.pop()
-    return v if stride >= N >= v and pow2ceil(N + v - 1) == pow2ceil(N) else 1
+    return v if stride >= N >= v and sum(rows_pieces(N, v)) <= sum(rows_pieces(N)) + v else 1
 
 
 def rows_window_tail(M: int, N: int, itemsize: int) -> bool:
@@ -261,32 +262,34 @@ class RowsConfig:
     TAIL: int = 0  # lanes of a second tile past BLOCK_N (rows_pieces); 0: none
 
 
-def rows_pieces(N: int) -> tuple[int, int]:
-    """(BLOCK_N, TAIL): the lanes that hold a row N wide, one power-of-two tile (TAIL = 0), or two where they take
-    fewer lanes: the largest power of two in N, whole, then the power of two that holds the rest,
-    masked. A row of 2^k + 1 takes 2^k + 1 lanes instead of 2^(k+1), half the loads, exponentials and registers
-    (N = 129, 1025, 4097; 3000 takes 2048 + 1024); N up to 1.5 times a power of two gains, a longer one not
-    (1000: 512 + 512, one tile of 1024). For rows the kernel reads without windows (V = 1), from
-    ROWS_PIECES_MIN_N (129, the shortest timed) to ROWS_PIECES_MAX_N: past 8192 the two tiles' lanes take half the
-    warps of one tile's, and at 16382 x 8193 on the H200 (benchmarks/results/h200-session59/probe/) the softmax
-    backward in two tiles ran at 66.9% of copy in fp32 against 92.6% in one windowed tile (forward 91.8 against 54.8,
-    bf16 76.1 against 57.0 and 63.1 against 28.9: not yet a rule), and a 16-bit forward row of 24576 in two tiles
-    would hold 96 values a thread (147 registers, ptxas) where one tile holds 64."""
-    block, head = pow2ceil(N), pow2floor(N)
-    tail = pow2ceil(N - head)
-    pieces = (ROWS_PIECES_MIN_N is not None and ROWS_PIECES_MIN_N <= N <= ROWS_PIECES_MAX_N and head < N
+def rows_pieces(N: int, v: int = 1) -> tuple[int, int]:
+    """(BLOCK_N, TAIL): the lanes that hold a row N wide read through windows of v elements (rows_window; v = 1: none),
+    i.e. N + v - 1 lanes (a row may start anywhere in its first vector): one power-of-two tile (TAIL = 0), or two
+    where they take fewer lanes: the largest power of two in them, whole, then the power of two that holds the rest,
+    masked (a vector at least). A row of 2^k + 1 takes 2^k + 1 lanes instead of 2^(k+1), half the loads,
+    exponentials and registers (N = 129, 1025, 4097; 3000 takes 2048 + 1024; through windows of 4, 4097 takes
+    4096 + 4); N up to 1.5 times a power of two gains, a longer one not (1000: 512 + 512, one tile of 1024). From
+    ROWS_PIECES_MIN_N (129, the shortest timed) to ROWS_PIECES_MAX_N: a 16-bit forward row of 24576 in two tiles
+    would hold 96 values a thread (147 registers, ptxas) where one tile holds 64. At 16382 x 8193 on the H200
+    (benchmarks/results/h200-session59/probe/), rows read one element at a time in two tiles (8192 + 1) against one
+    windowed tile of 16384 lanes: softmax forward fp32 91.8 against 54.8% of copy, bf16 63.1 against 28.9; backward
+    fp32 66.9 against 92.6, bf16 76.1 against 57.0."""
+    width = N + v - 1
+    block, head = pow2ceil(width), pow2floor(width)
+    tail = max(pow2ceil(width - head), v)
+    pieces = (ROWS_PIECES_MIN_N is not None and ROWS_PIECES_MIN_N <= N <= ROWS_PIECES_MAX_N and head < width
               and head + tail < block)
     return (head, tail) if pieces else (block, 0)
 
 
 def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scalar: bool = False,
-                pieces: bool = True) -> RowsConfig:
+                v: int = 1) -> RowsConfig:
     """Whole rows; several per tile for small N, a power of two of them, so a tile holds at most ROWS_TILE_BYTES of
     each input (more than half of it, unless one row passes it); scalar: the accesses are one element each
-    (rows_scalar), and some widths then take their own tile (rows_scalar_tile). pieces: a row may take two tiles
-    (rows_pieces; not through windows)."""
+    (rows_scalar), and some widths then take their own tile (rows_scalar_tile); v: the rows are read through
+    windows of v elements (rows_window), and a row may take two tiles (rows_pieces)."""
     size = dtype.itemsize
-    block_n, tail = rows_pieces(N) if pieces else (pow2ceil(N), 0)
+    block_n, tail = rows_pieces(N, v)
     own = rows_scalar_tile(N, dtype) if scalar else None
     block_m = pow2floor(max(1, (own[0] if own else rows_tile_bytes(dtype)) // ((block_n + tail) * size)))
     block_m = min(block_m, pow2ceil(M))
