@@ -131,10 +131,10 @@ def test_auto_regime(M, N, dtype, backward, regime):
 def test_window_rows(op, dtype, seed, monkeypatch):
     """The rows variants with the 16-byte windows on for every N (rules.ROWS_WINDOW_MIN_N): odd N with and without the
     last row's own launch (4095 x 129; 4096 x 129 and 64 x 32001, M * N a multiple of 8), N = 1000 (rows on
-    vectors), 5 x 33."""
+    vectors), 5 x 33; 129 and 33 x 3000 in two tiles (rules.rows_pieces: 128 + V lanes, 2048 + 1024)."""
     windows = record_windows(monkeypatch, K)
     V = 16 // dtype.itemsize
-    for M, N in ((4095, 129), (4096, 129), (64, 32001), (257, 1000), (5, 33)):
+    for M, N in ((4095, 129), (4096, 129), (64, 32001), (257, 1000), (5, 33), (33, 3000)):
         for kind in kinds_for(op) if M * N <= BIG else ("normal", "masked", "nan", "huge"):
             windows.clear()
             report = check_variant(get(f"triton.{op}_rows"), M, N, dtype, kind, seed)
@@ -146,11 +146,11 @@ def test_window_rows(op, dtype, seed, monkeypatch):
 @pytest.mark.parametrize("op", OPS)
 def test_rule_windows(op, dtype, seed, monkeypatch):
     """The windows where the rules put them (rules.ROWS_WINDOW_MIN_N, rows_window_tail), not forced: 8 x 12289
-    through windows in one launch; 3 x 12289, whose last row would need a launch of its own, and 2 x 4097, shorter
-    than the windows' rows, without; each against float64."""
+    through windows in one launch, 8 x 8193 too, in two tiles (8192 + V lanes); 3 x 12289, whose last row would need
+    a launch of its own, and 2 x 4097, shorter than the windows' rows, without; each against float64."""
     windows = record_windows(monkeypatch, K, every=False)
     V = 16 // dtype.itemsize
-    for M, N, want in ((8, 12289, [V]), (3, 12289, [1]), (2, 4097, [1])):
+    for M, N, want in ((8, 12289, [V]), (8, 8193, [V]), (3, 12289, [1]), (2, 4097, [1])):
         for kind in kinds_for(op):
             windows.clear()
             report = check_variant(get(f"triton.{op}_rows"), M, N, dtype, kind, seed)

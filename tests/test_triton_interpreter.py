@@ -224,18 +224,25 @@ def test_rows_in_two_tiles(op, dtype, seed):
             assert report.ok, f"{M}x{N} {kind}: {report.message}"
 
 
+@pytest.mark.parametrize("windowed", [False, True], ids=["scalar", "windows"])
 @pytest.mark.parametrize("N", [129, 1025, 3000])
 @pytest.mark.parametrize("op", OPS)
-def test_special_rows_in_two_tiles(op, N):
+def test_special_rows_in_two_tiles(op, N, windowed, monkeypatch):
     """test_special_rows' hazards at widths held in two tiles (rules.rows_pieces), placed in the tail tile: the one
     finite value of row 3 (so the log-softmax backward's y is live in its tail alone), NaN in row 1, +inf in row 5's
-    tail too, and row 10's max at the tail's first column."""
-    assert R.rows_pieces(N)[1] > 0
+    tail too, and row 10's max at the tail's first column. Windowed (rows of 12 at 4 offsets of a vector), those
+    values also lie in the ends (rows_kernel: computed from the row's reduction in a tile of their own), and row 4's
+    one finite value, the row's first, too."""
+    assert R.rows_pieces(N, 4 if windowed else 1)[1] > 0
+    if windowed:
+        windows = record_windows(monkeypatch, K)
     x = _special_rows(N, F32)
     x[5, N - 1] = float("inf")
     x[10, pow2floor(N)] = 500.0
     report, out = _run_direct(op, "rows", _inputs(op, x), F32)
     assert report.ok, report.message
+    if windowed:
+        assert windows == expected_windows(12, N, N, 4), windows
     if op == "softmax":
         assert out[3, -1].item() == 1.0 and (out[3, :-1] == 0).all() and (out[0] == 0).all()
     if op == "log_softmax":

@@ -200,8 +200,10 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
             assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward), (N, dtype)
         rule = R.ROWS_WINDOW_MIN_N
         monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", 1)
-        for N, dtype in ((129, F32), (200, BF16)):  # windowed: one tile
-            assert config(N, dtype, backward=backward) == R.rows_config(M, N, dtype, backward, pieces=False), N
+        for N, dtype, lanes in ((129, F32, (128, 4)), (200, BF16, (256, 0))):  # windowed: N + V - 1 lanes, the rules'
+            cfg = config(N, dtype, backward=backward)  # tile (no scalar tile), two pieces where they take fewer lanes
+            assert cfg == R.rows_config(M, N, dtype, backward, v=16 // dtype.itemsize), N
+            assert (cfg.BLOCK_N, cfg.TAIL) == lanes, (N, cfg)
         monkeypatch.setattr(R, "ROWS_WINDOW_MIN_N", rule)
     assert config(256, F32, strides=(272, 256)) == R.rows_config(M, 256, F32)  # strides of 16: vectorised
     assert config(256, F32, strides=(257, 256)) == R.RowsConfig(8, 256, 2, 1)  # a sliced view's rows
@@ -214,23 +216,31 @@ def test_scalar_rows_of_65_to_256_take_the_tiles_timed_at_127_and_129(monkeypatc
 def test_rows_pieces_hold_a_row_in_fewer_lanes(monkeypatch):
     """A row of ROWS_PIECES_MIN_N <= N <= ROWS_PIECES_MAX_N not a power of two takes two power-of-two tiles (the
     largest power of two in N, then one holding the rest) where they take fewer lanes than pow2ceil(N), and one tile
-    elsewhere; never through windows (V > 1). The tile's rows and warps follow the lanes it holds; a backward tile of
-    16384 lanes or more takes 32 warps."""
+    elsewhere; through windows of v elements, N + v - 1 lanes the same way, the tail a vector at least. The tile's
+    rows and warps follow the lanes it holds; a backward tile of 16384 lanes or more takes 32 warps, a smaller one
+    enough warps that a thread holds at most ROWS_BACKWARD_MAX_VALUES lanes."""
     pytest.importorskip("triton")
     from onlinesoftmax.engines.triton import variants as tv
 
     expected = {128: (128, 0), 129: (128, 1), 191: (128, 64), 192: (128, 64), 193: (256, 0), 255: (256, 0),
                 1000: (1024, 0), 1025: (1024, 1), 3000: (2048, 1024), 3072: (2048, 1024), 3073: (4096, 0),
-                4097: (4096, 1), 6144: (4096, 2048), 8191: (8192, 0), 8193: (16384, 0), 24576: (32768, 0),
-                32001: (32768, 0)}
+                4097: (4096, 1), 6144: (4096, 2048), 8191: (8192, 0), 8193: (8192, 1), 12289: (16384, 0),
+                16383: (16384, 0), 16385: (32768, 0), 24576: (32768, 0), 32001: (32768, 0)}
     for N, pieces in expected.items():
         assert R.rows_pieces(N) == pieces, N
+    windowed = {(129, 4): (128, 4), (129, 8): (128, 8), (131, 8): (128, 16), (1000, 8): (1024, 0),
+                (4095, 8): (4096, 8), (4097, 4): (4096, 4), (8193, 8): (8192, 8), (12289, 4): (16384, 0),
+                (16383, 4): (16384, 4), (32001, 8): (32768, 0)}
+    for (N, v), pieces in windowed.items():
+        assert R.rows_pieces(N, v) == pieces, (N, v)
     for N in range(1, 129):
         assert R.rows_pieces(N) == (pow2ceil(N), 0), N
-    for N in range(129, R.ROWS_PIECES_MAX_N + 1):
-        head, tail = R.rows_pieces(N)
-        assert head + tail >= N and (tail == 0 or (head < N <= head + tail < pow2ceil(N) and head >= tail)), N
-        assert head & (head - 1) == 0 and tail & (tail - 1) == 0, N
+    for v in (1, 4, 8):
+        for N in range(129, R.ROWS_PIECES_MAX_N + 1):
+            head, tail = R.rows_pieces(N, v)
+            w = N + v - 1
+            assert head + tail >= w and (tail == 0 or (head < w <= head + tail < pow2ceil(w) and v <= tail <= head))
+            assert head & (head - 1) == 0 and tail & (tail - 1) == 0, N
     monkeypatch.setattr(R, "ROWS_PIECES_MIN_N", None)
     assert R.rows_pieces(129) == (256, 0) and R.rows_pieces(4097) == (8192, 0)
     monkeypatch.undo()
@@ -244,21 +254,27 @@ def test_rows_pieces_hold_a_row_in_fewer_lanes(monkeypatch):
 
     m = meta(32760, 4097, F32)
     assert (m["BLOCK_M"], m["BLOCK_N"], m["TAIL"], m["num_warps"], m["V"]) == (1, 4096, 1, 8, 1)
-    m = meta(44739, 3000, BF16, backward=True)
-    assert (m["BLOCK_M"], m["BLOCK_N"], m["TAIL"], m["num_warps"]) == (1, 2048, 1024, 2)
-    m = meta(16382, 8193, BF16, backward=True)  # windowed (ROWS_WINDOW_MIN_N): one tile, the backward's 32 warps
-    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (16384, 0, 8, 32)
-    m = meta(16382, 8193, BF16, backward=True, strides=(8194, 8193, 8193))  # no window, past ROWS_PIECES_MAX_N
-    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (16384, 0, 1, 32)
+    m = meta(44739, 3000, BF16, backward=True)  # 4 warps: 24 lanes of y and of dy a thread, not 48
+    assert (m["BLOCK_M"], m["BLOCK_N"], m["TAIL"], m["num_warps"]) == (1, 2048, 1024, 4)
+    assert meta(44739, 3000, BF16)["num_warps"] == 2  # forward: the rules' 16-bit halving
+    m = meta(16382, 8193, BF16, backward=True)  # windowed (ROWS_WINDOW_MIN_N): 8192 + 8 lanes on 16 warps
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 8, 8, 16)
+    m = meta(16382, 8193, BF16, backward=True, strides=(8194, 8193, 8193))  # no window: 8192 + 1
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 1, 1, 16)
+    m = meta(8192, 16385, BF16, backward=True, strides=(16386, 16385, 16385))  # past ROWS_PIECES_MAX_N: one tile
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (32768, 0, 1, 32)
     assert meta(10921, 12289, F32, backward=True)["num_warps"] == 32
     assert meta(10921, 12289, F32)["num_warps"] == 16  # forward: the rules'
     monkeypatch.setattr(R, "ROWS_BACKWARD_FULL_WARPS_LANES", None)
     assert meta(10921, 12289, F32, backward=True)["num_warps"] == 16
+    monkeypatch.setattr(R, "ROWS_BACKWARD_MAX_VALUES", None)
+    assert meta(44739, 3000, BF16, backward=True)["num_warps"] == 2
 
 
 def test_rows_window_rule(monkeypatch):
     """The window (V elements: 16 bytes) serves scalar rows only where every row starts at the same offset of a vector
-    in every tensor, the stride holds the row, N holds a vector, and the widest window fits N's block; and only for
+    in every tensor, the stride holds the row, N holds a vector, and the widest window (N + V - 1 lanes, rows_pieces)
+    takes at most V lanes more than the scalar row; and only for
     rows of ROWS_WINDOW_MIN_N or more (8192: faster on the H200 from 12289 up, slower at 129-4097)."""
     for N, size, V in ((12289, 4, 4), (32001, 4, 4), (32001, 2, 8), (8193, 2, 8)):  # the rule's own: windowed
         assert R.rows_window(N, (N, N), size) == V, (N, size)
@@ -278,9 +294,10 @@ def test_rows_window_rule(monkeypatch):
     assert R.rows_window(129, (100, 100), 4) == 1  # overlapping rows
     assert R.rows_window(3, (3, 3), 4) == 1 and R.rows_window(7, (7, 7), 2) == 1  # shorter than a vector
     assert R.rows_window(5, (5, 5), 4) == 4 and R.rows_window(9, (9, 9), 2) == 8
-    for N, size in ((4095, 4), (32767, 4), (4093, 2), (4090, 2), (127, 4)):  # N + V - 1 past N's block
+    for N, size in ((32767, 4), (32763, 2), (127, 4), (131, 2)):  # the window more than V lanes past the row's
         assert R.rows_window(N, (N, N), size) == 1, (N, size)
-    assert R.rows_window(4093, (4093, 4093), 4) == 4 and R.rows_window(4089, (4089, 4089), 2) == 8
+    for N, size in ((4095, 4), (4093, 2), (4093, 4), (4089, 2), (16383, 4)):  # V lanes more at most (rows_pieces)
+        assert R.rows_window(N, (N, N), size) == 16 // size, (N, size)
 
 
 @pytest.mark.parametrize("backward", [False, True])
