@@ -218,7 +218,7 @@ def test_rows_pieces_hold_a_row_in_fewer_lanes(monkeypatch):
     largest power of two in N, then one holding the rest) where they take fewer lanes than pow2ceil(N), and one tile
     elsewhere; through windows of v elements, N + v - 1 lanes the same way, the tail a vector at least. The tile's
     rows and warps follow the lanes it holds; a backward tile of 16384 lanes or more takes 32 warps, a smaller one
-    enough warps that a thread holds at most ROWS_BACKWARD_MAX_VALUES lanes."""
+    ROWS_BACKWARD_MIN_WARPS at least."""
     pytest.importorskip("triton")
     from onlinesoftmax.engines.triton import variants as tv
 
@@ -254,20 +254,21 @@ def test_rows_pieces_hold_a_row_in_fewer_lanes(monkeypatch):
 
     m = meta(32760, 4097, F32)
     assert (m["BLOCK_M"], m["BLOCK_N"], m["TAIL"], m["num_warps"], m["V"]) == (1, 4096, 1, 8, 1)
-    m = meta(44739, 3000, BF16, backward=True)  # 4 warps: 24 lanes of y and of dy a thread, not 48
+    m = meta(44739, 3000, BF16, backward=True)  # 4 warps (ROWS_BACKWARD_MIN_WARPS), not the halved 2
     assert (m["BLOCK_M"], m["BLOCK_N"], m["TAIL"], m["num_warps"]) == (1, 2048, 1024, 4)
     assert meta(44739, 3000, BF16)["num_warps"] == 2  # forward: the rules' 16-bit halving
-    m = meta(16382, 8193, BF16, backward=True)  # windowed (ROWS_WINDOW_MIN_N): 8192 + 8 lanes on 16 warps
-    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 8, 8, 16)
+    assert meta(32760, 4097, BF16, backward=True)["num_warps"] == 4
+    m = meta(16382, 8193, BF16, backward=True)  # windowed (ROWS_WINDOW_MIN_N): 8192 + 8 lanes on 8 warps
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 8, 8, 8)
     m = meta(16382, 8193, BF16, backward=True, strides=(8194, 8193, 8193))  # no window: 8192 + 1
-    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 1, 1, 16)
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 1, 1, 8)
     m = meta(8192, 16385, BF16, backward=True, strides=(16386, 16385, 16385))  # past ROWS_PIECES_MAX_N: one tile
     assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (32768, 0, 1, 32)
     assert meta(10921, 12289, F32, backward=True)["num_warps"] == 32
     assert meta(10921, 12289, F32)["num_warps"] == 16  # forward: the rules'
     monkeypatch.setattr(R, "ROWS_BACKWARD_FULL_WARPS_LANES", None)
     assert meta(10921, 12289, F32, backward=True)["num_warps"] == 16
-    monkeypatch.setattr(R, "ROWS_BACKWARD_MAX_VALUES", None)
+    monkeypatch.setattr(R, "ROWS_BACKWARD_MIN_WARPS", None)
     assert meta(44739, 3000, BF16, backward=True)["num_warps"] == 2
 
 

@@ -70,7 +70,7 @@ ROWS_PIECES_MIN_N = 129  # rows: a row this long or longer in two power-of-two t
 # than one (rows_pieces); None: one tile
 ROWS_PIECES_MAX_N = 16383  # ... and no longer than this
 ROWS_BACKWARD_FULL_WARPS_LANES = 16384  # rows backward: a tile of this many lanes or more on 32 warps; None: rules'
-ROWS_BACKWARD_MAX_VALUES = 32  # rows backward: at most this many lanes of each input a thread (more warps); None: any
+ROWS_BACKWARD_MIN_WARPS = 4  # rows backward: a rules' tile on at least this many warps (not the scalar tiles); None
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
 ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
@@ -313,17 +313,19 @@ def rows_num_warps(tile_elems: int, dtype: torch.dtype, backward: bool = False) 
     32001` on the H200 (session 59, benchmarks/results/h200-session59/), % of copy, the rules' warps against 32:
     8193 softmax backward fp32 88 -> 93, bf16 54 -> 56; 12289 log-softmax backward fp32 75 -> 94, bf16 37 -> 51
     (8 warps: 255 registers a thread, ptxas), softmax backward fp32 101 both, bf16 70 -> 73; 32001 (fp32 already
-    32) bf16 50 and 39 both. Below that, a backward tile gives a thread at most ROWS_BACKWARD_MAX_VALUES lanes of
-    each input (y and dy, fp32 in registers): a 16-bit tile of 3072 lanes (N = 3000 in two tiles) on the halved
-    2 warps held 48 of each, 182 registers (ptxas), 5 programs an SM; the bf16 log-softmax backward there ran at
-    66.5% of copy on the H200 against 74.2 on 4 warps (session 59, benchmarks/results/h200-session59/
-    triton-35ee1de/ab.txt), at 1025 at 70 against 77 on twice the warps (tune-1025-3000-partial.txt)."""
+    32) bf16 50 and 39 both. Below that, a backward tile takes ROWS_BACKWARD_MIN_WARPS at least: the 16-bit halving
+    put N = 3000 (3072 lanes in two tiles) and 1025 (two rows of 1025) on 2 warps, 48 lanes of y and of dy a thread
+    at 3000 (182 registers, ptxas). bf16 log-softmax backward, % of copy, 2 warps against 4: 3000 34.3 -> 60.7 and
+    1025 69.4 -> 84.8 on an H100 (benchmarks/results/h100-session60/ab-warps.txt); on the H200 3000 66.5 against 74.2 on
+    4 warps in one tile (session 59, h200-session59/triton-35ee1de/ab.txt) and 1025 70 against 77 on twice the warps
+    (tune-1025-3000-partial.txt). Doubling the warps past 4 lost there: 4097 log-softmax backward 92.9 -> 73.3 on
+    8 warps, 8193 softmax backward 98.5 -> 77.9 on 16."""
     if backward and ROWS_BACKWARD_FULL_WARPS_LANES is not None and tile_elems >= ROWS_BACKWARD_FULL_WARPS_LANES:
         return 32
     warps = num_warps_for(tile_elems)
     warps = max(1, warps // 2) if dtype in _FP16_BF16 else warps
-    if backward and ROWS_BACKWARD_MAX_VALUES is not None:
-        warps = max(warps, pow2ceil(cdiv(tile_elems, 32 * ROWS_BACKWARD_MAX_VALUES)))
+    if backward and ROWS_BACKWARD_MIN_WARPS is not None:
+        warps = max(warps, ROWS_BACKWARD_MIN_WARPS)
     return warps
 
 
