@@ -316,10 +316,10 @@ def rows_num_warps(tile_elems: int, dtype: torch.dtype, backward: bool = False) 
     32) bf16 50 and 39 both. Below that, a backward tile takes ROWS_BACKWARD_MIN_WARPS at least: the 16-bit halving
     put N = 3000 (3072 lanes in two tiles) and 1025 (two rows of 1025) on 2 warps, 48 lanes of y and of dy a thread
     at 3000 (182 registers, ptxas). bf16 log-softmax backward, % of copy, 2 warps against 4: 3000 34.3 -> 60.7 and
-    1025 69.4 -> 84.8 on an H100 (benchmarks/results/h100-session60/call2-89c8ff1/ab-warps.txt); on the H200 3000 66.5 against 74.2 on
-    4 warps in one tile (session 59, h200-session59/triton-35ee1de/ab.txt) and 1025 70 against 77 on twice the warps
-    (tune-1025-3000-partial.txt). Doubling the warps past 4 lost there: 4097 log-softmax backward 92.9 -> 73.3 on
-    8 warps, 8193 softmax backward 98.5 -> 77.9 on 16."""
+    1025 69.4 -> 84.8 on an H100 (benchmarks/results/h100-session60/, call2 and call3); on the H200 3000 66.5
+    against 74.2 on 4 warps in one tile (session 59, h200-session59/triton-35ee1de/ab.txt) and 1025 70 against 77
+    on twice the warps (tune-1025-3000-partial.txt). Doubling the warps past 4 lost on the H100: 4097 log-softmax
+    backward 92.9 -> 73.3 on 8 warps, 8193 softmax backward 98.5 -> 77.9 on 16 (call2-89c8ff1/ab-warps.txt)."""
     if backward and ROWS_BACKWARD_FULL_WARPS_LANES is not None and tile_elems >= ROWS_BACKWARD_FULL_WARPS_LANES:
         return 32
     warps = num_warps_for(tile_elems)
