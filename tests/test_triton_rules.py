@@ -342,3 +342,16 @@ def test_rows_window_plans(backward, monkeypatch):
     assert p.meta["V"] == 1 and p.args[M_AT] == 37 and p.tail is None
     _, p = plan(36, 129)  # no tail: windowed whatever the size
     assert p.meta["V"] == 4 and p.tail is None
+
+
+def test_every_assignment_to_the_rules_counts(monkeypatch):
+    """softmax_rules counts each assignment to (or deletion of) one of its names in `generation`, which the launcher's
+    ready launches are made under (softmax._settings): a knob set, even to its own value, set back, a name added and
+    removed."""
+    g = R.generation
+    monkeypatch.setattr(R, "ROWS_TILE_BYTES", R.ROWS_TILE_BYTES)
+    assert R.generation == g + 1
+    monkeypatch.setattr(R, "rows_pieces", lambda N, v=1: (N, 0))
+    monkeypatch.setattr(R, "NOT_A_KNOB", 1, raising=False)
+    monkeypatch.undo()
+    assert R.generation == g + 6 and not hasattr(R, "NOT_A_KNOB")

@@ -209,9 +209,9 @@ def _launch_on(device: torch.device, kernel, grid, args, meta, key):
 # specialises a kernel on its integer arguments and on its pointers' 16-byte alignment, all in that key) is launched
 # again as JITFunction.run launched it, the compiled kernel's launcher handed the same values, without the plan and
 # Triton's binder: only a plan of one launch (not the window's with its last row's own), only while everything the
-# plan and the compiled kernel were chosen by is unchanged (`settings`: every value of rules.py, which tests and
-# benchmarks/tune_triton.py set, and the debug and instrumentation knobs Triton compiles with) and while no pre-run
-# hook is set on the kernel. Host time, Triton's driver stubbed on this project's CPU machine
+# plan and the compiled kernel were chosen by is unchanged (`settings`: no name of rules.py assigned since, as tests
+# and benchmarks/tune_triton.py assign them, and the debug and instrumentation knobs Triton compiles with) and while
+# no pre-run hook is set on the kernel. Host time, Triton's driver stubbed on this project's CPU machine
 # (benchmarks/results/cpu-host-triton-ready-s55.txt): the launcher 17-22 -> 6-9 us a call; the Triton backend's few-row
 # sweep cells had timed 3-19x their kernels' queued time on the H200 (h200-session53/triton/sweep.csv).
 READY_CACHE = 256  # shapes kept ready ...
@@ -221,7 +221,9 @@ _SEEN = BoundedCache(SEEN_CACHE)
 
 
 def _settings() -> tuple:
-    return (knobs.runtime.debug, knobs.compilation.instrumentation_mode, *vars(rules).values())
+    """What a ready launch was made under: Triton's knobs above, and the rules' generation (every assignment to a name
+    of softmax_rules counts)."""
+    return (knobs.runtime.debug, knobs.compilation.instrumentation_mode, rules.generation)
 
 
 def _make_ready(shape: tuple, p: Plan, ran: tuple, fresh: list, settings: tuple) -> None:
