@@ -178,12 +178,14 @@ def _wait_for(count_ptr, target):
 #   each vector, which Triton can prove); values outside the row are neighbours' (read, never used: replaced by the
 #   padding). The body, lanes s and s + N rounded in, is stored as whole vectors; the < V elements each side of it
 #   (the ends) are read again and computed from the row's reduction in a small tile of 2V lanes, one element at a
-#   time (a store of them from the big tile would be one predicated instruction per lane). The last row's window
+#   time (a store of them from the big tile would be one predicated instruction per lane; in place, the body's
+#   store has left them as they were, and no other row's program writes them). The last row's window
 #   may pass the tensor's end: the launcher leaves it to a launch of its own (V = 1) unless it ends on a vector.
 # ---------------------------------------------------------------------------------------------
 @_device_fn
 def _load_row(ptr, base, c, read, s, end, pad, V: tl.constexpr):
-    """Lanes c of rows starting at element base (fp32): `pad` past the row (and, V > 1, outside [s, end))."""
+    """Lanes c of rows whose lane 0 is element `base`, in fp32: `pad` where `read` is false and, V > 1, outside the
+    row's lanes [s, end)."""
     v = tl.load(ptr + base + c, mask=read, other=pad).to(tl.float32)
     if V > 1:
         v = tl.where((c >= s) & (c < end), v, pad)
