@@ -261,14 +261,14 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
             tl.store(out_ptr + a_out + cols, out.to(out_ptr.dtype.element_ty), mask=read)
             if TAIL > 0:
                 tl.store(out_ptr + a_out + tcols, outt.to(out_ptr.dtype.element_ty), mask=tread)
-        else:  # the body, lanes [lo, hi): whole vectors
+        else:  # the body, lanes [lo, hi), as whole vectors, then the ends
             lo = (s + V - 1) // V * V
             hi = end // V * V
             tl.store(out_ptr + a_out + cols, out.to(out_ptr.dtype.element_ty),
                      mask=row_ok & (cols >= lo) & (cols < hi))
             if TAIL > 0:  # its lanes lie past lo (BLOCK_N >= V >= lo)
                 tl.store(out_ptr + a_out + tcols, outt.to(out_ptr.dtype.element_ty), mask=row_ok & (tcols < hi))
-        if V > 1:  # the ends: lanes [s, lo) and [hi, end), each < V wide, from the row's reduction
+            # the ends: lanes [s, lo) and [hi, end), each < V wide, from the row's reduction
             k = tl.arange(0, 2 * V)[None, :]
             p = tl.where(k < V, s + k, hi + k - V)
             ends = row_ok & tl.where(k < V, p < lo, p < end)
@@ -277,8 +277,7 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
                 dye = tl.load(dy_ptr + a_dy + p, mask=ends, other=0.0).to(tl.float32)
                 oute = _grad(xe, dye, total, live, LOG)
             else:
-                ze = xe - shift
-                oute = _softmax_of(ze, tl.exp2(ze * LOG2E), d, LOG)
+                oute = _normalise(xe, shift, d, LOG)
             tl.store(out_ptr + a_out + p, oute.to(out_ptr.dtype.element_ty), mask=ends)
 
 
