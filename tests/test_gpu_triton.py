@@ -167,6 +167,16 @@ def test_window_padded_rows_and_in_place(M, N, width, dtype, backward, monkeypat
     check_padded_and_in_place(K, record_windows(monkeypatch, K), M, N, width, dtype, backward, "cuda")
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("regime,M,N,width", [("online", 300, 50001, 50008), ("split", 5, 70001, 70010)])
+def test_chunk_windows_padded_and_in_place(regime, M, N, width, dtype, backward, monkeypatch):
+    """tests/window_cases.py through the online and split kernels' windows (rules.chunk_window): padded rows (their
+    padding NaN and +-inf, neither used nor written), in place, and off a vector (no window)."""
+    check_padded_and_in_place(K, record_windows(monkeypatch, K, regime=regime), M, N, width, dtype, backward, "cuda",
+                              regime=regime)
+
+
 def test_runs_on_torch_current_stream():
     v = get("triton.softmax_split")
     x = torch.randn(4, 100000, device="cuda")

@@ -278,11 +278,54 @@ def test_window_rows(op, dtype, seed, windows):
             assert windows == expected_windows(M, N, N, V), (M, N, windows)
 
 
+@pytest.mark.parametrize("regime", REGIMES)
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("backward", [False, True])
-def test_window_padded_rows_and_in_place(backward, dtype, windows):
-    """tests/window_cases.py: 6 padded rows of 129 in rows of 136, in place, off a vector."""
-    check_padded_and_in_place(K, windows, 6, 129, 136, dtype, backward, "cpu")
+def test_window_padded_rows_and_in_place(backward, dtype, regime, monkeypatch):
+    """tests/window_cases.py: 6 padded rows of 129 in rows of 136, in place, off a vector; in each regime (online and
+    split: 9 chunks of 16 lanes a row, the ends apart)."""
+    windows = record_windows(monkeypatch, K, regime=regime)
+    check_padded_and_in_place(K, windows, 6, 129, 136, dtype, backward, "cpu", regime=regime)
+
+
+@pytest.mark.parametrize("regime", ["online", "split"])
+@pytest.mark.parametrize("op", OPS)
+def test_chunk_windows_special_rows(op, regime, monkeypatch):
+    """The online and split kernels through windows (rules.chunk_window) with test_special_rows' hazards in a row's
+    ends, the < 4 elements each side of its vector body that go through a chunk of their own: 12 rows of 37 fp32
+    elements start at offsets r % 4 of a vector, so row r's ends are its first (4 - r % 4) % 4 elements and its last
+    (r + 1) % 4. In them: NaN first (row 1) and last (row 2), one finite value first (row 5) and last (row 4, the
+    log-softmax backward's y live there alone), +inf (row 6, next to last), the row's max (row 9, first); row 0
+    masked. Against float64, the outputs poisoned with NaN; the launches recorded as windowed."""
+    N = 37
+    assert [R.chunk_window(N, (N, N), 4)] == [4]
+    windows = record_windows(monkeypatch, K, regime=regime)
+    x = _special_rows(N, F32)
+    x[1] = torch.randn(N)
+    x[1, 0] = float("nan")
+    x[2] = torch.randn(N)
+    x[2, N - 1] = float("nan")
+    x[4] = float("-inf")
+    x[4, N - 1] = 0.5
+    x[5] = float("-inf")
+    x[5, 0] = -1.0
+    x[6] = torch.randn(N)
+    x[6, N - 2] = float("inf")
+    x[9] = torch.randn(N)
+    x[9, 0] = 500.0
+    report, out = _run_direct(op, regime, _inputs(op, x), F32)
+    assert report.ok, report.message
+    assert windows == [4], windows
+    if op == "softmax":
+        assert out[4, -1].item() == 1.0 and out[5, 0].item() == 1.0 and (out[0] == 0).all()
+        assert out[9, 0].item() == 1.0
+    if op == "log_softmax":
+        assert out[4, -1].item() == 0.0 and out[5, 0].item() == 0.0 and torch.isneginf(out[0]).all()
+    if op in ("softmax", "log_softmax"):
+        for row in (1, 2, 6):
+            assert torch.isnan(out[row]).all(), (row, out[row])
+    if op == "log_softmax_backward":
+        assert (out[4] != 0).any() and (out[5] != 0).any()
 
 
 @pytest.mark.parametrize("programs", [1, 3, 64])

@@ -48,6 +48,21 @@ def test_split_config_rules(monkeypatch):
     monkeypatch.setattr(R, "FORCE_CHUNK", 16)
     cfg = R.split_config(1, 262144, SMS)
     assert cfg.CHUNK == 16 and cfg.C == 262144 // 16 and cfg.PBLOCK == R.SPLIT_MAX_PARTIALS_BLOCK
+    assert R.split_config(1, 33, SMS, v=4).C == 3  # windows: the chunks cover N + v - 1 = 36 lanes
+    assert R.split_config(1, 29, SMS, v=4).C == 2
+
+
+def test_chunk_window_rule(monkeypatch):
+    """The online and split kernels read rows through windows wherever row_window takes them (any length: nothing
+    outside the row is read), unless CHUNK_WINDOWS is off; the rows kernel keeps its own rule."""
+    for N, size, V in ((50001, 2, 8), (65537, 4, 4), (1000003, 2, 8), (40001, 2, 8), (5000, 4, 4), (129, 4, 4), (9, 2, 8)):
+        assert R.chunk_window(N, (N, N), size) == V, (N, size)
+    assert R.chunk_window(32767, (32767, 32767), 4) == 4 and R.rows_window_fits(32767, (32767, 32767), 4) == 1
+    for N, strides, aligned in ((65536, (65536, 65536), True), (40000, (40000, 40000), True), (50001, (50001, 50001), False),
+                                (50001, (50002, 50001), True), (7, (7, 7), True), (50001, (50000, 50000), True)):
+        assert R.chunk_window(N, strides, 2, aligned) == 1, (N, strides, aligned)
+    monkeypatch.setattr(R, "CHUNK_WINDOWS", False)
+    assert R.chunk_window(50001, (50001, 50001), 2) == 1
 
 
 def test_occupancy():

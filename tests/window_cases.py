@@ -1,5 +1,5 @@
-"""The Triton rows kernel's windows (softmax_rules.rows_window) on padded rows, in place and off a vector: one check,
-run by the interpreter's tests on CPU tensors and by the GPU's tests at real sizes."""
+"""The Triton kernels' windows (softmax_rules.rows_window, chunk_window) on padded rows, in place and off a vector: one
+check, run by the interpreter's tests on CPU tensors and by the GPU's tests at real sizes."""
 
 import torch
 
@@ -7,11 +7,13 @@ from onlinesoftmax import reference
 from onlinesoftmax.harness.check import compare_to_reference
 
 
-def record_windows(monkeypatch, K, every: bool = True) -> list:
-    """Records the V of every rows launch the launchers K make from now on, in order (1: no window), with the windows
-    on for every N and size (softmax_rules.ROWS_WINDOW_MIN_N, ROWS_WINDOW_TAIL_MIN_BYTES) or, every=False, where the
-    rules put them; every call planned (no ready launch, which would pass no record, nor one an earlier test left
-    ready: tests/test_triton_launch.py and test_gpu_triton.py's ready-launch test take the windows through it)."""
+def record_windows(monkeypatch, K, every: bool = True, regime: str = "rows") -> list:
+    """Records the V of every launch of `regime`'s kernel the launchers K make from now on, in order (1: no window),
+    with the rows kernel's windows on for every N and size (softmax_rules.ROWS_WINDOW_MIN_N,
+    ROWS_WINDOW_TAIL_MIN_BYTES) or, every=False, where the rules put them (the online and split kernels take them
+    wherever they can, chunk_window); every call planned (no ready launch, which would pass no record, nor one an
+    earlier test left ready: tests/test_triton_launch.py and test_gpu_triton.py's ready-launch test take the windows
+    through it)."""
     if every:
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_MIN_N", 1)
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_TAIL_MIN_BYTES", 0)
@@ -19,18 +21,20 @@ def record_windows(monkeypatch, K, every: bool = True) -> list:
     monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE))
     seen = []
     launch = K._launch_on
+    mine = getattr(K, f"{regime}_kernel")
     monkeypatch.setattr(K, "_launch_on", lambda dev, kernel, grid, args, meta, key: (
-        seen.append(meta["V"]) if kernel is K.rows_kernel else None, launch(dev, kernel, grid, args, meta, key))[1])
+        seen.append(meta["V"]) if kernel is mine else None, launch(dev, kernel, grid, args, meta, key))[1])
     return seen
 
 
-def expected_windows(M: int, N: int, stride: int, V: int) -> list:
-    """A windowed launch, and the last row's scalar one where its window would pass the tensor's end."""
-    return [V, 1] if ((M - 1) * stride + N) % V else [V]
+def expected_windows(M: int, N: int, stride: int, V: int, regime: str = "rows") -> list:
+    """A windowed launch, and in the rows regime the last row's scalar one where its window would pass the tensor's
+    end (the online and split kernels read nothing outside a row)."""
+    return [V, 1] if regime == "rows" and ((M - 1) * stride + N) % V else [V]
 
 
 def check_padded_and_in_place(K, windows: list, M: int, N: int, width: int, dtype: torch.dtype, backward: bool,
-                              device: str, seed: int = 5) -> None:
+                              device: str, seed: int = 5, regime: str = "rows") -> None:
     """Windows over padded rows (a 16-byte aligned view of (M, width)) read the padding, which holds NaN and +-inf,
     and must neither use it nor write it; in place (out is x, or dy); a view whose pointer is off 16 bytes keeps the
     scalar rows. Against float64, the outputs poisoned with NaN."""
@@ -46,7 +50,8 @@ def check_padded_and_in_place(K, windows: list, M: int, N: int, width: int, dtyp
         return wide, wide[:, :N]
 
     def run(ins, out, log):
-        (K.softmax_backward(*ins, out, log=log) if backward else K.softmax_forward(*ins, out, log=log))
+        (K.softmax_backward(*ins, out, log=log, regime=regime) if backward else
+         K.softmax_forward(*ins, out, log=log, regime=regime))
         return out
 
     x = (torch.randn(M, N, generator=g) * 3).to(dtype)
@@ -63,7 +68,7 @@ def check_padded_and_in_place(K, windows: list, M: int, N: int, width: int, dtyp
         before = out_wide.clone()
         windows.clear()
         run(views, out, log)
-        assert windows == expected_windows(M, N, width, V), (op, windows)
+        assert windows == expected_windows(M, N, width, V, regime), (op, windows)
         report = compare_to_reference(op, ins, out.cpu(), dtype, ref=ref)
         assert report.ok, (op, "padded", report.message)
         torch.testing.assert_close(out_wide[:, N:], before[:, N:], equal_nan=True)  # the padding untouched
@@ -72,7 +77,7 @@ def check_padded_and_in_place(K, windows: list, M: int, N: int, width: int, dtyp
         own = tuple(t.to(device, copy=True) for t in ins)  # in place: out is the last input
         windows.clear()
         run(own, own[-1], log)
-        assert windows == expected_windows(M, N, N, V), (op, windows)
+        assert windows == expected_windows(M, N, N, V, regime), (op, windows)
         report = compare_to_reference(op, ins, own[-1].cpu(), dtype, ref=ref)
         assert report.ok, (op, "in place", report.message)
         off = tuple(torch.cat([t.new_zeros(1), t.flatten()]).to(device)[1:].view(M, N) for t in ins)  # 2 or 4 bytes

@@ -121,8 +121,8 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
     if not backward:  # the kernels take (in, dy, out) and their row strides: no dy forward
         tensors, strides = (tensors[0], None, tensors[1]), (strides[0], None, strides[1])
     op = dict(BACKWARD=backward, LOG=log)
+    aligned = all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))  # warmup: dtypes
     if regime == "rows":
-        aligned = all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))  # warmup: dtypes
         v = rules.rows_window(N, strides, dtype.itemsize, aligned)
         tail = ((M - 1) * strides[0] + N) % v != 0  # the last row's window would pass the tensor's end
         if tail and not rules.rows_window_tail(M, N, dtype.itemsize):
@@ -134,20 +134,22 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
         last = _rows_plan(op, 1, N, dtype, sms, tuple(t[M - 1:] if isinstance(t, torch.Tensor) else t
                                                       for t in tensors), strides, 1, True)
         return replace(_rows_plan(op, M - 1, N, dtype, sms, tensors, strides, v, False), tail=last) if M > 1 else last
+    v = rules.chunk_window(N, strides, dtype.itemsize, aligned)
     if regime == "online":
         cfg = rules.online_config(N, dtype, backward)
-        key = ("online", backward, cfg, log, dtype)
+        key = ("online", backward, cfg, log, dtype, v)
         grid = (min(M, rules.online_programs(sms)),)
         return Plan(online_kernel, grid, (*tensors, M, N, *strides),
-                    dict(CHUNK=cfg.CHUNK, **op, NUM_STAGES=cfg.num_stages,
+                    dict(CHUNK=cfg.CHUNK, **op, NUM_STAGES=cfg.num_stages, V=v,
                          num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
-    cfg = rules.split_config(M, N, sms, backward)
+    cfg = rules.split_config(M, N, sms, backward, v)
     programs = min(rules.split_programs(sms), 2 * M * cfg.C)  # never more than the tickets
     lag = rules.split_lag(cfg.C, M, programs)
     ws = workspace(2 * M * cfg.C, torch.float32, False)
     sync = workspace(M + 1, torch.int32, True)
     return Plan(split_kernel, (programs,), (*tensors, ws, sync, M, N, *strides, cfg.C, lag),
-                dict(CHUNK=cfg.CHUNK, PBLOCK=cfg.PBLOCK, **op, num_warps=cfg.num_warps, num_stages=1), None, cfg)
+                dict(CHUNK=cfg.CHUNK, PBLOCK=cfg.PBLOCK, **op, V=v, num_warps=cfg.num_warps, num_stages=1), None,
+                cfg)
 
 
 def _rows_plan(op: dict, M: int, N: int, dtype: torch.dtype, sms: int, tensors: tuple, strides: tuple, v: int,

@@ -183,6 +183,14 @@ def _wait_for(count_ptr, target):
 #   may pass the tensor's end: the launcher leaves it to a launch of its own (V = 1) unless it ends on a vector.
 # ---------------------------------------------------------------------------------------------
 @_device_fn
+def _row_ends(k, s, lo, hi, end, V: tl.constexpr):
+    """The lanes p of a windowed row's ends, [s, lo) and [hi, end), from k in [0, 2V) (k < V the first end), and the
+    mask of the lanes that lie in them (none for k >= 2V)."""
+    p = tl.where(k < V, s + k, hi + k - V)
+    return p, tl.where(k < V, p < lo, (p < end) & (k < 2 * V))
+
+
+@_device_fn
 def _load_row(ptr, base, c, read, s, end, pad, V: tl.constexpr):
     """Lanes c of rows whose lane 0 is element `base`, in fp32: `pad` where `read` is false and, V > 1, outside the
     row's lanes [s, end)."""
@@ -269,9 +277,8 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
             if TAIL > 0:  # its lanes lie past lo (BLOCK_N >= V >= lo)
                 tl.store(out_ptr + a_out + tcols, outt.to(out_ptr.dtype.element_ty), mask=row_ok & (tcols < hi))
             # the ends: lanes [s, lo) and [hi, end), each < V wide, from the row's reduction
-            k = tl.arange(0, 2 * V)[None, :]
-            p = tl.where(k < V, s + k, hi + k - V)
-            ends = row_ok & tl.where(k < V, p < lo, p < end)
+            p, ends = _row_ends(tl.arange(0, 2 * V)[None, :], s, lo, hi, end, V)
+            ends = row_ok & ends
             xe = tl.load(in_ptr + a_in + p, mask=ends, other=pad).to(tl.float32)
             if BACKWARD:
                 dye = tl.load(dy_ptr + a_dy + p, mask=ends, other=0.0).to(tl.float32)
@@ -371,55 +378,108 @@ def cols_stream_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips, tasks, BLOCK_N
 # Regime 2: one row per program (persistent), chunked reduction, then a re-read
 #   forward:  read x twice (second from L2 when it fits), write y   3*M*N*size bytes
 #   backward: read y, dy twice, write dx                            5*M*N*size bytes
+# V > 1: the row's window (rules.chunk_window), for rows Triton cannot prove aligned (odd N, a sliced view). As in the
+#   rows kernel, lane c is element a + c, a = start rounded down to a multiple of V, and the row is lanes [s, s + N);
+#   the chunks cover its vector body [lo, hi) (lo, hi: s and s + N rounded in to vectors), read and stored as whole
+#   vectors, and the < V elements each side of it (the ends) go through a chunk of their own (_row_ends), first into
+#   the row's state, last out: nothing outside the row is read, so the last row needs no launch of its own.
 # ---------------------------------------------------------------------------------------------
+@_device_fn
+def _row_at(row, stride_in, stride_dy, stride_out, N, k, V: tl.constexpr):
+    """Where row `row` lies: its lane 0 in each tensor (elements), its lanes [lo, hi) read and stored as whole
+    vectors, and (V > 1) its ends' lanes and mask from k (_row_ends). V = 1: lane 0 is the row's first element, lanes
+    [0, N), no ends (k, unused). V > 1: the window, lane 0 at the row's start rounded down to a multiple of V, the same
+    in every tensor (they share one row stride), the row's lanes [s, s + N), lo and hi s and s + N rounded in."""
+    if V == 1:
+        return row * stride_in, row * stride_dy, row * stride_out, 0, N, k, k < 0
+    else:
+        start = row * stride_in
+        a = start // V * V  # a multiple of V, as Triton sees it
+        s = (start - a).to(tl.int32)
+        lo = (s + V - 1) // V * V
+        hi = (s + N) // V * V
+        ends, at_end = _row_ends(k, s, lo, hi, s + N, V)
+        return a, a, a, lo, hi, ends, at_end
+
+
+@_device_fn
+def _body(cols, lo, hi, V: tl.constexpr):
+    """The lanes cols of a row's body, [lo, hi) (_row_at; [0, N) without windows)."""
+    if V == 1:
+        return cols < hi
+    else:
+        return (cols >= lo) & (cols < hi)
+
+
+@_device_fn
+def _online_fold(in_row, dy_row, cols, ok, m_or_s, d_or_live, pad, BACKWARD: tl.constexpr, LOG: tl.constexpr):
+    """The lanes' states with the row's elements at cols (where ok) folded in: (m, d) with one exp an element forward;
+    (sum dy*y or sum dy, whether any y is not -inf) backward."""
+    if BACKWARD:
+        dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(in_row + cols, mask=ok, other=pad).to(tl.float32)
+        if LOG:
+            return m_or_s + dy, tl.maximum(d_or_live, tl.where(y == float("-inf"), 0.0, 1.0))
+        else:
+            return m_or_s + dy * y, d_or_live
+    else:
+        x = tl.load(in_row + cols, mask=ok, other=pad).to(tl.float32)
+        return _fold(m_or_s, d_or_live, x)
+
+
+@_device_fn
+def _online_write(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD: tl.constexpr, LOG: tl.constexpr):
+    """The outputs at cols (where ok) from the row's reduction: (shift, d) forward, (sum, live) backward."""
+    if BACKWARD:
+        dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
+        out = _grad(y, dy, total, d_or_live, LOG)
+    else:
+        x = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        out = _normalise(x, total, d_or_live, LOG)
+    tl.store(out_row + cols, out.to(out_row.dtype.element_ty), mask=ok)
+
+
 @triton.jit
 def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
-                  CHUNK: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr, NUM_STAGES: tl.constexpr):
+                  CHUNK: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr, NUM_STAGES: tl.constexpr,
+                  V: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     offs = tl.arange(0, CHUNK)
-    n_chunks = tl.cdiv(N, CHUNK)
+    pad = float("-inf")  # what x (or y) reads outside the row: it adds nothing (y of softmax: 0)
+    if BACKWARD:
+        pad = float("-inf") if LOG else 0.0
+    stride_dy_or_in = stride_in  # forward launches pass no stride_dy
+    if BACKWARD:
+        stride_dy_or_in = stride_dy
     for row in tl.range(pid, M, nprog):
-        row64 = tl.cast(row, tl.int64)
-        in_row = in_ptr + row64 * stride_in
-        if BACKWARD:
-            dy_row = dy_ptr + row64 * stride_dy
-        out_row = out_ptr + row64 * stride_out
-        # pass 1: the row's state, lane by lane: (m, d) folded with one exp per element forward;
-        # (sum dy*y or sum dy, whether any y is not -inf) backward
+        a_in, a_dy, a_out, lo, hi, ends, at_end = _row_at(tl.cast(row, tl.int64), stride_in, stride_dy_or_in,
+                                                          stride_out, N, offs, V)
+        in_row = in_ptr + a_in
+        dy_row = dy_ptr + a_dy if BACKWARD else dy_ptr
+        out_row = out_ptr + a_out
+        n_chunks = tl.cdiv(hi, CHUNK)
+        # pass 1: the row's state, lane by lane, the ends first
         m_or_s, d_or_live = _empty(CHUNK, BACKWARD)
+        if V > 1:
+            m_or_s, d_or_live = _online_fold(in_row, dy_row, ends, at_end, m_or_s, d_or_live, pad, BACKWARD, LOG)
         for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
             cols = i * CHUNK + offs
-            ok = cols < N
-            if BACKWARD:
-                dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
-                if LOG:
-                    y = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-                    m_or_s += dy
-                    d_or_live = tl.maximum(d_or_live, tl.where(y == float("-inf"), 0.0, 1.0))
-                else:
-                    y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
-                    m_or_s += dy * y
-            else:
-                x = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-                m_or_s, d_or_live = _fold(m_or_s, d_or_live, x)
+            ok = _body(cols, lo, hi, V)
+            m_or_s, d_or_live = _online_fold(in_row, dy_row, cols, ok, m_or_s, d_or_live, pad, BACKWARD, LOG)
         if BACKWARD:
-            s = tl.sum(m_or_s, 0)
-            live = tl.max(d_or_live, 0)
+            total = tl.sum(m_or_s, 0)
+            d_or_live = tl.max(d_or_live, 0)
         else:
-            shift, d = _merge_lanes(m_or_s, d_or_live)
-        # pass 2: re-read, last chunk first (the likeliest still in L2), write
+            total, d_or_live = _merge_lanes(m_or_s, d_or_live)
+        # pass 2: re-read, last chunk first (the likeliest still in L2), write; the ends last
         for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
             cols = (n_chunks - 1 - i) * CHUNK + offs
-            ok = cols < N
-            if BACKWARD:
-                dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
-                y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
-                out = _grad(y, dy, s, live, LOG)
-            else:
-                x = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-                out = _normalise(x, shift, d, LOG)
-            tl.store(out_row + cols, out.to(out_ptr.dtype.element_ty), mask=ok)
+            ok = _body(cols, lo, hi, V)
+            _online_write(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD, LOG)
+        if V > 1:
+            _online_write(in_row, dy_row, out_row, ends, at_end, total, d_or_live, BACKWARD, LOG)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,51 +490,81 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
 # A partial state is two floats: (m, d) forward; (sum dy*y or sum dy, live flag) backward.
 #   forward:  2 reads + 1 write of M*N*size (the re-read within a LAG-chunk window, in L2)
 #   backward: 4 reads + 1 write; plus workspace: 2 floats per chunk, C of them read per chunk
+# V > 1: rows through windows, as in the online kernel: the chunks cover each row's vector body (C of them for
+#   N + V - 1 lanes), and the tasks of a row's first chunk fold its ends into their partial and write them.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, stride_dy, stride_out, C, LAG,
-                 CHUNK: tl.constexpr, PBLOCK: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr):
+                 CHUNK: tl.constexpr, PBLOCK: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr,
+                 V: tl.constexpr):
     offs = tl.arange(0, CHUNK)
     pidx = tl.arange(0, PBLOCK)
+    k = tl.arange(0, 2 * V)  # V > 1: the row's ends, in its first chunk's tasks
+    stride_dy_or_in = stride_in  # forward launches pass no stride_dy
+    if BACKWARD:
+        stride_dy_or_in = stride_dy
+    pad = float("-inf")  # what x (or y) reads outside the row: it adds nothing (y of softmax: 0)
+    if BACKWARD:
+        pad = float("-inf") if LOG else 0.0
     n_chunks = M * C
     n_tickets = n_chunks + LAG
     t = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
     while t < n_tickets:
         # issue the loads of both halves first (masked off when this ticket has no such half) ...
         r_row = t // C  # (a) reads chunk t
+        r_first = t - r_row * C == 0
         r_cols = (t - r_row * C) * CHUNK + offs
-        r_ok = (r_cols < N) & (t < n_chunks)
-        r_off = r_row.to(tl.int64)
+        r_in, r_dy, r_out, r_lo, r_hi, r_ends, r_at = _row_at(r_row.to(tl.int64), stride_in, stride_dy_or_in,
+                                                              stride_out, N, k, V)
+        r_ok = _body(r_cols, r_lo, r_hi, V) & (t < n_chunks)
         if BACKWARD:
-            dyr = tl.load(dy_ptr + r_off * stride_dy + r_cols, mask=r_ok, other=0.0).to(tl.float32)
-            yr = tl.load(in_ptr + r_off * stride_in + r_cols, mask=r_ok,
-                         other=float("-inf") if LOG else 0.0).to(tl.float32)
+            dyr = tl.load(dy_ptr + r_dy + r_cols, mask=r_ok, other=0.0).to(tl.float32)
+            yr = tl.load(in_ptr + r_in + r_cols, mask=r_ok, other=pad).to(tl.float32)
         else:
-            xr = tl.load(in_ptr + r_off * stride_in + r_cols, mask=r_ok, other=float("-inf")).to(tl.float32)
+            xr = tl.load(in_ptr + r_in + r_cols, mask=r_ok, other=pad).to(tl.float32)
+        if V > 1:  # the row's ends go into its first chunk's partial
+            r_at = r_at & r_first & (t < n_chunks)
+            if BACKWARD:
+                dyre = tl.load(dy_ptr + r_dy + r_ends, mask=r_at, other=0.0).to(tl.float32)
+                yre = tl.load(in_ptr + r_in + r_ends, mask=r_at, other=pad).to(tl.float32)
+            else:
+                xre = tl.load(in_ptr + r_in + r_ends, mask=r_at, other=pad).to(tl.float32)
         g = tl.maximum(t - LAG, 0)  # (b) writes chunk t - LAG
         w_row = g // C
+        w_first = g - w_row * C == 0
         w_cols = (g - w_row * C) * CHUNK + offs
-        w_ok = (w_cols < N) & (t >= LAG)
-        w_off = w_row.to(tl.int64)
+        w_in, w_dy, w_out, w_lo, w_hi, w_ends, w_at = _row_at(w_row.to(tl.int64), stride_in, stride_dy_or_in,
+                                                              stride_out, N, k, V)
+        w_ok = _body(w_cols, w_lo, w_hi, V) & (t >= LAG)
         if BACKWARD:
-            dyw = tl.load(dy_ptr + w_off * stride_dy + w_cols, mask=w_ok, other=0.0).to(tl.float32)
-            yw = tl.load(in_ptr + w_off * stride_in + w_cols, mask=w_ok, other=0.0).to(tl.float32)
+            dyw = tl.load(dy_ptr + w_dy + w_cols, mask=w_ok, other=0.0).to(tl.float32)
+            yw = tl.load(in_ptr + w_in + w_cols, mask=w_ok, other=pad).to(tl.float32)
         else:
-            xw = tl.load(in_ptr + w_off * stride_in + w_cols, mask=w_ok, other=float("-inf")).to(tl.float32)
+            xw = tl.load(in_ptr + w_in + w_cols, mask=w_ok, other=pad).to(tl.float32)
+        if V > 1:
+            w_at = w_at & w_first & (t >= LAG)
+            if BACKWARD:
+                dywe = tl.load(dy_ptr + w_dy + w_ends, mask=w_at, other=0.0).to(tl.float32)
+                ywe = tl.load(in_ptr + w_in + w_ends, mask=w_at, other=pad).to(tl.float32)
+            else:
+                xwe = tl.load(in_ptr + w_in + w_ends, mask=w_at, other=pad).to(tl.float32)
         # ... so that the next ticket's round trip overlaps them
         t_next = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
         # (a) publish the partial state of chunk t, then count it
         if t < n_chunks:
             if BACKWARD:
-                if LOG:
-                    m_or_s = tl.sum(dyr, 0)
-                    d_or_live = tl.max(tl.where(yr == float("-inf"), 0.0, 1.0), 0)
-                else:
-                    m_or_s = tl.sum(dyr * yr, 0)
-                    d_or_live = m_or_s * 0.0  # unused
+                m_or_s, d_or_live = _backward_sums(yr, dyr, 0, LOG)
+                if V > 1:
+                    s_e, live_e = _backward_sums(yre, dyre, 0, LOG)
+                    m_or_s += s_e
+                    d_or_live = tl.maximum(d_or_live, live_e)
             else:
                 m_or_s = tl.max(xr, 0)
+                if V > 1:
+                    m_or_s = tl.maximum(m_or_s, tl.max(xre, 0))
                 d_or_live = tl.sum(tl.exp2((xr - _guard(m_or_s)) * LOG2E), 0)
+                if V > 1:
+                    d_or_live += tl.sum(tl.exp2((xre - _guard(m_or_s)) * LOG2E), 0)
             tl.store(ws_ptr + 2 * t, m_or_s)
             tl.store(ws_ptr + 2 * t + 1, d_or_live)
             tl.debug_barrier()
@@ -497,9 +587,17 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
                     d_or_live = d_or_live * tl.exp2((m_or_s - s_new) * LOG2E) + pd * tl.exp2((pm - s_new) * LOG2E)
                     m_or_s = m_new
             if BACKWARD:
-                out = _grad(yw, dyw, tl.sum(m_or_s, 0), tl.max(d_or_live, 0), LOG)
+                total = tl.sum(m_or_s, 0)
+                live = tl.max(d_or_live, 0)
+                out = _grad(yw, dyw, total, live, LOG)
+                if V > 1:
+                    oute = _grad(ywe, dywe, total, live, LOG)
             else:
                 shift, d = _merge_lanes(m_or_s, d_or_live)
                 out = _normalise(xw, shift, d, LOG)
-            tl.store(out_ptr + w_off * stride_out + w_cols, out.to(out_ptr.dtype.element_ty), mask=w_ok)
+                if V > 1:
+                    oute = _normalise(xwe, shift, d, LOG)
+            tl.store(out_ptr + w_out + w_cols, out.to(out_ptr.dtype.element_ty), mask=w_ok)
+            if V > 1:
+                tl.store(out_ptr + w_out + w_ends, oute.to(out_ptr.dtype.element_ty), mask=w_at)
         t = t_next

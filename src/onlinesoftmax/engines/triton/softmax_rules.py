@@ -77,6 +77,7 @@ ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or 
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
 ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
+CHUNK_WINDOWS = True  # online, split: scalar rows (odd N, a sliced view) through 16-byte windows (chunk_window)
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
 ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
 ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends longer rows (x, or y + dy) to "split"
@@ -203,23 +204,39 @@ def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
     return rows_window_fits(N, strides, itemsize, aligned)
 
 
-def rows_window_fits(N: int, strides, itemsize: int, aligned: bool = True) -> int:
-    """V (16 bytes of elements) where rows N wide can be read through windows, whatever their length's rule
-    (rows_window), else 1: each row read from the V-aligned element at or before its start, as whole vectors, the
-    < V elements past each end of its vector body read again and stored one at a time (softmax_kernels.rows_kernel).
-    Only for scalar rows (rows_scalar) where every row starts at the same offset of a vector in every tensor (the
-    pointers 16-byte aligned, one row stride), a row's window stays inside the tensor (a stride of at least N; the
-    launcher leaves the last row to a launch of its own, rows_window_tail) and N holds a vector, and where the widest
-    window, N + V - 1 elements, takes at most V lanes more than the row read one element at a time (rows_pieces: at
-    N = 32767 it would double the block, and spill; at 4095, 4096 + V lanes where a scalar row takes 4096)."""
+def row_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
+    """V (16 bytes of elements) where rows N wide can be read through windows, else 1: each row read from the V-aligned
+    element at or before its start, as whole vectors, the < V elements past each end of its vector body apart (the
+    ends, one element at a time). Only for scalar rows (rows_scalar) where every row starts at the same offset of a
+    vector in every tensor (the pointers 16-byte aligned, one row stride), rows apart (a stride of at least N) and N
+    holding a vector. The kernels that take them: rows_window, chunk_window."""
     if not aligned or not rows_scalar(N, strides, aligned):
         return 1
     v = 16 // itemsize
     given = {s for s in strides if s is not None}
     if len(given) != 1:
         return 1
-    stride = given.pop()
-    return v if stride >= N >= v and sum(rows_pieces(N, v)) <= sum(rows_pieces(N)) + v else 1
+    return v if given.pop() >= N >= v else 1
+
+
+def rows_window_fits(N: int, strides, itemsize: int, aligned: bool = True) -> int:
+    """V where rows N wide can be read through windows (row_window) in the rows kernel, whatever their length's rule
+    (rows_window), else 1: where the widest window, N + V - 1 elements, takes at most V lanes more than the row read
+    one element at a time (rows_pieces: at N = 32767 it would double the block, and spill; at 4095, 4096 + V lanes
+    where a scalar row takes 4096). The rows kernel reads a row's window whole, neighbours' elements too (unused),
+    so the last row's may pass the tensor's end: the launcher leaves that row to a launch of its own
+    (rows_window_tail)."""
+    v = row_window(N, strides, itemsize, aligned)
+    return v if v > 1 and sum(rows_pieces(N, v)) <= sum(rows_pieces(N)) + v else 1
+
+
+def chunk_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
+    """V where the online and split kernels read rows N wide through windows (row_window; CHUNK_WINDOWS), else 1. Their
+    chunks cover a row's vector body alone and the ends go through a masked chunk of their own, so nothing outside
+    the row is read and no row needs a launch of its own. Measured on the H200 before (session 61,
+    benchmarks/results/h200-session61/): odd long rows one element an access, bf16 softmax at 50001-262143 in the
+    online regime 24-25% of copy against torch's 40-46%, fp32 in the split regime 44-46% against 45-49%."""
+    return row_window(N, strides, itemsize, aligned) if CHUNK_WINDOWS else 1
 
 
 def rows_window_tail(M: int, N: int, itemsize: int) -> bool:
@@ -421,11 +438,12 @@ class SplitConfig:
     num_warps: int
 
 
-def split_config(M: int, N: int, sms: int, backward: bool = False) -> SplitConfig:
+def split_config(M: int, N: int, sms: int, backward: bool = False, v: int = 1) -> SplitConfig:
     """Chunks small enough that every program gets SPLIT_TASKS_PER_PROGRAM of them, at least
     SPLIT_MIN_CHUNK (the ticket costs an atomic), at most SPLIT_MAX_CHUNK values of all inputs (a
     ticket holds two chunks in fp32 registers: ptxas sm_90 gives 64 registers at 8192 x 16 warps
-    forward and ~100 at 4096 x 8 warps backward, two programs per SM), never wider than the row."""
+    forward and ~100 at 4096 x 8 warps backward, two programs per SM), never wider than the row. v: rows read through
+    windows of v elements (chunk_window), whose chunks cover N + v - 1 lanes."""
     if FORCE_CHUNK:
         chunk = FORCE_CHUNK
     else:
@@ -434,7 +452,7 @@ def split_config(M: int, N: int, sms: int, backward: bool = False) -> SplitConfi
         largest = SPLIT_MAX_CHUNK // (2 if backward else 1)
         chunk = max(SPLIT_MIN_CHUNK, min(chunk, largest))
         chunk = min(chunk, pow2ceil(N))
-    c = cdiv(N, chunk)
+    c = cdiv(N + v - 1, chunk)
     pblock = min(pow2ceil(c), SPLIT_MAX_PARTIALS_BLOCK)
     return SplitConfig(chunk, c, pblock, num_warps_for(chunk))
 
