@@ -393,6 +393,13 @@ def test_report_grid_and_targets_over_several_csvs(tmp_path, capsys):
     code, out = run(capsys, "report", "--targets", *map(str, paths))
     line = next(l for l in out.splitlines() if l.startswith("| softmax | float32"))
     assert "129 (85% vs 95%)" in line and "0.91 (1040447×129)" in line and "few rows" not in line
+    # a sweep of the Triton backend alone (`sweep --backend triton`): its rows, the same report
+    triton = [dict(r, variant=r["variant"].replace("api.cuda", "api.triton")) for r in fwd]
+    code, out = run(capsys, "report", "--grid", str(results.write_csv(triton, tmp_path / "t.csv")))
+    assert code == 0 and "| 129 | 85% (0.91×) ✗ ↓ |" in out
+    both = fwd + [dict(r, variant="api.triton.softmax", pct_copy=10.0, time_ms=9.0) for r in fwd[:1]]
+    code, out = run(capsys, "report", "--grid", str(results.write_csv(both, tmp_path / "both.csv")))
+    assert "| 128 | 95% (2.00×) |" in out  # both backends: the production one's rows
 
 
 def test_report_targets_says_which_few_row_target_was_not_timed(tmp_path, capsys):

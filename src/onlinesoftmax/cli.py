@@ -572,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "1 x 262144 and 32 x 131072")
     how.add_argument("--grid", action="store_true",
                      help="sweep CSVs as one table: a row per N at M x N = 2^27, forward and backward %% of copy per "
-                          "dtype (the lower of torch's time over ours in brackets), the misses marked")
+                          "dtype (the lower of torch's time over ours in brackets), the misses marked; --targets "
+                          "and --grid read the CUDA backend's rows, or the one backend a `sweep --backend` CSV holds")
     how.add_argument("--ab", action="store_true",
                      help="one sweep of ours over several source trees (benchmarks/ab.sh's ab-NAME.csv, the base "
                           "first): %% of copy side by side, each tree's change against the base (long rows and few "

@@ -125,12 +125,20 @@ def _grid(rows, ours: str, elements: int):
     return grid
 
 
-def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) -> str:
+def _ours(rows, ours: str | None) -> str:
+    """`ours`, or where None the one backend of ours the CSVs hold (a `sweep --backend triton`: api.triton), else the
+    production backend's rows (api.cuda)."""
+    found = _backends(rows)
+    return ours or (found.pop() if len(found) == 1 else "api.cuda")
+
+
+def targets_markdown(csv_paths, ours: str = None, elements: int = 1 << 27) -> str:
     """Per (op, dtype) of sweep CSVs: our worst % of copy over the M x N = 2^27 shapes against the target (and the
     shapes below it), the odd N more than ODD_N_POINTS below their power-of-two neighbour, our worst ratio to torch
     over every shape, and the speed-ups over torch at FEW_ROWS_TARGETS (do_bench with its L2 flush; queued back to
-    back on rotated copies)."""
+    back on rotated copies). ours: the backend's rows (_ours)."""
     rows = _rows(csv_paths)
+    ours = _ours(rows, ours)
     by = {(r["op"], r["dtype"], int(r["M"]), int(r["N"]), r["variant"]): r for r in rows}
     keys = list(dict.fromkeys((r["op"], r["dtype"]) for r in rows if r["variant"] == f"{ours}.{r['op']}"))
     if not keys:
@@ -171,12 +179,14 @@ def targets_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27)
     return "\n".join(out) + "\n"
 
 
-def grid_markdown(csv_paths, ours: str = "api.cuda", elements: int = 1 << 27) -> str:
+def grid_markdown(csv_paths, ours: str = None, elements: int = 1 << 27) -> str:
     """The public grid as one table: a row per N at M = 2^27 // N, per dtype a forward and a backward column, each
     cell ours' % of copy over its two ops (softmax and log-softmax; their backward) and, in brackets, the lower of
     torch's time over ours; ✗ where a cell is below TARGET_PCT, ↓ where an N not a power of two is more than
-    ODD_N_POINTS below its power-of-two neighbour."""
-    grid = _grid(_rows(csv_paths), ours, elements)
+    ODD_N_POINTS below its power-of-two neighbour. ours: the backend's rows (_ours)."""
+    rows = _rows(csv_paths)
+    ours = _ours(rows, ours)
+    grid = _grid(rows, ours, elements)
     if not grid:
         raise OnlineSoftmaxError(f"{', '.join(map(str, _paths(csv_paths)))}: no timed rows of {ours}.<op> at "
                                  f"M x N = {elements}")
@@ -216,10 +226,15 @@ def _tree_name(path) -> str:
     return stem[3:] if stem.startswith("ab-") else stem
 
 
+def _backends(rows) -> set:
+    """The backends of ours (api.cuda, api.triton) whose op rows `rows` hold."""
+    return {r["variant"][: -len(r["op"]) - 1] for r in rows
+            if r["variant"].startswith("api.") and r["variant"].endswith("." + r["op"])}
+
+
 def _our_backend(rows) -> str:
     """The one backend of ours (api.cuda or api.triton) whose op rows `rows` hold: an A/B sweeps one."""
-    found = {r["variant"][: -len(r["op"]) - 1] for r in rows
-             if r["variant"].startswith("api.") and r["variant"].endswith("." + r["op"])}
+    found = _backends(rows)
     if len(found) != 1:
         raise OnlineSoftmaxError(f"--ab compares one backend of ours, the CSVs hold {sorted(found) or 'none'}")
     return found.pop()
