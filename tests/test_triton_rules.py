@@ -274,15 +274,18 @@ def test_rows_pieces_hold_a_row_in_fewer_lanes(monkeypatch):
     assert meta(44739, 3000, BF16)["num_warps"] == 2  # forward: the rules' 16-bit halving
     assert meta(32760, 4097, BF16, backward=True)["num_warps"] == 4
     m = meta(16382, 8193, BF16, backward=True)  # windowed (ROWS_WINDOW_MIN_N): 8192 + 8 lanes on 4 warps
-    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 8, 8, 4)  # (ROWS_16BIT_LONG_WARPS)
+    assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 8, 8, 4)  # (rows_16bit_long)
     m = meta(16382, 8193, BF16, backward=True, strides=(8194, 8193, 8193))  # no window: 8192 + 1
     assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (8192, 1, 1, 4)
     m = meta(8192, 16385, BF16, backward=True, strides=(16386, 16385, 16385))  # past ROWS_PIECES_MAX_N: one tile
     assert (m["BLOCK_N"], m["TAIL"], m["V"], m["num_warps"]) == (32768, 0, 1, 32)
-    for N in (8193, 12289, 16383, 16384):  # 16-bit tiles of 8193-32767 lanes, either way
+    for N in (12289, 16383):  # long unaligned 16-bit rows: 4 warps forward and in the log-softmax backward
         assert meta(2, N, BF16)["num_warps"] == meta(2, N, F16, backward=True)["num_warps"] == 4, N
-    assert meta(2, 8192, BF16)["num_warps"] == 8 and meta(2, 12289, F32)["num_warps"] == 16
-    assert meta(2, 32001, BF16)["num_warps"] == 16  # 32768 lanes: the rules'
+    assert meta(2, 8193, BF16)["num_warps"] == 8  # the forward from 16384 lanes only
+    assert meta(2, 16384, BF16)["num_warps"] == 8 and meta(2, 16384, BF16, backward=True)["num_warps"] == 32
+    assert meta(2, 12289, F32)["num_warps"] == 16 and meta(2, 32001, BF16)["num_warps"] == 16
+    assert K.plan(True, False, "rows", 2, 12289, BF16, SMS, (BF16,) * 3, (12289,) * 3,
+                  lambda _n, dt, _zero: dt).meta["num_warps"] == 32  # the softmax backward: the rules'
     monkeypatch.setattr(R, "ROWS_16BIT_LONG_WARPS", None)
     assert meta(2, 16383, BF16)["num_warps"] == 8 and meta(2, 12289, BF16, backward=True)["num_warps"] == 32
     monkeypatch.undo()

@@ -155,7 +155,7 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
 def _rows_plan(op: dict, M: int, N: int, dtype: torch.dtype, sms: int, tensors: tuple, strides: tuple, v: int,
                scalar: bool) -> Plan:
     """The rows kernel over M rows, through windows of v elements (rules.rows_window; 1: none)."""
-    cfg = rules.rows_config(M, N, dtype, op["BACKWARD"], scalar, v)
+    cfg = rules.rows_config(M, N, dtype, op["BACKWARD"], scalar, v, op["LOG"])
     key = ("rows", op["BACKWARD"], cfg, op["LOG"], dtype, v)
     tiles = cdiv(M, cfg.BLOCK_M)
     grid = (_programs(key, cfg.num_warps, sms, tiles) if rules.rows_persistent() else tiles,)

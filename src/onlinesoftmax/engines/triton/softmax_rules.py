@@ -73,7 +73,7 @@ ROWS_PIECES_MIN_N = 129  # rows: a row this long or longer in two power-of-two t
 ROWS_PIECES_MAX_N = 16383  # ... and no longer than this
 ROWS_BACKWARD_FULL_WARPS_LANES = 16384  # rows backward: a tile of this many lanes or more on 32 warps; None: rules'
 ROWS_BACKWARD_MIN_WARPS = 4  # rows backward: a rules' tile on at least this many warps (not the scalar tiles); None
-ROWS_16BIT_LONG_WARPS = 4  # rows: a 16-bit tile of 8193-32767 lanes (one row) on this many warps; None: the rules'
+ROWS_16BIT_LONG_WARPS = 4  # rows: long unaligned 16-bit rows (rows_16bit_long) on this many warps; None: the rules'
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
 ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
@@ -304,11 +304,11 @@ def rows_pieces(N: int, v: int = 1) -> tuple[int, int]:
 
 
 def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scalar: bool = False,
-                v: int = 1) -> RowsConfig:
+                v: int = 1, log: bool = False) -> RowsConfig:
     """Whole rows; several per tile for small N, a power of two of them, so a tile holds at most ROWS_TILE_BYTES of
     each input (more than half of it, unless one row passes it); scalar: the accesses are one element each
     (rows_scalar), and some widths then take their own tile (rows_scalar_tile); v: the rows are read through
-    windows of v elements (rows_window), and a row may take two tiles (rows_pieces)."""
+    windows of v elements (rows_window), and a row may take two tiles (rows_pieces); log: the op is log_softmax's."""
     size = dtype.itemsize
     block_n, tail = rows_pieces(N, v)
     own = rows_scalar_tile(N, dtype) if scalar else None
@@ -316,7 +316,9 @@ def rows_config(M: int, N: int, dtype: torch.dtype, backward: bool = False, scal
     block_m = min(block_m, pow2ceil(M))
     tile = block_m * (block_n + tail)
     inputs = 2 if backward else 1
-    return RowsConfig(block_m, block_n, own[1] if own else rows_num_warps(tile, dtype, backward),
+    warps = own[1] if own else (ROWS_16BIT_LONG_WARPS if rows_16bit_long(tile, dtype, backward, log, scalar or v > 1)
+                                else rows_num_warps(tile, dtype, backward))
+    return RowsConfig(block_m, block_n, warps,
                       pipeline_stages(tile * size * inputs), tail)
 
 
@@ -339,16 +341,7 @@ def rows_num_warps(tile_elems: int, dtype: torch.dtype, backward: bool = False) 
     1025 69.4 -> 84.8 on an H100 (benchmarks/results/h100-session60/, call2 and call3); on the H200 3000 66.5
     against 74.2 on 4 warps in one tile (session 59, h200-session59/triton-35ee1de/ab.txt) and 1025 70 against 77
     on twice the warps (tune-1025-3000-partial.txt). Doubling the warps past 4 lost on the H100: 4097 log-softmax
-    backward 92.9 -> 73.3 on 8 warps, 8193 softmax backward 98.5 -> 77.9 on 16 (call2-89c8ff1/ab-warps.txt).
-
-    A 16-bit tile of more than 8192 and fewer than 32768 lanes (rows of 8193-16384; 32001 takes 32768) runs on
-    ROWS_16BIT_LONG_WARPS: two such rows an SM at 255 registers on 4 warps, where 8 warps take 208-224 registers at
-    16384 lanes (one row an SM; ptxas). `tune_triton.py --n 8193 12289 16383` on the H200 (session 61,
-    benchmarks/results/h200-session61/tune-odd-n.txt), % of copy, the rules' warps against 4: bf16 softmax 12289
-    42 -> 59, 16383 50 -> 70, log_softmax 42 -> 66 and 50 -> 69, log-softmax backward (32 warps) 50 -> 69 and
-    57 -> 71, 8193 (8 warps) 47 -> 70; at 8193 the forward 62 -> 55 (softmax) and 62 -> 73 (log_softmax)."""
-    if ROWS_16BIT_LONG_WARPS is not None and dtype in _FP16_BF16 and 8192 < tile_elems < 32768:
-        return ROWS_16BIT_LONG_WARPS
+    backward 92.9 -> 73.3 on 8 warps, 8193 softmax backward 98.5 -> 77.9 on 16 (call2-89c8ff1/ab-warps.txt)."""
     if backward and ROWS_BACKWARD_FULL_WARPS_LANES is not None and tile_elems >= ROWS_BACKWARD_FULL_WARPS_LANES:
         return 32
     warps = num_warps_for(tile_elems)
@@ -356,6 +349,25 @@ def rows_num_warps(tile_elems: int, dtype: torch.dtype, backward: bool = False) 
     if backward and ROWS_BACKWARD_MIN_WARPS is not None:
         warps = max(warps, ROWS_BACKWARD_MIN_WARPS)
     return warps
+
+
+def rows_16bit_long(tile_elems: int, dtype: torch.dtype, backward: bool, log: bool, unaligned: bool) -> bool:
+    """Whether a tile runs on ROWS_16BIT_LONG_WARPS (4) instead of rows_num_warps': one 16-bit row that Triton does
+    not vectorise itself (unaligned: read one element at a time, or through windows) in a tile of fewer than 32768
+    lanes and at least 16384 forward (N = 12289-16383), more than 8192 for the log-softmax backward (8193-16383).
+    Two such rows an SM at 255 registers on 4 warps (the log-softmax backward spills 160-208 bytes at 16384 lanes),
+    where the rules' 8 warps take 208-224 registers forward at 16384 lanes and the backward's 32 (8 at 8200 lanes: 176
+    registers) one row an SM (ptxas). `tune_triton.py --n 8193 12289 16383 --ops softmax log_softmax
+    log_softmax_backward` on the H200 (session 61, benchmarks/results/h200-session61/call1-1481bcb/tune-odd-n.txt),
+    bf16, % of copy, the rules' warps against 4: softmax 12289 42 -> 59, 16383 50 -> 70; log_softmax 42 -> 66 and
+    50 -> 69; log-softmax backward 8193 47 -> 70, 12289 50 -> 69, 16383 57 -> 71. Left out, not measured better: the
+    forward at 8193 (softmax 62 -> 55, log_softmax 62 -> 73 on 4 warps), the softmax backward (not timed on 4 warps),
+    aligned rows (16384: not timed), fp16 (not timed; the same registers as bf16)."""
+    if ROWS_16BIT_LONG_WARPS is None or dtype not in _FP16_BF16 or not unaligned or tile_elems >= 32768:
+        return False
+    if backward:
+        return log and tile_elems > 8192
+    return tile_elems >= 16384
 
 
 @dataclass(frozen=True)
