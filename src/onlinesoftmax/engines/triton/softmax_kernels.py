@@ -385,21 +385,18 @@ def cols_stream_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips, tasks, BLOCK_N
 #   the row's state, last out: nothing outside the row is read, so the last row needs no launch of its own.
 # ---------------------------------------------------------------------------------------------
 @_device_fn
-def _row_at(row, stride_in, stride_dy, stride_out, N, k, V: tl.constexpr):
-    """Where row `row` lies: its lane 0 in each tensor (elements), its lanes [lo, hi) read and stored as whole
-    vectors, and (V > 1) its ends' lanes and mask from k (_row_ends). V = 1: lane 0 is the row's first element, lanes
-    [0, N), no ends (k, unused). V > 1: the window, lane 0 at the row's start rounded down to a multiple of V, the same
-    in every tensor (they share one row stride), the row's lanes [s, s + N), lo and hi s and s + N rounded in."""
+def _row_at(row, stride_in, stride_dy, stride_out, N, V: tl.constexpr):
+    """Where row `row` lies: its lane 0 in each tensor (elements), its first lane s, and its lanes [lo, hi) read and
+    stored as whole vectors. V = 1: lane 0 is the row's first element, lanes [0, N), no ends. V > 1: the window, lane 0
+    at the row's start rounded down to a multiple of V, the same in every tensor (they share one row stride), the row's
+    lanes [s, s + N), lo and hi s and s + N rounded in; its ends are _row_ends(k, s, lo, hi, s + N, V)."""
     if V == 1:
-        return row * stride_in, row * stride_dy, row * stride_out, 0, N, k, k < 0
+        return row * stride_in, row * stride_dy, row * stride_out, 0, 0, N
     else:
         start = row * stride_in
         a = start // V * V  # a multiple of V, as Triton sees it
         s = (start - a).to(tl.int32)
-        lo = (s + V - 1) // V * V
-        hi = (s + N) // V * V
-        ends, at_end = _row_ends(k, s, lo, hi, s + N, V)
-        return a, a, a, lo, hi, ends, at_end
+        return a, a, a, s, (s + V - 1) // V * V, (s + N) // V * V
 
 
 @_device_fn
@@ -454,8 +451,7 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
     if BACKWARD:
         stride_dy_or_in = stride_dy
     for row in tl.range(pid, M, nprog):
-        a_in, a_dy, a_out, lo, hi, ends, at_end = _row_at(tl.cast(row, tl.int64), stride_in, stride_dy_or_in,
-                                                          stride_out, N, offs, V)
+        a_in, a_dy, a_out, s, lo, hi = _row_at(tl.cast(row, tl.int64), stride_in, stride_dy_or_in, stride_out, N, V)
         in_row = in_ptr + a_in
         dy_row = dy_ptr + a_dy if BACKWARD else dy_ptr
         out_row = out_ptr + a_out
@@ -463,6 +459,7 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
         # pass 1: the row's state, lane by lane, the ends first
         m_or_s, d_or_live = _empty(CHUNK, BACKWARD)
         if V > 1:
+            ends, at_end = _row_ends(offs, s, lo, hi, s + N, V)
             m_or_s, d_or_live = _online_fold(in_row, dy_row, ends, at_end, m_or_s, d_or_live, pad, BACKWARD, LOG)
         for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
             cols = i * CHUNK + offs
@@ -478,7 +475,8 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
             cols = (n_chunks - 1 - i) * CHUNK + offs
             ok = _body(cols, lo, hi, V)
             _online_write(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD, LOG)
-        if V > 1:
+        if V > 1:  # the ends' lanes again (cheaper than holding them live through both passes)
+            ends, at_end = _row_ends(offs, s, lo, hi, s + N, V)
             _online_write(in_row, dy_row, out_row, ends, at_end, total, d_or_live, BACKWARD, LOG)
 
 
@@ -499,7 +497,7 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
                  V: tl.constexpr):
     offs = tl.arange(0, CHUNK)
     pidx = tl.arange(0, PBLOCK)
-    k = tl.arange(0, 2 * V)  # V > 1: the row's ends, in its first chunk's tasks
+    k = tl.arange(0, 2 * V)  # V > 1: the lanes of a row's ends, in its first chunk's tasks
     stride_dy_or_in = stride_in  # forward launches pass no stride_dy
     if BACKWARD:
         stride_dy_or_in = stride_dy
@@ -514,8 +512,8 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
         r_row = t // C  # (a) reads chunk t
         r_first = t - r_row * C == 0
         r_cols = (t - r_row * C) * CHUNK + offs
-        r_in, r_dy, r_out, r_lo, r_hi, r_ends, r_at = _row_at(r_row.to(tl.int64), stride_in, stride_dy_or_in,
-                                                              stride_out, N, k, V)
+        r_in, r_dy, r_out, r_s, r_lo, r_hi = _row_at(r_row.to(tl.int64), stride_in, stride_dy_or_in,
+                                                            stride_out, N, V)
         r_ok = _body(r_cols, r_lo, r_hi, V) & (t < n_chunks)
         if BACKWARD:
             dyr = tl.load(dy_ptr + r_dy + r_cols, mask=r_ok, other=0.0).to(tl.float32)
@@ -523,6 +521,7 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
         else:
             xr = tl.load(in_ptr + r_in + r_cols, mask=r_ok, other=pad).to(tl.float32)
         if V > 1:  # the row's ends go into its first chunk's partial
+            r_ends, r_at = _row_ends(k, r_s, r_lo, r_hi, r_s + N, V)
             r_at = r_at & r_first & (t < n_chunks)
             if BACKWARD:
                 dyre = tl.load(dy_ptr + r_dy + r_ends, mask=r_at, other=0.0).to(tl.float32)
@@ -533,8 +532,8 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
         w_row = g // C
         w_first = g - w_row * C == 0
         w_cols = (g - w_row * C) * CHUNK + offs
-        w_in, w_dy, w_out, w_lo, w_hi, w_ends, w_at = _row_at(w_row.to(tl.int64), stride_in, stride_dy_or_in,
-                                                              stride_out, N, k, V)
+        w_in, w_dy, w_out, w_s, w_lo, w_hi = _row_at(w_row.to(tl.int64), stride_in, stride_dy_or_in,
+                                                            stride_out, N, V)
         w_ok = _body(w_cols, w_lo, w_hi, V) & (t >= LAG)
         if BACKWARD:
             dyw = tl.load(dy_ptr + w_dy + w_cols, mask=w_ok, other=0.0).to(tl.float32)
@@ -542,6 +541,7 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
         else:
             xw = tl.load(in_ptr + w_in + w_cols, mask=w_ok, other=pad).to(tl.float32)
         if V > 1:
+            w_ends, w_at = _row_ends(k, w_s, w_lo, w_hi, w_s + N, V)
             w_at = w_at & w_first & (t >= LAG)
             if BACKWARD:
                 dywe = tl.load(dy_ptr + w_dy + w_ends, mask=w_at, other=0.0).to(tl.float32)
