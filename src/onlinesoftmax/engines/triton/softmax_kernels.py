@@ -191,6 +191,21 @@ def _row_ends(k, s, lo, hi, end, V: tl.constexpr):
 
 
 @_device_fn
+def _row_at(row, stride_in, stride_dy, stride_out, N, V: tl.constexpr):
+    """Where row `row` lies: its lane 0 in each tensor (elements), its first lane s, and its lanes [lo, hi) read and
+    stored as whole vectors. V = 1: lane 0 is the row's first element, lanes [0, N), no ends. V > 1: the window, lane 0
+    at the row's start rounded down to a multiple of V, the same in every tensor (they share one row stride), the row's
+    lanes [s, s + N), lo and hi s and s + N rounded in; its ends are _row_ends(k, s, lo, hi, s + N, V)."""
+    if V == 1:
+        return row * stride_in, row * stride_dy, row * stride_out, 0, 0, N
+    else:
+        start = row * stride_in
+        a = start // V * V  # a multiple of V, as Triton sees it
+        s = (start - a).to(tl.int32)
+        return a, a, a, s, (s + V - 1) // V * V, (s + N) // V * V
+
+
+@_device_fn
 def _load_row(ptr, base, c, read, s, end, pad, V: tl.constexpr):
     """Lanes c of rows whose lane 0 is element `base`, in fp32: `pad` where `read` is false and, V > 1, outside the
     row's lanes [s, end)."""
@@ -211,25 +226,17 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
     pad = float("-inf")  # what x (or y) reads past the row: it adds nothing (y of softmax: 0)
     if BACKWARD:
         pad = float("-inf") if LOG else 0.0
+    stride_dy_or_in = stride_in  # forward launches pass no stride_dy
+    if BACKWARD:
+        stride_dy_or_in = stride_dy
     for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
         rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
         row_ok = (rows < M)[:, None]
-        if V == 1:  # every row from its first element, read and stored whole
-            a_in = rows[:, None] * stride_in
-            if BACKWARD:  # forward launches pass no dy and no stride_dy
-                a_dy = rows[:, None] * stride_dy
-            a_out = rows[:, None] * stride_out
-            s = 0
-            end = N
-            stop = N
-        else:  # every row from the vector its first element lies in (the tensors share one stride)
-            start = rows[:, None] * stride_in
-            a_in = start // V * V  # a multiple of V, as Triton sees it: (.. // V) * V
-            a_dy = a_in
-            a_out = a_in
-            s = (start - a_in).to(tl.int32)
-            end = s + N
-            stop = (end + V - 1) // V * V
+        # every row from its first element (V = 1), or from the vector its first element lies in, read up to its
+        # last element's vector (stop) as whole vectors
+        a_in, a_dy, a_out, s, lo, hi = _row_at(rows[:, None], stride_in, stride_dy_or_in, stride_out, N, V)
+        end = s + N
+        stop = (end + V - 1) // V * V if V > 1 else N
         read = row_ok & (cols < stop)
         x = _load_row(in_ptr, a_in, cols, read, s, end, pad, V)
         if TAIL > 0:
@@ -270,8 +277,6 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
             if TAIL > 0:
                 tl.store(out_ptr + a_out + tcols, outt.to(out_ptr.dtype.element_ty), mask=tread)
         else:  # the body, lanes [lo, hi), as whole vectors, then the ends
-            lo = (s + V - 1) // V * V
-            hi = end // V * V
             tl.store(out_ptr + a_out + cols, out.to(out_ptr.dtype.element_ty),
                      mask=row_ok & (cols >= lo) & (cols < hi))
             if TAIL > 0:  # its lanes lie past lo (BLOCK_N >= V >= lo)
@@ -384,21 +389,6 @@ def cols_stream_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips, tasks, BLOCK_N
 #   vectors, and the < V elements each side of it (the ends) go through a chunk of their own (_row_ends), first into
 #   the row's state, last out: nothing outside the row is read, so the last row needs no launch of its own.
 # ---------------------------------------------------------------------------------------------
-@_device_fn
-def _row_at(row, stride_in, stride_dy, stride_out, N, V: tl.constexpr):
-    """Where row `row` lies: its lane 0 in each tensor (elements), its first lane s, and its lanes [lo, hi) read and
-    stored as whole vectors. V = 1: lane 0 is the row's first element, lanes [0, N), no ends. V > 1: the window, lane 0
-    at the row's start rounded down to a multiple of V, the same in every tensor (they share one row stride), the row's
-    lanes [s, s + N), lo and hi s and s + N rounded in; its ends are _row_ends(k, s, lo, hi, s + N, V)."""
-    if V == 1:
-        return row * stride_in, row * stride_dy, row * stride_out, 0, 0, N
-    else:
-        start = row * stride_in
-        a = start // V * V  # a multiple of V, as Triton sees it
-        s = (start - a).to(tl.int32)
-        return a, a, a, s, (s + V - 1) // V * V, (s + N) // V * V
-
-
 @_device_fn
 def _body(cols, lo, hi, V: tl.constexpr):
     """The lanes cols of a row's body, [lo, hi) (_row_at; [0, N) without windows)."""
