@@ -290,6 +290,30 @@ def test_window_padded_rows_and_in_place(backward, dtype, regime, monkeypatch):
 
 @pytest.mark.parametrize("regime", ["online", "split"])
 @pytest.mark.parametrize("op", OPS)
+def test_chunk_windows_of_a_few_elements(op, regime, monkeypatch):
+    """Rows of 4 fp32 elements 7 apart (padded: every row at another offset of a vector, the ends on both sides) in
+    chunks of 4 lanes: the split kernel's ends take a tile of their own (windows), the online kernel's would need a
+    chunk of 2V = 8 lanes, so it reads the rows one element at a time (rules.chunk_window); against float64, the
+    outputs poisoned with NaN and the padding untouched."""
+    monkeypatch.setattr(R, "FORCE_CHUNK", 4)
+    windows = record_windows(monkeypatch, K, regime=regime)
+    g = torch.Generator().manual_seed(2)
+    wide = [torch.randn(9, 7, generator=g) * 3 for _ in range(2 if op.endswith("backward") else 1)]
+    if op.endswith("backward"):
+        wide[0] = torch.from_numpy((reference.log_softmax if op.startswith("log") else reference.softmax)(wide[0]))
+        wide[0] = wide[0].float()
+    ins = tuple(w[:, :4] for w in wide)
+    out_wide = torch.full((9, 7), float("nan"))
+    (K.softmax_backward(*ins, out_wide[:, :4], log=op.startswith("log"), regime=regime) if op.endswith("backward")
+     else K.softmax_forward(*ins, out_wide[:, :4], log=op.startswith("log"), regime=regime))
+    report = compare_to_reference(op, ins, out_wide[:, :4], F32)
+    assert report.ok, report.message
+    assert torch.isnan(out_wide[:, 4:]).all()
+    assert windows == ([1] if regime == "online" else [4]), windows
+
+
+@pytest.mark.parametrize("regime", ["online", "split"])
+@pytest.mark.parametrize("op", OPS)
 def test_chunk_windows_special_rows(op, regime, monkeypatch):
     """The online and split kernels through windows (rules.chunk_window) with test_special_rows' hazards in a row's
     ends, the < 4 elements each side of its vector body that go through a chunk of their own: 12 rows of 37 fp32

@@ -61,6 +61,7 @@ def test_chunk_window_rule(monkeypatch):
     for N, strides, aligned in ((65536, (65536, 65536), True), (40000, (40000, 40000), True), (50001, (50001, 50001), False),
                                 (50001, (50002, 50001), True), (7, (7, 7), True), (50001, (50000, 50000), True)):
         assert R.chunk_window(N, strides, 2, aligned) == 1, (N, strides, aligned)
+    assert R.chunk_window(4, (5, 5), 4, chunk=8) == 4 and R.chunk_window(4, (5, 5), 4, chunk=4) == 1  # 2V lanes
     monkeypatch.setattr(R, "CHUNK_WINDOWS", False)
     assert R.chunk_window(50001, (50001, 50001), 2) == 1
 

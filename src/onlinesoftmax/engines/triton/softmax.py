@@ -134,14 +134,15 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
         last = _rows_plan(op, 1, N, dtype, sms, tuple(t[M - 1:] if isinstance(t, torch.Tensor) else t
                                                       for t in tensors), strides, 1, True)
         return replace(_rows_plan(op, M - 1, N, dtype, sms, tensors, strides, v, False), tail=last) if M > 1 else last
-    v = rules.chunk_window(N, strides, dtype.itemsize, aligned)
     if regime == "online":
         cfg = rules.online_config(N, dtype, backward)
+        v = rules.chunk_window(N, strides, dtype.itemsize, aligned, cfg.CHUNK)
         key = ("online", backward, cfg, log, dtype, v)
         grid = (min(M, rules.online_programs(sms)),)
         return Plan(online_kernel, grid, (*tensors, M, N, *strides),
                     dict(CHUNK=cfg.CHUNK, **op, NUM_STAGES=cfg.num_stages, V=v,
                          num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
+    v = rules.chunk_window(N, strides, dtype.itemsize, aligned)
     cfg = rules.split_config(M, N, sms, backward, v)
     programs = min(rules.split_programs(sms), 2 * M * cfg.C)  # never more than the tickets
     lag = rules.split_lag(cfg.C, M, programs)
