@@ -531,8 +531,8 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
     """The compiled (not interpreted) kernels build for sm_90, through the launchers as they launch
     (benchmarks/triton_codegen_diff.py, the tool that compares their PTX before and after a
     change), and each regime's largest configuration (and the columns kernels' at C = 150, and the streamed one's
-    with the most rows one tile holds, and at its most rows) has no stack frame (no spills), but for the backward rows
-    kernel."""
+    with the most rows one tile holds, and at its most rows; the online and split kernels through windows too, at odd
+    N) has no stack frame (no spills), but for the backward rows kernel."""
     import json
     import pathlib
     import subprocess
@@ -550,6 +550,7 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
         streamed = R.COLS_STREAM_BWD_MAX_N if backward else R.COLS_STREAM_MAX_N
         launches += [f"triton.{op}_rows.{dtype}.4096x{R.rows_max_n(getattr(torch, dtype), backward)}",
                      f"triton.{op}_online.{dtype}.4096x65536", f"triton.{op}_split.{dtype}.512x262144",
+                     f"triton.{op}_online.{dtype}.4096x65537", f"triton.{op}_split.{dtype}.512x262145",  # windows
                      f"triton.{op}_cols.{dtype}.2x{R.COLS_MAX_N}x4096", f"triton.{op}_cols.{dtype}.8x150x65536",
                      f"triton.{op}_cols.{dtype}.4x{whole}x4096", f"triton.{op}_cols.{dtype}.2x{streamed}x4096"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
