@@ -55,11 +55,13 @@ def test_split_config_rules(monkeypatch):
 def test_chunk_window_rule(monkeypatch):
     """The online and split kernels read rows through windows wherever row_window takes them (any length: nothing
     outside the row is read), unless CHUNK_WINDOWS is off; the rows kernel keeps its own rule."""
-    for N, size, V in ((50001, 2, 8), (65537, 4, 4), (1000003, 2, 8), (40001, 2, 8), (5000, 4, 4), (129, 4, 4), (9, 2, 8)):
+    for N, size, V in ((50001, 2, 8), (65537, 4, 4), (1000003, 2, 8), (40001, 2, 8), (5000, 4, 4), (129, 4, 4),
+                       (9, 2, 8)):
         assert R.chunk_window(N, (N, N), size) == V, (N, size)
     assert R.chunk_window(32767, (32767, 32767), 4) == 4 and R.rows_window_fits(32767, (32767, 32767), 4) == 1
-    for N, strides, aligned in ((65536, (65536, 65536), True), (40000, (40000, 40000), True), (50001, (50001, 50001), False),
-                                (50001, (50002, 50001), True), (7, (7, 7), True), (50001, (50000, 50000), True)):
+    for N, strides, aligned in ((65536, (65536, 65536), True), (40000, (40000, 40000), True),
+                                (50001, (50001, 50001), False), (50001, (50002, 50001), True), (7, (7, 7), True),
+                                (50001, (50000, 50000), True)):
         assert R.chunk_window(N, strides, 2, aligned) == 1, (N, strides, aligned)
     assert R.chunk_window(4, (5, 5), 4, chunk=8) == 4 and R.chunk_window(4, (5, 5), 4, chunk=4) == 1  # 2V lanes
     monkeypatch.setattr(R, "CHUNK_WINDOWS", False)

@@ -235,9 +235,10 @@ def chunk_window(N: int, strides, itemsize: int, aligned: bool = True, chunk: Op
     """V where the online and split kernels read rows N wide through windows (row_window; CHUNK_WINDOWS), else 1. Their
     chunks cover a row's vector body alone and the ends go through a masked chunk of their own, so nothing outside
     the row is read and no row needs a launch of its own. chunk: the online kernel's, whose ends' chunk must hold
-    both ends, 2V lanes (not so a row of a few elements, 4 fp32 in a chunk of 4, or a chunk tests force). Measured on the H200 before (session 61,
-    benchmarks/results/h200-session61/): odd long rows one element an access, bf16 softmax at 50001-262143 in the
-    online regime 24-25% of copy against torch's 40-46%, fp32 in the split regime 44-46% against 45-49%."""
+    both ends, 2V lanes (not so a row of a few elements, 4 fp32 in a chunk of 4, or a chunk tests force). Measured
+    on the H200 without the windows (session 61, benchmarks/results/h200-session61/): odd long rows one element an
+    access, bf16 softmax at 50001-262143 in the online regime 24-25% of copy against torch's 40-46%, fp32 in the
+    split regime 44-46% against 45-49%. With them: not timed yet."""
     v = row_window(N, strides, itemsize, aligned) if CHUNK_WINDOWS else 1
     return v if chunk is None or chunk >= 2 * v else 1
 
