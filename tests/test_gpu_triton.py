@@ -44,6 +44,7 @@ SHAPES = {
         (37, 3000, True),  # 2048 + 1024 lanes, scalar rows
         (4095, 129, True),  # odd N (with the windows on, test_window_rows: the last row a launch of its own)
         (8, 12289, True),  # through the windows by the rules (test_rule_windows), no launch for the last row
+        (3, 16383, True),  # one scalar tile of 16384 lanes; 16-bit: 4 warps (rules.rows_16bit_long)
         (1, 16384, False),  # one 64 KB fp32 row per tile (BLOCK_M = 1)
         (1, 32769, True),  # past rows_max_n (forced here); past rows_hard_max_n backward: refused
     ],
@@ -51,7 +52,8 @@ SHAPES = {
         (1, 1, False),
         (3, 7, True),
         (2, 4097, False),  # one full chunk and a one-element tail
-        (300, 5000, True),  # more rows than programs
+        (300, 5000, True),  # more rows than programs; through windows (5000 is not a multiple of 16)
+        (150, 40001, True),  # odd long rows through windows, every row at another offset of a vector
         (2, 32769, False),
         (1, 262147, True),  # 65 chunks, odd tail
     ],
