@@ -46,11 +46,13 @@ def rows_setting(tile: int, warps_for, window: bool, **more) -> dict:
     the 16-byte windows on for every N and size or off (rules.ROWS_WINDOW_MIN_N 1 or None; True: wherever
     rules.rows_window takes them, False: those rows read one element at a time): the setting as labelled, not the
     scalar rows' own tile (rules.rows_scalar_tile) nor the backward's 32 warps for long rows
-    (rules.ROWS_BACKWARD_FULL_WARPS_LANES). Rows without windows take two tiles where the rules give them
-    (rules.rows_pieces), and a tile holds at most `tile` bytes (a power of two of rows)."""
+    (rules.ROWS_BACKWARD_FULL_WARPS_LANES) nor the 4 of long unaligned 16-bit rows (rules.rows_16bit_long). Rows
+    without windows take two tiles where the rules give them (rules.rows_pieces), and a tile holds at most `tile`
+    bytes (a power of two of rows)."""
     windowed = dict(ROWS_WINDOW_MIN_N=1, ROWS_WINDOW_TAIL_MIN_BYTES=0) if window else dict(ROWS_WINDOW_MIN_N=None)
     return dict(regime="rows", ROWS_TILE_BYTES=tile, ROWS_TILE_BYTES_16BIT=tile, **more, **windowed,
-                num_warps_for=warps_for, rows_scalar_tile=lambda N, dtype: None, ROWS_BACKWARD_FULL_WARPS_LANES=None)
+                num_warps_for=warps_for, rows_scalar_tile=lambda N, dtype: None, ROWS_BACKWARD_FULL_WARPS_LANES=None,
+                ROWS_16BIT_LONG_WARPS=None)
 
 
 def rows_settings(scales=(0.5, 1, 2), persistent=True, windows=(True,)):
