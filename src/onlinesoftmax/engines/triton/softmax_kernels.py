@@ -191,13 +191,14 @@ def _row_ends(k, s, lo, hi, end, V: tl.constexpr):
 
 
 @_device_fn
-def _row_at(row, stride_in, stride_dy, stride_out, N, V: tl.constexpr):
-    """Where row `row` lies: its lane 0 in each tensor (elements), its first lane s, and its lanes [lo, hi) read and
-    stored as whole vectors. V = 1: lane 0 is the row's first element, lanes [0, N), no ends. V > 1: the window, lane 0
-    at the row's start rounded down to a multiple of V, the same in every tensor (they share one row stride), the row's
-    lanes [s, s + N), lo and hi s and s + N rounded in; its ends are _row_ends(k, s, lo, hi, s + N, V)."""
+def _row_at(row, stride_in, stride_dy, stride_out, N, V: tl.constexpr, BACKWARD: tl.constexpr):
+    """Where row `row` lies: its lane 0 in each tensor (elements; dy's 0 forward, whose launches pass no dy and no
+    stride_dy), its first lane s, and its lanes [lo, hi) read and stored as whole vectors. V = 1: lane 0 is the row's
+    first element, lanes [0, N), no ends. V > 1: the window, lane 0 at the row's start rounded down to a multiple of
+    V, the same in every tensor (they share one row stride), the row's lanes [s, s + N), lo and hi s and s + N
+    rounded in; its ends are _row_ends(k, s, lo, hi, s + N, V)."""
     if V == 1:
-        return row * stride_in, row * stride_dy, row * stride_out, 0, 0, N
+        return row * stride_in, row * stride_dy if BACKWARD else 0, row * stride_out, 0, 0, N
     else:
         start = row * stride_in
         a = start // V * V  # a multiple of V, as Triton sees it
@@ -226,15 +227,12 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
     pad = float("-inf")  # what x (or y) reads past the row: it adds nothing (y of softmax: 0)
     if BACKWARD:
         pad = float("-inf") if LOG else 0.0
-    stride_dy_or_in = stride_in  # forward launches pass no stride_dy
-    if BACKWARD:
-        stride_dy_or_in = stride_dy
     for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
         rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
         row_ok = (rows < M)[:, None]
         # every row from its first element (V = 1), or from the vector its first element lies in, read up to its
         # last element's vector (stop) as whole vectors
-        a_in, a_dy, a_out, s, lo, hi = _row_at(rows[:, None], stride_in, stride_dy_or_in, stride_out, N, V)
+        a_in, a_dy, a_out, s, lo, hi = _row_at(rows[:, None], stride_in, stride_dy, stride_out, N, V, BACKWARD)
         end = s + N
         stop = (end + V - 1) // V * V if V > 1 else N
         read = row_ok & (cols < stop)
@@ -437,11 +435,9 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
     pad = float("-inf")  # what x (or y) reads outside the row: it adds nothing (y of softmax: 0)
     if BACKWARD:
         pad = float("-inf") if LOG else 0.0
-    stride_dy_or_in = stride_in  # forward launches pass no stride_dy
-    if BACKWARD:
-        stride_dy_or_in = stride_dy
     for row in tl.range(pid, M, nprog):
-        a_in, a_dy, a_out, s, lo, hi = _row_at(tl.cast(row, tl.int64), stride_in, stride_dy_or_in, stride_out, N, V)
+        a_in, a_dy, a_out, s, lo, hi = _row_at(tl.cast(row, tl.int64), stride_in, stride_dy, stride_out, N, V,
+                                               BACKWARD)
         in_row = in_ptr + a_in
         dy_row = dy_ptr + a_dy if BACKWARD else dy_ptr
         out_row = out_ptr + a_out
@@ -488,9 +484,6 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
     offs = tl.arange(0, CHUNK)
     pidx = tl.arange(0, PBLOCK)
     k = tl.arange(0, 2 * V)  # V > 1: the lanes of a row's ends, in its first chunk's tasks
-    stride_dy_or_in = stride_in  # forward launches pass no stride_dy
-    if BACKWARD:
-        stride_dy_or_in = stride_dy
     pad = float("-inf")  # what x (or y) reads outside the row: it adds nothing (y of softmax: 0)
     if BACKWARD:
         pad = float("-inf") if LOG else 0.0
@@ -502,8 +495,8 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
         r_row = t // C  # (a) reads chunk t
         r_first = t - r_row * C == 0
         r_cols = (t - r_row * C) * CHUNK + offs
-        r_in, r_dy, r_out, r_s, r_lo, r_hi = _row_at(r_row.to(tl.int64), stride_in, stride_dy_or_in,
-                                                            stride_out, N, V)
+        r_in, r_dy, r_out, r_s, r_lo, r_hi = _row_at(r_row.to(tl.int64), stride_in, stride_dy,
+                                                            stride_out, N, V, BACKWARD)
         r_ok = _body(r_cols, r_lo, r_hi, V) & (t < n_chunks)
         if BACKWARD:
             dyr = tl.load(dy_ptr + r_dy + r_cols, mask=r_ok, other=0.0).to(tl.float32)
@@ -522,8 +515,8 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
         w_row = g // C
         w_first = g - w_row * C == 0
         w_cols = (g - w_row * C) * CHUNK + offs
-        w_in, w_dy, w_out, w_s, w_lo, w_hi = _row_at(w_row.to(tl.int64), stride_in, stride_dy_or_in,
-                                                            stride_out, N, V)
+        w_in, w_dy, w_out, w_s, w_lo, w_hi = _row_at(w_row.to(tl.int64), stride_in, stride_dy,
+                                                            stride_out, N, V, BACKWARD)
         w_ok = _body(w_cols, w_lo, w_hi, V) & (t >= LAG)
         if BACKWARD:
             dyw = tl.load(dy_ptr + w_dy + w_cols, mask=w_ok, other=0.0).to(tl.float32)
