@@ -183,6 +183,15 @@ def _wait_for(count_ptr, target):
 #   may pass the tensor's end: the launcher leaves it to a launch of its own (V = 1) unless it ends on a vector.
 # ---------------------------------------------------------------------------------------------
 @_device_fn
+def _pad(BACKWARD: tl.constexpr, LOG: tl.constexpr):
+    """What x (or y) reads outside a row: a value that adds nothing to its reduction (-inf; y of softmax: 0)."""
+    if BACKWARD and not LOG:
+        return 0.0
+    else:
+        return float("-inf")
+
+
+@_device_fn
 def _row_ends(k, s, lo, hi, end, V: tl.constexpr):
     """The lanes p of a windowed row's ends, [s, lo) and [hi, end), from k in [0, 2V) (k < V the first end), and the
     mask of the lanes that lie in them (none for k >= 2V)."""
@@ -224,9 +233,7 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)[None, :]
     n_blocks = tl.cdiv(M, BLOCK_M)
-    pad = float("-inf")  # what x (or y) reads past the row: it adds nothing (y of softmax: 0)
-    if BACKWARD:
-        pad = float("-inf") if LOG else 0.0
+    pad = _pad(BACKWARD, LOG)
     for rb in tl.range(pid, n_blocks, nprog, num_stages=NUM_STAGES):
         rows = (rb * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
         row_ok = (rows < M)[:, None]
@@ -432,9 +439,7 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     offs = tl.arange(0, CHUNK)
-    pad = float("-inf")  # what x (or y) reads outside the row: it adds nothing (y of softmax: 0)
-    if BACKWARD:
-        pad = float("-inf") if LOG else 0.0
+    pad = _pad(BACKWARD, LOG)
     for row in tl.range(pid, M, nprog):
         a_in, a_dy, a_out, s, lo, hi = _row_at(tl.cast(row, tl.int64), stride_in, stride_dy, stride_out, N, V,
                                                BACKWARD)
@@ -484,9 +489,7 @@ def split_kernel(in_ptr, dy_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_in, str
     offs = tl.arange(0, CHUNK)
     pidx = tl.arange(0, PBLOCK)
     k = tl.arange(0, 2 * V)  # V > 1: the lanes of a row's ends, in its first chunk's tasks
-    pad = float("-inf")  # what x (or y) reads outside the row: it adds nothing (y of softmax: 0)
-    if BACKWARD:
-        pad = float("-inf") if LOG else 0.0
+    pad = _pad(BACKWARD, LOG)
     n_chunks = M * C
     n_tickets = n_chunks + LAG
     t = tl.atomic_add(sync_ptr + M, 1, sem="relaxed")
