@@ -225,6 +225,20 @@ def _load_row(ptr, base, c, read, s, end, pad, V: tl.constexpr):
     return v
 
 
+@_device_fn
+def _write_lanes(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD: tl.constexpr, LOG: tl.constexpr):
+    """The outputs at lanes cols (where ok) of rows whose lane 0 is at in_row, dy_row and out_row, from the row's
+    reduction: (shift, d) forward, (sum, live) backward."""
+    if BACKWARD:
+        dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
+        out = _grad(y, dy, total, d_or_live, LOG)
+    else:
+        x = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        out = _normalise(x, total, d_or_live, LOG)
+    tl.store(out_row + cols, out.to(out_row.dtype.element_ty), mask=ok)
+
+
 @triton.jit
 def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr,
@@ -288,14 +302,11 @@ def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
                 tl.store(out_ptr + a_out + tcols, outt.to(out_ptr.dtype.element_ty), mask=row_ok & (tcols < hi))
             # the ends: lanes [s, lo) and [hi, end), each < V wide, from the row's reduction
             p, ends = _row_ends(tl.arange(0, 2 * V)[None, :], s, lo, hi, end, V)
-            ends = row_ok & ends
-            xe = tl.load(in_ptr + a_in + p, mask=ends, other=pad).to(tl.float32)
             if BACKWARD:
-                dye = tl.load(dy_ptr + a_dy + p, mask=ends, other=0.0).to(tl.float32)
-                oute = _grad(xe, dye, total, live, LOG)
+                _write_lanes(in_ptr + a_in, dy_ptr + a_dy, out_ptr + a_out, p, row_ok & ends, total, live, BACKWARD,
+                             LOG)
             else:
-                oute = _normalise(xe, shift, d, LOG)
-            tl.store(out_ptr + a_out + p, oute.to(out_ptr.dtype.element_ty), mask=ends)
+                _write_lanes(in_ptr + a_in, dy_ptr, out_ptr + a_out, p, row_ok & ends, shift, d, BACKWARD, LOG)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,19 +430,6 @@ def _online_fold(in_row, dy_row, cols, ok, m_or_s, d_or_live, pad, BACKWARD: tl.
         return _fold(m_or_s, d_or_live, x)
 
 
-@_device_fn
-def _online_write(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD: tl.constexpr, LOG: tl.constexpr):
-    """The outputs at cols (where ok) from the row's reduction: (shift, d) forward, (sum, live) backward."""
-    if BACKWARD:
-        dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
-        y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
-        out = _grad(y, dy, total, d_or_live, LOG)
-    else:
-        x = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-        out = _normalise(x, total, d_or_live, LOG)
-    tl.store(out_row + cols, out.to(out_row.dtype.element_ty), mask=ok)
-
-
 @triton.jit
 def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
                   CHUNK: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr, NUM_STAGES: tl.constexpr,
@@ -465,10 +463,10 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
         for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
             cols = (n_chunks - 1 - i) * CHUNK + offs
             ok = _body(cols, lo, hi, V)
-            _online_write(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD, LOG)
+            _write_lanes(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD, LOG)
         if V > 1:  # the ends' lanes again (cheaper than holding them live through both passes)
             ends, at_end = _row_ends(offs, s, lo, hi, s + N, V)
-            _online_write(in_row, dy_row, out_row, ends, at_end, total, d_or_live, BACKWARD, LOG)
+            _write_lanes(in_row, dy_row, out_row, ends, at_end, total, d_or_live, BACKWARD, LOG)
 
 
 # ---------------------------------------------------------------------------------------------
