@@ -171,6 +171,37 @@ def test_log_backward_nan_with_masked(regime):
     assert (out[1] == 0).all()
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
+@pytest.mark.parametrize("N", [37, 48], ids=["windowed", "aligned"])
+def test_online_log_backward_live_found_while_writing(N, in_place, monkeypatch):
+    """The online kernel's log-softmax backward sums dy alone in pass 1 and finds whether a row's y is live as pass 2
+    writes it, the last chunk first: a row of y all -inf (pass 2 wrote dy there) must be written again with 0s, in
+    place too (out is dy, which pass 2 has overwritten), and a row live in one lane alone (its first lane, written
+    last; its last; a middle chunk; a NaN) is not. N = 37: rows at every offset of a vector, through windows, so the
+    live lane lies in an end for some rows; N = 48: aligned rows, no window. Against float64, out poisoned."""
+    windows = record_windows(monkeypatch, K, every=False, regime="online")
+    y = torch.full((12, N), float("-inf"))
+    y[1, 0] = 0.0
+    y[2, N - 1] = 0.0
+    y[3, 17] = 0.0
+    y[4, 5] = float("nan")
+    y[5:] = torch.from_numpy(reference.log_softmax(torch.randn(7, N, generator=torch.Generator().manual_seed(3))))
+    y[7] = float("-inf")  # a dead row between live ones
+    dy = torch.randn(12, N, generator=torch.Generator().manual_seed(4))
+    ref = reference.reference("log_softmax_backward", (y, dy))
+    own = (y.clone(), dy.clone())
+    out = own[1] if in_place else torch.full((12, N), float("nan"))
+    K.softmax_backward(*own, out, log=True, regime="online")
+    assert windows == ([4] if N == 37 else [1]), windows
+    report = compare_to_reference("log_softmax_backward", (y, dy), out, F32, ref=ref)
+    assert report.ok, report.message
+    assert (out[0] == 0).all() and (out[7] == 0).all()
+    assert torch.isnan(out[4, 5]) and torch.equal(out[4, :5], dy[4, :5])
+    for row, lane in ((1, 0), (2, N - 1), (3, 17)):  # dx = dy - exp(y) sum dy: dy where y = -inf
+        keep = torch.arange(N) != lane
+        assert torch.equal(out[row, keep], dy[row, keep]), row
+
+
 # ------------------------------------------------------------------- shapes around the knobs
 @pytest.mark.parametrize("regime", REGIMES)
 @pytest.mark.parametrize("op", OPS)

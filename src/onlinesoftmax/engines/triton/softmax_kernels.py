@@ -228,15 +228,16 @@ def _load_row(ptr, base, c, read, s, end, pad, V: tl.constexpr):
 @_device_fn
 def _write_lanes(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD: tl.constexpr, LOG: tl.constexpr):
     """The outputs at lanes cols (where ok) of rows whose lane 0 is at in_row, dy_row and out_row, from the row's
-    reduction: (shift, d) forward, (sum, live) backward."""
+    reduction: (shift, d) forward, (sum, live) backward. Returns the lanes' x (or y), in fp32: _pad where not ok."""
     if BACKWARD:
         dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
-        y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(in_row + cols, mask=ok, other=_pad(BACKWARD, LOG)).to(tl.float32)
         out = _grad(y, dy, total, d_or_live, LOG)
     else:
-        x = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
-        out = _normalise(x, total, d_or_live, LOG)
+        y = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        out = _normalise(y, total, d_or_live, LOG)
     tl.store(out_row + cols, out.to(out_row.dtype.element_ty), mask=ok)
+    return y
 
 
 @triton.jit
@@ -399,6 +400,8 @@ def cols_stream_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips, tasks, BLOCK_N
 # Regime 2: one row per program (persistent), chunked reduction, then a re-read
 #   forward:  read x twice (second from L2 when it fits), write y   3*M*N*size bytes
 #   backward: read y, dy twice, write dx                            5*M*N*size bytes
+#             log_softmax's: pass 1 reads dy alone (sum dy); whether a row's y is all -inf (its gradient 0) is found
+#             as pass 2 reads y, and such a row is written again, with zeros      4*M*N*size bytes
 # V > 1: the row's window (rules.chunk_window), for rows Triton cannot prove aligned (odd N, a sliced view). As in the
 #   rows kernel, lane c is element a + c, a = start rounded down to a multiple of V, and the row is lanes [s, s + N);
 #   the chunks cover its vector body [lo, hi) (lo, hi: s and s + N rounded in to vectors), read and stored as whole
@@ -417,17 +420,29 @@ def _body(cols, lo, hi, V: tl.constexpr):
 @_device_fn
 def _online_fold(in_row, dy_row, cols, ok, m_or_s, d_or_live, pad, BACKWARD: tl.constexpr, LOG: tl.constexpr):
     """The lanes' states with the row's elements at cols (where ok) folded in: (m, d) with one exp an element forward;
-    (sum dy*y or sum dy, whether any y is not -inf) backward."""
+    (sum dy*y, unused) or (sum dy, unchanged: y not read) backward."""
     if BACKWARD:
         dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
-        y = tl.load(in_row + cols, mask=ok, other=pad).to(tl.float32)
-        if LOG:
-            return m_or_s + dy, tl.maximum(d_or_live, tl.where(y == float("-inf"), 0.0, 1.0))
+        if LOG:  # sum dy alone: whether y is live is found as pass 2 reads it (online_kernel)
+            return m_or_s + dy, d_or_live
         else:
+            y = tl.load(in_row + cols, mask=ok, other=pad).to(tl.float32)
             return m_or_s + dy * y, d_or_live
     else:
         x = tl.load(in_row + cols, mask=ok, other=pad).to(tl.float32)
         return _fold(m_or_s, d_or_live, x)
+
+
+@_device_fn
+def _zero_row(out_row, offs, n_chunks, lo, hi, s, N, CHUNK: tl.constexpr, V: tl.constexpr):
+    """0 over a row's lanes, its body and ends (the online kernel's log_softmax backward of a row whose y is all
+    -inf)."""
+    for i in tl.range(0, n_chunks):
+        cols = i * CHUNK + offs
+        tl.store(out_row + cols, tl.zeros([CHUNK], out_row.dtype.element_ty), mask=_body(cols, lo, hi, V))
+    if V > 1:
+        ends, at_end = _row_ends(offs, s, lo, hi, s + N, V)
+        tl.store(out_row + ends, tl.zeros([CHUNK], out_row.dtype.element_ty), mask=at_end)
 
 
 @triton.jit
@@ -456,17 +471,25 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
             m_or_s, d_or_live = _online_fold(in_row, dy_row, cols, ok, m_or_s, d_or_live, pad, BACKWARD, LOG)
         if BACKWARD:
             total = tl.sum(m_or_s, 0)
-            d_or_live = tl.max(d_or_live, 0)
+            d_or_live = 1.0  # pass 2 writes every row as live (log_softmax), and finds out
         else:
             total, d_or_live = _merge_lanes(m_or_s, d_or_live)
         # pass 2: re-read, last chunk first (the likeliest still in L2), write; the ends last
+        live = tl.zeros([CHUNK], tl.float32)  # log_softmax backward: the lanes that read a y other than -inf
         for i in tl.range(0, n_chunks, num_stages=NUM_STAGES):
             cols = (n_chunks - 1 - i) * CHUNK + offs
             ok = _body(cols, lo, hi, V)
-            _write_lanes(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD, LOG)
+            y = _write_lanes(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD, LOG)
+            if BACKWARD and LOG:
+                live = tl.maximum(live, tl.where(y == float("-inf"), 0.0, 1.0))
         if V > 1:  # the ends' lanes again (cheaper than holding them live through both passes)
             ends, at_end = _row_ends(offs, s, lo, hi, s + N, V)
-            _write_lanes(in_row, dy_row, out_row, ends, at_end, total, d_or_live, BACKWARD, LOG)
+            y = _write_lanes(in_row, dy_row, out_row, ends, at_end, total, d_or_live, BACKWARD, LOG)
+            if BACKWARD and LOG:
+                live = tl.maximum(live, tl.where(y == float("-inf"), 0.0, 1.0))
+        if BACKWARD and LOG:
+            if tl.max(live, 0) == 0:  # y all -inf: the gradient is 0, not the dy pass 2 wrote (no read: rare)
+                _zero_row(out_row, offs, n_chunks, lo, hi, s, N, CHUNK, V)
 
 
 # ---------------------------------------------------------------------------------------------
