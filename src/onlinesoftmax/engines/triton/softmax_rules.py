@@ -238,7 +238,9 @@ def chunk_window(N: int, strides, itemsize: int, aligned: bool = True, chunk: Op
     both ends, 2V lanes (not so a row of a few elements, 4 fp32 in a chunk of 4, or a chunk tests force). Measured
     on the H200 without the windows (session 61, benchmarks/results/h200-session61/): odd long rows one element an
     access, bf16 softmax at 50001-262143 in the online regime 24-25% of copy against torch's 40-46%, fp32 in the
-    split regime 44-46% against 45-49%. With them: not timed yet."""
+    split regime 44-46% against 45-49%. With them, on an H100 against 1481bcb in one run (session 62,
+    benchmarks/results/h100-session62/call1-4d6e0f7/ab.txt): the bf16 forward at 50001-262143 29-34% -> 59-68%, the
+    backward there (online bf16, split fp32) +6 to +12 points, the fp32 forward (split) -1.5 to +4."""
     v = row_window(N, strides, itemsize, aligned) if CHUNK_WINDOWS else 1
     return v if chunk is None or chunk >= 2 * v else 1
 
@@ -365,7 +367,9 @@ def rows_16bit_long(tile_elems: int, dtype: torch.dtype, backward: bool, log: bo
     bf16, % of copy, the rules' warps against 4: softmax 12289 42 -> 59, 16383 50 -> 70; log_softmax 42 -> 66 and
     50 -> 69; log-softmax backward 8193 47 -> 70, 12289 50 -> 69, 16383 57 -> 71. Left out, not measured better: the
     forward at 8193 (softmax 62 -> 55, log_softmax 62 -> 73 on 4 warps), the softmax backward (not timed on 4 warps),
-    aligned rows (16384: not timed), fp16 (not timed; the same registers as bf16)."""
+    aligned rows (16384: not timed), fp16 (not timed; the same registers as bf16). Shipped, on an H100 against
+    1481bcb in one run (session 62, benchmarks/results/h100-session62/call1-4d6e0f7/ab.txt): softmax 12289 56 -> 77,
+    16383 65 -> 91; log_softmax 56 -> 83, 65 -> 88; log-softmax backward 8193 63 -> 89, 12289 69 -> 86, 16383 77 -> 84."""
     if ROWS_16BIT_LONG_WARPS is None or dtype not in _FP16_BF16 or not unaligned or tile_elems >= 32768:
         return False
     if backward:
