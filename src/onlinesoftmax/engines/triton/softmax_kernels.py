@@ -135,12 +135,18 @@ def _forward_tile(x, AXIS: tl.constexpr, LOG: tl.constexpr):
     return _softmax_of(z, e, tl.expand_dims(tl.sum(e, axis=AXIS), AXIS), LOG)
 
 
+@triton.jit
+def _sum_and_max(s0, l0, s1, l1):
+    return s0 + s1, tl.maximum(l0, l1)
+
+
 @_device_fn
 def _backward_sums(y, dy, AXIS: tl.constexpr, LOG: tl.constexpr):
     """A tile's part of each row's reduction for the backward: (sum dy, live: 1 where y has a finite value, else 0)
-    for log_softmax, (sum dy*y, unused) for softmax. Padding adds nothing (dy 0, y 0 or -inf)."""
+    for log_softmax, in one reduction of the two (one exchange between warps, not two), (sum dy*y, unused) for
+    softmax. Padding adds nothing (dy 0, y 0 or -inf)."""
     if LOG:
-        return tl.sum(dy, axis=AXIS), tl.max(tl.where(y == float("-inf"), 0.0, 1.0), axis=AXIS)
+        return tl.reduce((dy, tl.where(y == float("-inf"), 0.0, 1.0)), AXIS, _sum_and_max)
     else:
         s = tl.sum(dy * y, axis=AXIS)
         return s, s
