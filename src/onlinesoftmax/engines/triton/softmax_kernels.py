@@ -61,24 +61,31 @@ def _guard(m):
     return tl.where(m == float("-inf"), 0.0, m)
 
 
+LOWEST = tl.constexpr(-3.4028234663852886e38)  # fp32's lowest finite value
+
+
 @_device_fn
 def _empty(SIZE: tl.constexpr, BACKWARD: tl.constexpr):
-    """SIZE lanes of a row's state before any value: (m, d) = (-inf, 0) forward, the merge's
-    identity; (sum dy*y or sum dy, live) = (0, 0) backward."""
+    """SIZE lanes of a row's state before any value: (m, d) = (LOWEST, 0) forward, the merge's
+    identity (exp(LOWEST - m) is 0 for any m > LOWEST: it overflows to -inf, and -inf states merge as
+    -inf would, but m itself is never -inf, which _fold relies on); (sum dy*y or sum dy, live) = (0, 0)
+    backward."""
     if BACKWARD:
         return tl.zeros([SIZE], tl.float32), tl.zeros([SIZE], tl.float32)
     else:
-        return tl.full([SIZE], float("-inf"), tl.float32), tl.zeros([SIZE], tl.float32)
+        return tl.full([SIZE], LOWEST, tl.float32), tl.zeros([SIZE], tl.float32)
 
 
 @_device_fn
 def _fold(m, d, x):
-    """Fold values x into per-lane states (m, d) with one exp per element:
+    """Fold values x into per-lane states (m, d) from _empty with one exp per element:
     x > m:  (x, d * exp(m - x) + 1)      else:  (m, d + exp(x - m)).
-    -inf adds nothing (and -inf - -inf would be nan); a nan x makes d nan for good; +inf makes
-    m = +inf, and the final merge computes exp(inf - inf) = nan for that lane."""
-    e = tl.exp2(-tl.abs(x - m) * LOG2E)
-    e = tl.where(x == float("-inf"), 0.0, e)
+    m starts finite (LOWEST) and only grows, so m is never -inf and x - m is -inf for x = -inf, whose
+    exp adds nothing (no test of x an element: from -inf states -inf - -inf would be nan); a nan x makes
+    d nan for good; +inf makes m = +inf, and the final merge computes exp(inf - inf) = nan for that
+    lane. |x - m| times -log2(e), not -|x - m| times log2(e): ptxas folds the abs into the multiply
+    (one instruction an element fewer, sm_90 SASS)."""
+    e = tl.exp2(tl.abs(x - m) * -LOG2E)
     bigger = x > m
     d = tl.where(bigger, d * e + 1.0, d + e)
     m = tl.where(bigger, x, m)
@@ -88,7 +95,7 @@ def _fold(m, d, x):
 @_device_fn
 def _merge_lanes(m_vec, d_vec):
     """The guarded merge of a vector of states into one: (shift, sum d_i exp(m_i - shift)) with
-    shift = max m_i, or 0 when that is -inf."""
+    shift = max m_i, or 0 when that is -inf (LOWEST when every state is _empty's: no value but -inf)."""
     m = tl.max(m_vec, 0)
     shift = _guard(m)
     d = tl.sum(d_vec * tl.exp2((m_vec - shift) * LOG2E), 0)
@@ -234,13 +241,14 @@ def _load_row(ptr, base, c, read, s, end, pad, V: tl.constexpr):
 @_device_fn
 def _write_lanes(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD: tl.constexpr, LOG: tl.constexpr):
     """The outputs at lanes cols (where ok) of rows whose lane 0 is at in_row, dy_row and out_row, from the row's
-    reduction: (shift, d) forward, (sum, live) backward. Returns the lanes' x (or y), in fp32: _pad where not ok."""
+    reduction: (shift, d) forward, (sum, live) backward. Returns the lanes' y backward, in fp32, _pad where not ok
+    (the forward's x: 0 where not ok, whose outputs are not stored, so the load needs no select after its zero fill)."""
     if BACKWARD:
         dy = tl.load(dy_row + cols, mask=ok, other=0.0).to(tl.float32)
         y = tl.load(in_row + cols, mask=ok, other=_pad(BACKWARD, LOG)).to(tl.float32)
         out = _grad(y, dy, total, d_or_live, LOG)
     else:
-        y = tl.load(in_row + cols, mask=ok, other=float("-inf")).to(tl.float32)
+        y = tl.load(in_row + cols, mask=ok, other=0.0).to(tl.float32)
         out = _normalise(y, total, d_or_live, LOG)
     tl.store(out_row + cols, out.to(out_row.dtype.element_ty), mask=ok)
     return y
