@@ -18,7 +18,8 @@ launcher's one-stage retry is compiled too. Every distinct configuration (kernel
 arguments, options, argument types) is compiled once per family, at the first shape of the grid
 that asks for it, and named by that shape. It keeps the PTX normalised (the kernel's name,
 comments and line information removed) and the cubin's registers, stack frame and local memory
-(cuobjdump; spills live in the stack frame).
+(cuobjdump; spills live in the stack frame), and the SASS instructions of each of its loops (what an iteration
+issues: a chunk loop's for a thread's elements).
 
 `compare` counts the configurations whose normalised PTX is identical, lists the others with
 registers / local memory / stack / shared memory before and after, the configurations only one tree has,
@@ -84,17 +85,29 @@ def normalise(ptx: str, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def resources(cubin: bytes) -> dict:
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """Triton's own cuobjdump over a cubin (--dump-resource-usage, -sass)."""
     import triton
 
     tool = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True,
-                              check=True).stdout
-    usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", text)
-    return {"registers": int(usage.group(1)), "stack": int(usage.group(2)), "local": int(usage.group(3))}
+        return subprocess.run([str(tool), flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def resources(cubin: bytes) -> dict:
+    usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", cuobjdump(cubin, "--dump-resource-usage"))
+    return {"registers": int(usage.group(1)), "stack": int(usage.group(2)), "local": int(usage.group(3)),
+            "loops": loops(cuobjdump(cubin, "-sass"))}
+
+
+def loops(sass: str) -> list:
+    """The SASS instructions of each loop, from its top to the branch back to it (16 bytes an instruction on sm_90),
+    in the order of those branches: what one iteration issues (a chunk loop's body for a thread's elements), read
+    without a GPU."""
+    branches = re.findall(r"/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+0x([0-9a-f]+)", sass)
+    return [(at - to) // 16 + 1 for at, to in ((int(a, 16), int(b, 16)) for a, b in branches) if to < at]
 
 
 def dump(out: pathlib.Path, launches_to_drive) -> None:
@@ -182,6 +195,8 @@ def compare(a: pathlib.Path, b: pathlib.Path) -> int:
     print(f"{len(same)} of {len(both)} configurations compile to identical PTX (normalised)")
     for n in (n for n in both if ca[n]["sha"] != cb[n]["sha"]):
         res = " ".join(f"{k} {ca[n][k]}->{cb[n][k]}" for k in ("registers", "local", "stack", "shared"))
+        if ca[n].get("loops") != cb[n].get("loops"):  # dumps before the loops were recorded have none
+            res += f" loop instructions {ca[n].get('loops')}->{cb[n].get('loops')}"
         print(f"  differs: {n} {ca[n]['meta']}: {res}")
     for label, names in (("only in A", set(ca) - set(cb)), ("only in B", set(cb) - set(ca))):
         for n in sorted(names):
