@@ -142,6 +142,12 @@ def _forward_tile(x, AXIS: tl.constexpr, LOG: tl.constexpr):
     return _softmax_of(z, e, tl.expand_dims(tl.sum(e, axis=AXIS), AXIS), LOG)
 
 
+@_device_fn
+def _live(y):
+    """1 where y is not -inf, else 0: a log_softmax row is live (its gradient not 0) where any lane is."""
+    return tl.where(y == float("-inf"), 0.0, 1.0)
+
+
 @triton.jit
 def _sum_and_max(s0, l0, s1, l1):
     return s0 + s1, tl.maximum(l0, l1)
@@ -153,7 +159,7 @@ def _backward_sums(y, dy, AXIS: tl.constexpr, LOG: tl.constexpr):
     for log_softmax, in one reduction of the two (one exchange between warps, not two), (sum dy*y, unused) for
     softmax. Padding adds nothing (dy 0, y 0 or -inf)."""
     if LOG:
-        return tl.reduce((dy, tl.where(y == float("-inf"), 0.0, 1.0)), AXIS, _sum_and_max)
+        return tl.reduce((dy, _live(y)), AXIS, _sum_and_max)
     else:
         s = tl.sum(dy * y, axis=AXIS)
         return s, s
@@ -382,12 +388,11 @@ def cols_stream_kernel(in_ptr, dy_ptr, out_ptr, N, inner, strips, tasks, BLOCK_N
                 offs = base[None, :] + (r0 + n)[:, None].to(tl.int64) * inner
                 if BACKWARD:
                     dy = tl.load(dy_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+                    y = tl.load(in_ptr + offs, mask=ok, other=_pad(BACKWARD, LOG)).to(tl.float32)
+                    total, live = _backward_sums(y, dy, 0, LOG)
+                    a += total
                     if LOG:
-                        y = tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32)
-                        a += tl.sum(dy, 0)
-                        b = tl.maximum(b, tl.max(tl.where(y == float("-inf"), 0.0, 1.0), 0))
-                    else:
-                        a += tl.sum(dy * tl.load(in_ptr + offs, mask=ok, other=0.0).to(tl.float32), 0)
+                        b = tl.maximum(b, live)
                 else:  # (m, d) <- the tile's max, then d rescaled once and the tile's exponentials added
                     x = tl.load(in_ptr + offs, mask=ok, other=float("-inf")).to(tl.float32)
                     m = tl.maximum(a, tl.max(x, 0))
@@ -495,12 +500,12 @@ def online_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_ou
             ok = _body(cols, lo, hi, V)
             y = _write_lanes(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD, LOG)
             if BACKWARD and LOG:
-                live = tl.maximum(live, tl.where(y == float("-inf"), 0.0, 1.0))
+                live = tl.maximum(live, _live(y))
         if V > 1:  # the ends' lanes again (cheaper than holding them live through both passes)
             ends, at_end = _row_ends(offs, s, lo, hi, s + N, V)
             y = _write_lanes(in_row, dy_row, out_row, ends, at_end, total, d_or_live, BACKWARD, LOG)
             if BACKWARD and LOG:
-                live = tl.maximum(live, tl.where(y == float("-inf"), 0.0, 1.0))
+                live = tl.maximum(live, _live(y))
         if BACKWARD and LOG:
             if tl.max(live, 0) == 0:  # y all -inf: the gradient is 0, not the dy pass 2 wrote (no read: rare)
                 _zero_row(out_row, offs, n_chunks, lo, hi, s, N, CHUNK, V)
