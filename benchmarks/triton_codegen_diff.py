@@ -85,21 +85,20 @@ def normalise(ptx: str, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cuobjdump(cubin: bytes, flag: str) -> str:
-    """Triton's own cuobjdump over a cubin (--dump-resource-usage, -sass)."""
+def resources(cubin: bytes) -> dict:
+    """Registers, stack frame, local memory and loops (loops) of a cubin, from one run of Triton's own cuobjdump
+    (each run costs ~0.5 s; a whole grid is thousands of configurations)."""
     import triton
 
     tool = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        return subprocess.run([str(tool), flag, f.name], capture_output=True, text=True, check=True).stdout
-
-
-def resources(cubin: bytes) -> dict:
-    usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", cuobjdump(cubin, "--dump-resource-usage"))
+        text = subprocess.run([str(tool), "--dump-resource-usage", "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", text)
     return {"registers": int(usage.group(1)), "stack": int(usage.group(2)), "local": int(usage.group(3)),
-            "loops": loops(cuobjdump(cubin, "-sass"))}
+            "loops": loops(text)}
 
 
 def loops(sass: str) -> list:
