@@ -6,7 +6,10 @@ stream, pointers, every scalar), into the tensor they return; its table must hol
 hold, no more. Skipped where there is no C++ compiler or ninja; the build takes about a minute once."""
 
 import ctypes
+import json
+import math
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -29,6 +32,7 @@ from onlinesoftmax.errors import DimError, OnlineSoftmaxError  # noqa: E402
 from onlinesoftmax.runtime import launch, native  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 
+HERE = pathlib.Path(__file__).parent
 SMS = 132
 FAIL = {0: 0}  # what the fake cuLaunchKernel returns (0: CUDA_SUCCESS)
 STREAM = 0x7F0000005000
@@ -378,3 +382,187 @@ def test_gpu_native_calls_match_float64(built, monkeypatch, dtype):
         torch.cuda.synchronize()
         rep = compare(y, R.softmax(x.double().cpu().numpy()), dtype)
         assert rep.ok, (N, rep.message)
+
+
+# The Triton backend's entries (engines/triton/softmax.py put_native), in a process of its own: Triton's driver stubbed
+# (kernels compile for sm_90, what each launch hands its launcher recorded), the helper bound to a fake cuLaunchKernel
+# that records the parameters native.cpp hands it (up to the first null slot of its parameter array).
+TRITON_SCRIPT = r'''
+import ctypes, json, os, sys
+sys.path.insert(0, sys.argv[1])
+import fakes
+import torch
+from triton.compiler.compiler import CompiledKernel
+
+STREAM, CTX = 0x7F0000005000, 0x7F0000009000
+handed = []
+fakes.stub_triton_driver(handed, [STREAM])
+stubbed = CompiledKernel._init_handles
+
+
+def init_handles(self):  # a CUfunction handle (an int), as libcuda's loader gives one
+    stubbed(self)
+    if not isinstance(self.function, int):
+        self.function = 0x7F0000100000 + 0x100 * (int(self.hash[:6], 16) % 4096)
+
+
+CompiledKernel._init_handles = init_handles
+from onlinesoftmax.engines.triton import softmax as K
+from onlinesoftmax.engines.triton import softmax_rules as R
+from onlinesoftmax.errors import OnlineSoftmaxError
+from onlinesoftmax.ops import softmax as ops
+from onlinesoftmax.runtime import launch, native
+
+os.environ["TRITON_INTERPRET"] = "1"  # the public op's check for CPU tensors (the kernels stay compiled)
+K._learn_occupancy = lambda key, compiled, warps, device: key is not None and K.OCCUPANCY.setdefault(key, 1)
+launched, fail = [], [0]
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p, ctypes.c_void_p,
+                  ctypes.c_void_p)
+def entry(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+    addrs = (ctypes.c_void_p * 15).from_address(params)  # native.cpp's array: 3 + MAX_SCALARS slots, unused null
+    values = [ctypes.c_uint64.from_address(a).value for a in addrs[:addrs[:].index(None)]]
+    launched.append([handle, gx, gy, gz, bx, by, bz, smem, stream, values])
+    return fail[0]
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+def ctx_current(out):
+    out[0] = CTX
+    return 0
+
+
+launch.ctx_current_entry = lambda: ctx_current
+K.context = lambda device: CTX
+K.cu_launch_address = lambda: ctypes.cast(entry, ctypes.c_void_p).value
+mod = native.module()
+mod.test_stream(STREAM)
+
+
+def case(shape, dtype, backward, log):
+    x, dy = torch.randn(*shape).to(dtype), torch.randn(*shape).to(dtype)
+    calls = []
+    for i in range(4):
+        before = len(handed), len(launched)
+        if backward:
+            out = ops.backward(x, dy, len(shape) - 1, log, "triton")
+        else:
+            out = (ops.log_softmax if log else ops.softmax)(x, -1, backend="triton")
+        call = {"triton": len(handed) - before[0], "native": len(launched) - before[1], "in": x.data_ptr(),
+                "dy": dy.data_ptr(), "out": out.data_ptr()}
+        if call["triton"]:  # what Triton's launcher was handed, as native.cpp must hand it to cuLaunchKernel
+            gx, gy, gz, stream, function, _packed, _meta, _enter, _exit, *args = handed[-1]
+            ready = [r for r in K._READY._d.values() if r.compiled.function == function]
+            if ready:
+                c = ready[0].compiled
+                params = [a.data_ptr() if isinstance(a, torch.Tensor) else a
+                          for name, a in zip(ready[0].kernel.arg_names, args) if c.src.signature[name] != "constexpr"]
+                call["want"] = [function, gx, gy, gz, 32 * c.metadata.num_warps, 1, 1, c.metadata.shared, stream,
+                                params + [0, 0]]
+        if call["native"]:
+            call["got"] = launched[-1]
+        calls.append(call)
+    return calls
+
+
+out = {}
+out["fwd"] = case((6, 40), torch.float32, False, False)
+out["log_fwd_one_row"] = case((1, 1000), torch.bfloat16, False, True)  # M = 1: a constant to Triton, no parameter
+out["fwd_3d"] = case((2, 3, 40), torch.float32, False, False)
+out["log_bwd"] = case((5, 33), torch.bfloat16, True, True)
+out["bwd"] = case((6, 40), torch.float32, True, False)
+out["split"] = case((2, 40000), torch.float32, False, False)
+out["size"] = mod.size()
+x = torch.randn(6, 40)
+out["other_backend"] = [mod.forward(x, -1, False, 0) is None, mod.forward(x, -1, False, 1) is not None]
+fail[0] = 700
+try:
+    ops.softmax(x, -1, backend="triton")
+    out["error"] = None
+except OnlineSoftmaxError as e:
+    out["error"] = str(e)
+fail[0] = 0
+R.ROWS_TILE_BYTES = R.ROWS_TILE_BYTES  # any assignment to the rules: the ready launches and their entries go
+out["after_rules"] = [mod.size(), len(K._READY), mod.forward(x, -1, False, 1) is None]
+print(json.dumps(out))
+'''
+
+
+def test_triton_ready_launches_go_native(built):
+    """The Triton backend's shapes launched ready (one launch, no workspace: the rows and online regimes) go into the
+    table: from a shape's third call on (the second plans it again and makes it ready) the public op and the backward
+    launch through C++ exactly what Triton's launcher was handed for that shape (function, grid, block, shared memory,
+    stream, every parameter: the pointers, the scalars Triton did not make constants, its two null scratch pointers),
+    with the call's own tensors; the split regime (a workspace a call) never goes there; the key is per backend; a
+    failed launch is the package's error naming the kernel; an assignment to the rules removes every entry."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "ONLINESOFTMAX_CACHE": built,
+           "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TRITON_INTERPRET", None)
+    env.pop(native.ENV, None)
+    run = subprocess.run([sys.executable, "-c", TRITON_SCRIPT, str(HERE)], env=env, capture_output=True, text=True,
+                         timeout=900)
+    if run.returncode:
+        pytest.fail(f"the stubbed-driver script failed:\n{run.stderr[-3000:]}")
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    # fwd_3d: fwd's rows (6 x 40) as a 3-d tensor, whose ready launch its first call finds (and puts under its key)
+    for case, made in (("fwd", 2), ("log_fwd_one_row", 2), ("fwd_3d", 1), ("log_bwd", 2), ("bwd", 2)):
+        calls = out[case]
+        assert [(c["triton"], c["native"]) for c in calls] == [(1, 0)] * made + [(0, 1)] * (4 - made), case
+        want = calls[made - 1]["want"]
+        pointers = 3 if case.endswith("bwd") else 2
+        for c in calls[made:]:
+            got = c["got"]
+            assert got[:9] == want[:9], case
+            own = [c["in"], c["dy"], c["out"]] if pointers == 3 else [c["in"], c["out"]]
+            assert got[9][:pointers] == own and got[9][pointers:] == want[9][pointers:], (case, got[9], want[9])
+        assert calls[2]["out"] != calls[3]["out"]
+    assert [(c["triton"], c["native"]) for c in out["split"]] == [(1, 0)] * 4
+    assert out["size"] == 5 and out["other_backend"] == [True, True]
+    assert out["error"] and "rows_kernel" in out["error"] and "(native)" in out["error"] and "700" in out["error"]
+    assert out["after_rules"] == [0, 0, True]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gpu_triton_native_calls_match_float64(built, dtype):
+    """On the GPU, backend="triton": the public op and the backward through the helper (a shape's third call on)
+    against float64, outputs left NaN in the allocator's block first; rows (aligned, unaligned, one row, 2-d and 3-d),
+    the online regime (bf16 past 32768) and the split regime (fp32 there: never in the table)."""
+    pytest.importorskip("triton")
+    from onlinesoftmax.harness.check import compare
+    from onlinesoftmax.ops import softmax as ops
+    from onlinesoftmax import reference as R
+
+    mod = native.module()
+    g = torch.Generator(device="cuda").manual_seed(7)
+    natives = 0
+    for shape, off in (((1, 1024), 0), ((3, 1001), 1), ((700, 4096), 0), ((2, 5, 3000), 0), ((16, 100003), 0)):
+        n = math.prod(shape)
+        x = (torch.randn(n + off, generator=g, device="cuda") * 4).to(dtype)[off:].view(shape)
+        x.view(-1, shape[-1])[0] = float("-inf")  # a fully masked row
+        dy = torch.randn(shape, generator=g, device="cuda").to(dtype)
+        for log in (False, True):
+            ref = (R.log_softmax if log else R.softmax)(x.double().cpu().numpy())
+            for call in range(4):
+                torch.full((n * x.element_size(),), 255, dtype=torch.uint8, device="cuda")  # NaN bits, freed
+                y = (ops.log_softmax if log else ops.softmax)(x, -1, backend="triton")
+                torch.cuda.synchronize()
+                rep = compare(y, ref, dtype)
+                assert rep.ok, (shape, off, log, call, rep.message)
+            put = mod.forward(x, -1, log, 1) is not None
+            assert put == (dtype == torch.bfloat16 or shape[-1] < 32768), (shape, log)  # fp32 100003: split
+            natives += put
+            want = (R.log_softmax_backward if log else R.softmax_backward)(y.double().cpu().numpy(),
+                                                                          dy.double().cpu().numpy())
+            scale = np.full(want.shape, float(max(dy.double().abs().amax(), np.abs(np.nan_to_num(want)).max())))
+            for call in range(4):
+                torch.full((n * x.element_size(),), 255, dtype=torch.uint8, device="cuda")
+                dx = ops.backward(y, dy, y.dim() - 1, log, "triton")
+                torch.cuda.synchronize()
+                rep = compare(dx, want, dtype, scale)
+                assert rep.ok, (shape, off, log, "backward", call, rep.message)
+            natives += mod.backward(y, dy, -1, log, 1) is not None
+    assert natives >= 16

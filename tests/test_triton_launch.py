@@ -97,17 +97,19 @@ out["split"] = case("split forward", False, False, "split", 2, 4096)
 out["split_bwd"] = case("split log backward", True, True, "split", 3, 2500)
 out["online_bwd"] = case("online backward", True, False, "online", 2, 4096)
 out["bf16"] = case("rows forward bf16", False, False, None, 5, 33, dtype=torch.bfloat16)
+out["ready_before_knobs"] = len(K._READY)
 out["window"] = case("rows forward through windows", False, False, None, 4, 41, knobs={"ROWS_WINDOW_MIN_N": 1})
 out["window_tail"] = case("rows forward through windows, the last row apart", False, False, None, 6, 41,
                           knobs={"ROWS_WINDOW_MIN_N": 1, "ROWS_WINDOW_TAIL_MIN_BYTES": 0})
 out["knob"] = case("rows forward, ROWS_TILE_BYTES 256", False, False, None, 6, 40, knobs={"ROWS_TILE_BYTES": 256})
+out["ready_after_knob"] = len(K._READY)
 out["knob_back"] = case("rows forward, the knob back", False, False, None, 6, 40)
+out["ready_after_back"] = len(K._READY)
 # a persistent grid takes the configuration's occupancy: a shape seen, then planned under a knob that makes a
 # configuration not launched yet (its first grid from the estimate), is made ready only once that is learnt
 out["persistent_seen"] = case("rows forward, persistent", False, False, None, 300, 40, knobs={"ROWS_PERSISTENT": True})
 out["persistent"] = case("rows forward, persistent, a new tile", False, False, None, 300, 40,
                          knobs={"ROWS_PERSISTENT": True, "ROWS_TILE_BYTES": 256})
-out["ready"] = len(K._READY)
 print(json.dumps(out))
 '''
 
@@ -173,4 +175,7 @@ def test_ready_launch_is_per_specialisation(launches):
         assert first["planned"] == 1, f"{case}: a launch made ready for another case was taken"
         assert first["launches"][0] != rows, case
     assert launches["knob_back"][2]["launches"][0] == rows
-    assert launches["ready"] == len(NEW)  # the knob's case is the rows case's shape; the persistent cases, one
+    # one ready launch a specialisation; an assignment to the rules (the knob's setting back) drops them all (and
+    # their native entries), the shape then made ready again
+    assert launches["ready_before_knobs"] == len(NEW) - 2  # before the windows' and the knob's cases
+    assert launches["ready_after_knob"] == 0 and launches["ready_after_back"] == 1

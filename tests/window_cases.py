@@ -18,7 +18,7 @@ def record_windows(monkeypatch, K, every: bool = True, regime: str = "rows") -> 
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_MIN_N", 1)
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_TAIL_MIN_BYTES", 0)
     monkeypatch.setattr(K, "_make_ready", lambda *a: None)
-    monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE))
+    monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE, K._drop_native))
     seen = []
     launch = K._launch_on
     mine = getattr(K, f"{regime}_kernel")

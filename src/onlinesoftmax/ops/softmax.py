@@ -144,18 +144,34 @@ def _cuda_backward(y, dy, dim, log):
 
 
 def _triton_forward(x, dim, log):
+    """(The eager hot path, _apply, has asked the native helper already.)"""
     out = torch.empty_like(x, memory_format=CONTIGUOUS)
     if not _triton_columns((x,), out, dim, False, log):
         _triton_rows(lambda a, o: engines.triton("softmax").softmax_forward(a[0], o, log=log), (x,), out, dim)
+        _triton_put_native((x,), out, dim, log)
     return out
 
 
 def _triton_backward(y, dy, dim, log):
+    mod = native.module()
+    out = mod.backward(y, dy, dim, log, 1) if mod is not None else None
+    if out is not None:
+        return out
     out = torch.empty_like(y, memory_format=CONTIGUOUS)
     ins = (y, dy.to(y.dtype))
     if not _triton_columns(ins, out, dim, True, log):
         _triton_rows(lambda a, o: engines.triton("softmax").softmax_backward(a[0], a[1], o, log=log), ins, out, dim)
+        _triton_put_native(ins, out, dim, log)
     return out
+
+
+def _triton_put_native(ins, out, dim, log) -> None:
+    """Contiguous rows over the last dim: the launch the Triton engine holds ready for the call just made goes into
+    the native helper's table (where built), so the next such call is one C++ call."""
+    if dim == out.dim() - 1 and all(t.is_contiguous() for t in ins):
+        mod = native.module()
+        if mod is not None:
+            engines.triton("softmax").put_native(mod, ins, out, log)
 
 
 def _triton_columns(tensors, out, dim, backward, log) -> bool:
@@ -320,16 +336,18 @@ def _apply(input, dim, log, dtype, backend):
     # Dynamo must not trace into the loader). They decide what resolve and forward below decide for such a call (the
     # same backend, the same launcher), with only what that needs looked at: the host's time per small call is most
     # of the call (issue 12).
-    if (type(input) is torch.Tensor and dtype is None and type(dim) is int and (backend == "auto" or backend == "cuda")
-            and not torch.compiler.is_compiling()):
-        # runtime/native.cpp, where built: a shape the CUDA engine has launched before, contiguous rows over the last
-        # dim, no grad, looked up, allocated and launched in one C++ call; None for anything else
+    if (type(input) is torch.Tensor and dtype is None and type(dim) is int
+            and (backend == "auto" or backend == "cuda" or backend == "triton") and not torch.compiler.is_compiling()):
+        # runtime/native.cpp, where built: a shape the engine (CUDA's, or Triton's for backend="triton") has launched
+        # before, contiguous rows over the last dim, no grad, looked up, allocated and launched in one C++ call; None
+        # for anything else
         mod = native.module()
-        out = mod.forward(input, dim, log) if mod is not None else None
+        out = mod.forward(input, dim, log, 1 if backend == "triton" else 0) if mod is not None else None
         if out is not None:
             return out
         # a CUDA tensor the kernels take, dim in range, no grad: the engine, the table not asked again
-        if (input.is_cuda and input.dtype in _KERNEL_DTYPES and (backend == "cuda" or engines.cuda_runs())
+        if (backend != "triton" and input.is_cuda and input.dtype in _KERNEL_DTYPES
+                and (backend == "cuda" or engines.cuda_runs())
                 and not (input.requires_grad and torch.is_grad_enabled())):
             n = input.dim()
             if -n <= dim < n and input.numel():

@@ -52,6 +52,14 @@ class BoundedCache:
             if then is not None:
                 then()
 
+    def under_lock(self, key: Hashable, fn: Callable[[object], None]) -> None:
+        """fn(value) under the cache's lock, if key holds a value (what mirrors an entry adds to it while no other
+        thread drops it)."""
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                fn(v)
+
     def _make_room(self) -> None:
         while len(self._d) >= self.limit:
             self._dropped(self._d.popitem(last=False)[1])  # insertion order: the oldest first

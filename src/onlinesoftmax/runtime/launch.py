@@ -336,6 +336,13 @@ def context(device: int) -> Optional[int]:
     return ctx
 
 
+def cu_launch_address() -> Optional[int]:
+    """The address of libcuda's cuLaunchKernel where it is reached through ctypes (what native.cpp calls), else
+    None."""
+    f, plain = _driver_launch()
+    return ctypes.cast(f, ctypes.c_void_p).value if plain else None
+
+
 def _driver_launch():
     """(cuLaunchKernel, takes C values): libcuda's through ctypes with no argtypes, called with prebuilt ctypes
     values only (a plain C call: nothing converted per call, ~0.8 us against ~1.5 us with argtypes), or
@@ -484,8 +491,8 @@ class PreparedLaunch:
         if not ctx:
             return None
         fn = ctypes.cast(self._launch, ctypes.c_void_p).value
-        return mod.put(op, a, b, fn, ctx, d[0], grid, d[4], d[5], d[7], [bytes(v) for v in self._vals[1:]], rows,
-                       owner)
+        scalars = [bytes(ctypes.c_int64(rows))] + [bytes(v) for v in self._vals[1:]]
+        return mod.put(op, 0, a, b, True, fn, ctx, d[0], grid, d[4], d[5], d[7], scalars, owner)
 
     def _go(self, grid, first, ptrs) -> None:
         s = stream_handle(self.device)

@@ -2,21 +2,23 @@
 // lookup, the allocation of the output (at::empty_like) and cuLaunchKernel. From Python the same call costs more than
 // torch's whole softmax (an allocation through torch's binding, a ctypes call, the Python around them; issue 12).
 //
-// A table maps what decides the launch -- the op, dtype, device, the inputs' offsets from a 16-byte boundary and
-// the exact sizes of contiguous rows over the last dim -- to one prepared launch (engines/cuda/run.py puts the
-// shapes it has planned, removes them when its own cache drops them). A call whose shape is not in the table, or
+// A table maps what decides the launch -- the backend, the op, dtype, device, the inputs' offsets from a 16-byte
+// boundary and the exact sizes of contiguous rows over the last dim -- to one prepared launch (engines/cuda/run.py
+// puts the shapes it has planned, engines/triton/softmax.py the shapes it launches ready; each removes them when its
+// own cache drops them). A call whose shape is not in the table, or
 // that the table cannot take as is, returns None and the caller takes the Python path, which plans, launches and puts.
 // Every table access holds the GIL (pybind11 calls do), so the table needs no lock of its own; the GIL is released
 // only around the driver's call, with everything that call reads copied to this call's stack first (the entry too:
 // the allocation may run Python that removes it).
 //
-//   put(op, a, b, fn, ctx, handle, grid, bx, by, smem, scalars, rows, owner) -> key (bytes) or None
-//        op 0..3 (softmax, log_softmax, their backward); a, b: a call's tensors (b None forward); fn: libcuda's
-//        cuLaunchKernel; ctx: the device's primary context (a call launches only where it is current); handle the
-//        CUkernel, grid / block / smem the launch's; scalars the raw bytes of the scalars after the row count; rows
-//        the row count; owner: what keeps the kernel loaded (held until the entry is removed; its `name` names the
-//        kernel in a failed launch's error)
-//   forward(x, dim, log) / backward(y, dy, dim, log) -> a fresh output, launched; or None
+//   put(op, backend, a, b, b_param, fn, ctx, handle, grid, bx, by, smem, scalars, owner) -> key (bytes) or None
+//        op 0..3 (softmax, log_softmax, their backward); backend 0 (cuda) or 1 (triton); a, b: a call's tensors (b
+//        None forward); b_param: whether the kernel takes b's pointer as its second parameter (the CUDA kernels
+//        take a null one forward, Triton's forward kernels none); fn: libcuda's cuLaunchKernel; ctx: the device's
+//        primary context (a call launches only where it is current); handle the CUkernel or CUfunction, grid / block
+//        / smem the launch's; scalars the raw bytes (4 or 8) of each parameter after the pointers; owner: what keeps
+//        the kernel loaded (held until the entry is removed; its `name` names the kernel in a failed launch's error)
+//   forward(x, dim, log, backend=0) / backward(y, dy, dim, log, backend=0) -> a fresh output, launched; or None
 //   remove(key, owner)  the entry, if owner put it;  clear();  size()
 //   bind(ctx_fn, error)  libcuda's cuCtxGetCurrent and the exception type of a failed launch (once, at load)
 //   test_stream(s)       (tests only) the stream for tensors that are not CUDA tensors: the CPU tests' fake driver
@@ -36,7 +38,7 @@ typedef int (*ctx_t)(void**);
 
 namespace {
 
-constexpr int MAX_SCALARS = 12;  // after the row count
+constexpr int MAX_SCALARS = 12;  // after the pointers
 constexpr int64_t MAX_DIMS = 8;
 
 struct Entry {
@@ -44,8 +46,9 @@ struct Entry {
   void* ctx;
   void* handle;
   unsigned grid, bx, by, smem;
-  int nscalars;  // including the row count, scalars[0]
-  uint64_t scalars[1 + MAX_SCALARS];
+  bool b_param;  // b's pointer is the second parameter (null forward)
+  int nscalars;
+  uint64_t scalars[MAX_SCALARS];
   py::object owner;
 };
 
@@ -57,7 +60,7 @@ void* stream_for_tests = nullptr;
 
 // The table's key of a call, or false where the table does not take it: contiguous strided rows over the last dim
 // (dim in range), no element missing, b (backward's dy) alike in sizes, dtype, device and layout.
-bool key_of(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim, std::string& key) {
+bool key_of(int op, int backend, const at::Tensor& a, const at::Tensor* b, int64_t dim, std::string& key) {
   const int64_t n = a.dim();
   if (n == 0 || n > MAX_DIMS || dim < -n || dim >= n || (dim < 0 ? dim + n : dim) != n - 1) return false;
   if (a.layout() != at::kStrided || !a.is_contiguous() || a.numel() == 0) return false;
@@ -65,7 +68,8 @@ bool key_of(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim, std::
             b->device() != a.device() || !b->sizes().equals(a.sizes())))
     return false;
   int64_t k[3 + MAX_DIMS];
-  k[0] = op | static_cast<int64_t>(a.scalar_type()) << 8 | static_cast<int64_t>(a.get_device() + 1) << 16 |
+  k[0] = op | backend << 2 | static_cast<int64_t>(a.scalar_type()) << 8 |
+         static_cast<int64_t>(a.get_device() + 1) << 16 |
          static_cast<int64_t>(a.device().type()) << 32;
   k[1] = (reinterpret_cast<uintptr_t>(a.data_ptr()) & 15) | (b ? reinterpret_cast<uintptr_t>(b->data_ptr()) & 15 : 0)
                                                                 << 4;
@@ -75,7 +79,7 @@ bool key_of(int op, const at::Tensor& a, const at::Tensor* b, int64_t dim, std::
   return true;
 }
 
-py::object launch(int op, const at::Tensor& a, const at::Tensor* b, py::handle dim_arg) {
+py::object launch(int op, int backend, const at::Tensor& a, const at::Tensor* b, py::handle dim_arg) {
   if (op < 2 && a.requires_grad() && at::GradMode::is_enabled()) return py::none();  // autograd's path
   int overflow = 0;
   const long long dim = PyLong_AsLongLongAndOverflow(dim_arg.ptr(), &overflow);
@@ -84,7 +88,7 @@ py::object launch(int op, const at::Tensor& a, const at::Tensor* b, py::handle d
     return py::none();
   }
   std::string key;
-  if (!key_of(op, a, b, dim, key)) return py::none();
+  if ((backend != 0 && backend != 1) || !key_of(op, backend, a, b, dim, key)) return py::none();
   const auto it = table.find(key);
   if (it == table.end()) return py::none();
   // A copy (the owner's reference with it): empty_like below may run Python (a dispatch mode, another thread),
@@ -104,8 +108,13 @@ py::object launch(int op, const at::Tensor& a, const at::Tensor* b, py::handle d
   void* pa = a.data_ptr();
   void* pb = b ? b->data_ptr() : nullptr;
   void* po = out.data_ptr();
-  void* params[3 + 1 + MAX_SCALARS] = {&pa, &pb, &po};
-  for (int i = 0; i < e.nscalars; i++) params[3 + i] = &e.scalars[i];
+  void* params[3 + MAX_SCALARS] = {&pa, &pb, &po};
+  int np = 3;
+  if (!e.b_param) {  // (a, out, scalars...)
+    params[1] = &po;
+    np = 2;
+  }
+  for (int i = 0; i < e.nscalars; i++) params[np + i] = &e.scalars[i];
   int err;
   {
     py::gil_scoped_release no_gil;  // the driver's call takes microseconds: other Python threads run
@@ -120,20 +129,20 @@ py::object launch(int op, const at::Tensor& a, const at::Tensor* b, py::handle d
   return py::cast(std::move(out));
 }
 
-py::object put(int64_t op, const at::Tensor& a, const c10::optional<at::Tensor>& b, int64_t fn, int64_t ctx,
-               int64_t handle, int64_t grid, int64_t bx, int64_t by, int64_t smem, const std::vector<std::string>& more,
-               int64_t rows, py::object owner) {
-  if (op < 0 || op > 3 || static_cast<int>(more.size()) > MAX_SCALARS) return py::none();
+py::object put(int64_t op, int64_t backend, const at::Tensor& a, const c10::optional<at::Tensor>& b, bool b_param,
+               int64_t fn, int64_t ctx, int64_t handle, int64_t grid, int64_t bx, int64_t by, int64_t smem,
+               const std::vector<std::string>& scalars, py::object owner) {
+  if (op < 0 || op > 3 || backend < 0 || backend > 1 || static_cast<int>(scalars.size()) > MAX_SCALARS ||
+      (!b_param && b))
+    return py::none();
   std::string key;
-  if (!key_of(static_cast<int>(op), a, b ? &*b : nullptr, -1, key)) return py::none();
+  if (!key_of(static_cast<int>(op), static_cast<int>(backend), a, b ? &*b : nullptr, -1, key)) return py::none();
   Entry e{reinterpret_cast<launch_t>(fn), reinterpret_cast<void*>(ctx), reinterpret_cast<void*>(handle),
           static_cast<unsigned>(grid), static_cast<unsigned>(bx), static_cast<unsigned>(by),
-          static_cast<unsigned>(smem), 1 + static_cast<int>(more.size()), {}, std::move(owner)};
-  const long long m = rows;
-  std::memcpy(&e.scalars[0], &m, sizeof m);
-  for (size_t i = 0; i < more.size(); i++) {
-    if (more[i].size() > sizeof(uint64_t)) return py::none();
-    std::memcpy(&e.scalars[1 + i], more[i].data(), more[i].size());  // 4 or 8 bytes, the rest 0
+          static_cast<unsigned>(smem), b_param, static_cast<int>(scalars.size()), {}, std::move(owner)};
+  for (size_t i = 0; i < scalars.size(); i++) {
+    if (scalars[i].size() != 4 && scalars[i].size() != 8) return py::none();
+    std::memcpy(&e.scalars[i], scalars[i].data(), scalars[i].size());  // 4 or 8 bytes, the rest 0
   }
   py::bytes out(key);
   py::object old;  // released after the map's operation (its release may run Python)
@@ -158,10 +167,12 @@ void drop(const std::string& key, const py::object& owner) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", [](const at::Tensor& x, py::handle dim, bool log) { return launch(log ? 1 : 0, x, nullptr, dim); });
-  m.def("backward", [](const at::Tensor& y, const at::Tensor& dy, py::handle dim, bool log) {
-    return launch(log ? 3 : 2, y, &dy, dim);
-  });
+  m.def("forward", [](const at::Tensor& x, py::handle dim, bool log, int backend) {
+    return launch(log ? 1 : 0, backend, x, nullptr, dim);
+  }, py::arg("x"), py::arg("dim"), py::arg("log"), py::arg("backend") = 0);
+  m.def("backward", [](const at::Tensor& y, const at::Tensor& dy, py::handle dim, bool log, int backend) {
+    return launch(log ? 3 : 2, backend, y, &dy, dim);
+  }, py::arg("y"), py::arg("dy"), py::arg("dim"), py::arg("log"), py::arg("backend") = 0);
   m.def("put", &put);
   m.def("remove", &drop);
   m.def("clear", [] {

@@ -12,6 +12,7 @@ Import this module only after TRITON_INTERPRET is set (if it is to be set): it i
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -23,7 +24,9 @@ from triton.runtime.driver import driver
 
 from ...errors import OnlineSoftmaxError
 from ...intmath import cdiv
+from ...runtime import native
 from ...runtime.bounded import BoundedCache
+from ...runtime.launch import context, cu_launch_address
 from . import softmax_rules as rules
 from .softmax_rules import pick_regime
 from .softmax_kernels import cols_kernel, cols_stream_kernel, interpreting, online_kernel, rows_kernel, split_kernel
@@ -219,8 +222,20 @@ def _launch_on(device: torch.device, kernel, grid, args, meta, key):
 # sweep cells had timed 3-19x their kernels' queued time on the H200 (h200-session53/triton/sweep.csv).
 READY_CACHE = 256  # shapes kept ready ...
 SEEN_CACHE = 1024  # ... and shapes planned once (the oldest dropped first)
-_READY = BoundedCache(READY_CACHE)
+
+
+def _drop_native(ready: "_Ready") -> None:
+    """The ready cache's on_drop: the native helper's entries of a ready launch go with it."""
+    mod = native.module() if ready.native_keys else None
+    if mod is not None:
+        for key in ready.native_keys:
+            mod.remove(key, ready)
+
+
+_READY = BoundedCache(READY_CACHE, _drop_native)
 _SEEN = BoundedCache(SEEN_CACHE)
+# an assignment to a name of rules.py may change any plan: the ready launches (and their native entries) go
+rules.on_change.append(lambda: _READY.clear())
 
 
 def _settings() -> tuple:
@@ -245,7 +260,7 @@ def _make_ready(shape: tuple, p: Plan, ran: tuple, fresh: list, settings: tuple)
 
 
 class _Ready:
-    __slots__ = ("kernel", "compiled", "grid", "dims", "fresh", "rest", "settings")
+    __slots__ = ("kernel", "compiled", "grid", "dims", "fresh", "rest", "settings", "native", "native_keys")
 
     def __init__(self, kernel, compiled: CompiledKernel, grid: tuple, fresh: tuple, rest: tuple, settings: tuple):
         self.kernel = kernel  # the JITFunction
@@ -255,6 +270,13 @@ class _Ready:
         self.fresh = fresh  # per call, after the op's three tensors: a workspace (n, dtype, zeroed) each
         self.rest = rest  # then the plan's other arguments and the kernel's constexprs, in its parameters' order
         self.settings = settings
+        self.native = None  # native.cpp's launch of it (_native_launch), once asked: a tuple, or False
+        self.native_keys = []  # its entries in native.cpp's table
+
+    @property
+    def name(self) -> str:
+        """The kernel's name (native.cpp's error for a failed launch)."""
+        return self.compiled.name
 
     def holds(self) -> bool:
         return not self.kernel.pre_run_hooks and self.settings == _settings()
@@ -268,6 +290,69 @@ class _Ready:
         c, (gx, gy, gz) = self.compiled, self.dims
         c.run(gx, gy, gz, stream, c.function, c.packed_metadata, c.launch_metadata(self.grid, stream, *args),
               knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
+
+
+# The native helper (runtime/native.cpp, where built): a shape launched ready, called again on contiguous rows over the
+# last dim into a fresh output, is launched by one C++ call (the lookup, the allocation, cuLaunchKernel) with the
+# values the ready launch hands Triton's launcher: the public call's host time is then the CUDA backend's (Triton's
+# launcher alone costs more than torch's whole call, issue 12). Only what native.cpp launches as Triton's launcher
+# would: one kernel, no workspace, a 1-D grid, no cluster, programmatic or cooperative launch, no scratch memory, the
+# op's pointers as its only pointers, libcuda reached through ctypes. An entry goes with its ready launch (evicted,
+# replaced, or any assignment to a name of rules.py); Triton's knobs and a kernel's pre-run hooks are looked at when
+# it is put, not on each call.
+_SCALARS = {"i32": "<i", "u32": "<I", "i64": "<q", "u64": "<Q", "fp32": "<f"}
+
+
+def _native_launch(ready: _Ready, backward: bool):
+    """(function, grid, block, shared memory, the parameters' bytes after the pointers) of a ready launch, or False
+    where native.cpp cannot launch it as Triton's launcher does."""
+    c, md = ready.compiled, ready.compiled.metadata
+    if (ready.fresh or ready.dims[1:] != (1, 1) or getattr(md, "num_ctas", 1) != 1 or md.launch_pdl
+            or md.launch_cooperative_grid or md.global_scratch_size or md.profile_scratch_size
+            or not isinstance(c.function, int)):
+        return False
+    sig = c.src.signature
+    pointers = ("in_ptr", "dy_ptr", "out_ptr") if backward else ("in_ptr", "out_ptr")
+    names = ready.kernel.arg_names
+    scalars = []
+    for name, value in zip(names[3:], ready.rest):
+        ty = sig[name]
+        if ty == "constexpr":
+            continue
+        if ty not in _SCALARS:  # a pointer or a type native.cpp is not handed
+            return False
+        scalars.append(struct.pack(_SCALARS[ty], value))
+    if tuple(n for n in names[:3] if sig[n] != "constexpr") != pointers or len(names) != 3 + len(ready.rest):
+        return False
+    scratch = bytes(8)  # Triton's launcher passes its two scratch pointers last: none (null) here
+    return c.function, ready.dims[0], 32 * md.num_warps, md.shared, scalars + [scratch, scratch]
+
+
+def put_native(mod, ins: tuple, out: torch.Tensor, log: bool) -> None:
+    """Put the ready launch of a call just made, on contiguous rows over the last dim of ins ((x,) forward, (y, dy)
+    backward: the caller's tensors, any number of dims) into the fresh output `out`, into native.cpp's table under
+    their key (backend 1), if this engine holds one for its shape and native.cpp can launch it."""
+    backward = len(ins) == 2
+    N = out.shape[-1] if out.dim() else 1
+    tensors = (*ins, out)
+    shape = (backward, log, None, out.numel() // N, N, out.dtype, out.get_device(), (N,) * len(tensors),
+             tuple([t.data_ptr() & 15 for t in tensors]))
+
+    def put(ready: _Ready) -> None:
+        if ready.native is None:
+            ready.native = _native_launch(ready, backward)
+        ctx = context(shape[6])
+        fn = cu_launch_address()
+        if not ready.native or not ready.holds() or not ctx or fn is None:
+            return
+        function, grid, block, shared, scalars = ready.native
+        op = (2 if backward else 0) + log
+        key = mod.put(op, 1, ins[0], ins[1] if backward else None, backward, fn, ctx, function, grid, block, 1,
+                      shared, scalars, ready)
+        if key is not None and key not in ready.native_keys:
+            ready.native_keys.append(key)
+    if out.data_ptr() % 16 == 0:
+        _READY.under_lock(shape, put)
 
 
 def softmax_columns(tensors: tuple, out: torch.Tensor, backward: bool, log: bool = False) -> bool:

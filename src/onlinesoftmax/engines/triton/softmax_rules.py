@@ -535,16 +535,24 @@ class _Counted(types.ModuleType):
     knob or a rule, or the undoing of one) counts in `generation`, so that the launcher's ready launches see that the
     rules may have changed by one integer (softmax._settings) instead of comparing every value of the module, 88 of
     them: the ready launcher 6.2 -> 5.3 us a call, the public call 11.0 -> 10.1 on this project's CPU machine with
-    Triton's driver stubbed (benchmarks/results/cpu-host-triton-s60.txt; not timed on a GPU's host)."""
+    Triton's driver stubbed (benchmarks/results/cpu-host-triton-s60.txt; not timed on a GPU's host). It then calls
+    on_change's functions: the launcher drops its ready launches, whose entries in the native helper's table no
+    generation is compared for."""
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
-        super().__setattr__("generation", self.__dict__.get("generation", 0) + 1)
+        self._changed()
 
     def __delattr__(self, name):
         super().__delattr__(name)
+        self._changed()
+
+    def _changed(self):
         super().__setattr__("generation", self.__dict__.get("generation", 0) + 1)
+        for f in self.__dict__.get("on_change", ()):
+            f()
 
 
 generation = 0
+on_change: list = []  # called after each such assignment (the launcher's: its ready launches go)
 sys.modules[__name__].__class__ = _Counted
