@@ -38,10 +38,10 @@ SHAPES = {
         (5, 33, True),  # odd N, several rows per tile
         (1001, 127, True),  # scalar rows in tiles of one warp (rules.rows_scalar_tile), a partial last tile
         (1000, 128, False),  # 32 rows per fp32 tile, a partial last tile, a persistent grid
-        (257, 1000, False),
+        (257, 1000, True),  # whole 16-byte vectors Triton cannot prove so (rules.rows_unit)
         (3, 1023, False),
         (2, 4097, True),  # odd N just past a power of two: 4096 + 1 lanes (rules.rows_pieces)
-        (37, 3000, True),  # 2048 + 1024 lanes, scalar rows
+        (37, 3000, True),  # 2048 + 1024 lanes, whole vectors (rules.rows_unit)
         (4095, 129, True),  # odd N (with the windows on, test_window_rows: the last row a launch of its own)
         (8, 12289, True),  # through the windows by the rules (test_rule_windows), no launch for the last row
         (3, 16383, True),  # one scalar tile of 16384 lanes; 16-bit: 4 warps (rules.rows_16bit_long)

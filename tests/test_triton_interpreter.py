@@ -255,6 +255,37 @@ def test_rows_in_two_tiles(op, dtype, seed):
             assert report.ok, f"{M}x{N} {kind}: {report.message}"
 
 
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("op", OPS)
+def test_rows_of_whole_vectors(op, dtype, seed, monkeypatch):
+    """Rows that are whole 16-byte vectors Triton cannot prove so (N a multiple of 16 bytes, not of 16 elements:
+    1000, 3000 in two tiles, 24; rules.rows_unit) run with UNIT set, aligned or not (the rows of a view one element
+    off a vector keep the scalar path, UNIT 1), and match float64 on every input kind; a row stride that is not a
+    multiple of the vector (a padded view) keeps UNIT 1 too."""
+    units = []
+    launch = K._launch_on
+    monkeypatch.setattr(K, "_launch_on", lambda dev, kernel, grid, args, meta, key: (
+        units.append(meta["UNIT"]) if kernel is K.rows_kernel else None, launch(dev, kernel, grid, args, meta, key))[1])
+    u = 16 // dtype.itemsize
+    assert R.rows_unit(1000, (1000, 1000), dtype.itemsize) == u and R.rows_unit(1024, (1024,), dtype.itemsize) == 1
+    assert R.rows_unit(1000, (1000, 1000), dtype.itemsize, aligned=False) == 1
+    assert R.rows_unit(1000, (1000, 1004), dtype.itemsize) == (1 if u == 8 else u)
+    kinds = ("normal", "huge", "masked", "one_finite", "nan")
+    for M, N in ((5, 1000), (2, 3000), (9, 24)):
+        for kind in kinds:
+            units.clear()
+            report = check_variant(_variant(op, "rows"), M, N, dtype, kind, seed)
+            assert report.ok, f"{M}x{N} {kind}: {report.message}"
+            assert units and set(units) == {u}, (M, N, units)
+    def off(t):  # one element off a vector: scalar
+        v = torch.empty(t.numel() + 1, dtype=dtype)[1:].view(t.shape)
+        return v.copy_(t)
+    units.clear()
+    report, _ = _run_direct(op, "rows", tuple(off(t) for t in _inputs(op, (torch.randn(4, 1000) * 3).to(dtype))),
+                            dtype)
+    assert report.ok and units == [1], (report.message, units)
+
+
 @pytest.mark.parametrize("windowed", [False, True], ids=["scalar", "windows"])
 @pytest.mark.parametrize("N", [129, 1025, 3000])
 @pytest.mark.parametrize("op", OPS)
@@ -584,6 +615,9 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
                      f"triton.{op}_online.{dtype}.4096x65537", f"triton.{op}_split.{dtype}.512x262145",  # windows
                      f"triton.{op}_cols.{dtype}.2x{R.COLS_MAX_N}x4096", f"triton.{op}_cols.{dtype}.8x150x65536",
                      f"triton.{op}_cols.{dtype}.4x{whole}x4096", f"triton.{op}_cols.{dtype}.2x{streamed}x4096"]
+    whole_vectors = [f"triton.{op}_rows.{dtype}.64x{n}" for op in ("softmax", "log_softmax_backward")
+                     for dtype in ("float32", "bfloat16") for n in (1000, 3000)]  # rules.rows_unit
+    launches += whole_vectors
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root / "src"), env.get("PYTHONPATH")) if p)
     r = subprocess.run([sys.executable, str(root / "benchmarks" / "triton_codegen_diff.py"), "dump", str(tmp_path),
@@ -591,6 +625,11 @@ def test_kernels_compile_for_sm90_without_spills(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     configs = json.loads((tmp_path / "index.json").read_text())["configs"]
     assert sorted(configs) == sorted(launches)
+    for name in whole_vectors:  # every global access 16 bytes (one element each without UNIT)
+        assert configs[name]["meta"]["UNIT"] == str(16 // getattr(torch, name.split(".")[2]).itemsize), name
+        ptx = (tmp_path / "ptx" / f"{name}.ptx").read_text()
+        accesses = [line for line in ptx.splitlines() if "ld.global" in line or "st.global" in line]
+        assert accesses and all(".v4." in line for line in accesses), (name, accesses[:4])
     for name, res in configs.items():
         # the one known spill: backward rows at N = 32768 (y and dy live; 80-104 bytes of stack),
         # kept because it measured faster than the chunked regimes on the H200

@@ -10,13 +10,14 @@ from onlinesoftmax.harness.check import compare_to_reference
 def record_windows(monkeypatch, K, every: bool = True, regime: str = "rows") -> list:
     """Records the V of every launch of `regime`'s kernel the launchers K make from now on, in order (1: no window),
     with the rows kernel's windows on for every N and size (softmax_rules.ROWS_WINDOW_MIN_N,
-    ROWS_WINDOW_TAIL_MIN_BYTES) or, every=False, where the rules put them (the online and split kernels take them
+    ROWS_WINDOW_TAIL_MIN_BYTES, ROWS_UNITS) or, every=False, where the rules put them (the online and split kernels take them
     wherever they can, chunk_window); every call planned (no ready launch, which would pass no record, nor one an
     earlier test left ready: tests/test_triton_launch.py and test_gpu_triton.py's ready-launch test take the windows
     through it)."""
-    if every:
+    if every:  # rows of whole vectors too (rules.rows_unit, whose rows need no window: N = 1000)
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_MIN_N", 1)
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_TAIL_MIN_BYTES", 0)
+        monkeypatch.setattr(K.rules, "ROWS_UNITS", False)
     monkeypatch.setattr(K, "_make_ready", lambda *a: None)
     monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE, K._drop_native))
     seen = []

@@ -126,6 +126,9 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
     op = dict(BACKWARD=backward, LOG=log)
     aligned = all(t.data_ptr() % 16 == 0 for t in tensors if isinstance(t, torch.Tensor))  # warmup: dtypes
     if regime == "rows":
+        unit = rules.rows_unit(N, strides, dtype.itemsize, aligned)
+        if unit > 1:  # whole vectors, told so
+            return _rows_plan(op, M, N, dtype, sms, tensors, strides, 1, False, unit)
         v = rules.rows_window(N, strides, dtype.itemsize, aligned)
         tail = ((M - 1) * strides[0] + N) % v != 0  # the last row's window would pass the tensor's end
         if tail and not rules.rows_window_tail(M, N, dtype.itemsize):
@@ -157,15 +160,16 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
 
 
 def _rows_plan(op: dict, M: int, N: int, dtype: torch.dtype, sms: int, tensors: tuple, strides: tuple, v: int,
-               scalar: bool) -> Plan:
-    """The rows kernel over M rows, through windows of v elements (rules.rows_window; 1: none)."""
+               scalar: bool, unit: int = 1) -> Plan:
+    """The rows kernel over M rows, through windows of v elements (rules.rows_window; 1: none), or told that N and the
+    strides are multiples of `unit` (rules.rows_unit; 1: nothing told)."""
     cfg = rules.rows_config(M, N, dtype, op["BACKWARD"], scalar, v, op["LOG"])
-    key = ("rows", op["BACKWARD"], cfg, op["LOG"], dtype, v)
+    key = ("rows", op["BACKWARD"], cfg, op["LOG"], dtype, v, unit)
     tiles = cdiv(M, cfg.BLOCK_M)
     grid = (_programs(key, cfg.num_warps, sms, tiles) if rules.rows_persistent() else tiles,)
     return Plan(rows_kernel, grid, (*tensors, M, N, *strides),
                 dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, **op, NUM_STAGES=cfg.num_stages, V=v, TAIL=cfg.TAIL,
-                     num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
+                     UNIT=unit, num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
 
 
 def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> None:

@@ -263,7 +263,13 @@ def _write_lanes(in_row, dy_row, out_row, cols, ok, total, d_or_live, BACKWARD: 
 @triton.jit
 def rows_kernel(in_ptr, dy_ptr, out_ptr, M, N, stride_in, stride_dy, stride_out,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BACKWARD: tl.constexpr, LOG: tl.constexpr,
-                NUM_STAGES: tl.constexpr, V: tl.constexpr, TAIL: tl.constexpr):
+                NUM_STAGES: tl.constexpr, V: tl.constexpr, TAIL: tl.constexpr, UNIT: tl.constexpr):
+    if UNIT > 1:  # rows of whole 16-byte vectors (rules.rows_unit): N and the strides are multiples of UNIT; rounded
+        N = N // UNIT * UNIT  # to them, which changes nothing, Triton can prove it (its own specialisation looks for
+        stride_in = stride_in // UNIT * UNIT  # multiples of 16 elements) and reads and writes 16 bytes an access
+        stride_out = stride_out // UNIT * UNIT
+        if BACKWARD:
+            stride_dy = stride_dy // UNIT * UNIT
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)[None, :]

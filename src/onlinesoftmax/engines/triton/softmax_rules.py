@@ -75,6 +75,7 @@ ROWS_BACKWARD_FULL_WARPS_LANES = 16384  # rows backward: a tile of this many lan
 ROWS_BACKWARD_MIN_WARPS = 4  # rows backward: a rules' tile on at least this many warps (not the scalar tiles); None
 ROWS_16BIT_LONG_WARPS = 4  # rows: long unaligned 16-bit rows (rows_16bit_long) on this many warps; None: the rules'
 ROWS_PERSISTENT = False  # rows: a persistent grid walking the tiles (True), or one tile a program (rows_persistent)
+ROWS_UNITS = True  # rows: rows of whole 16-byte vectors that Triton cannot prove so, told so (rows_unit)
 ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byte windows (rows_window); None: none
 ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
@@ -191,6 +192,17 @@ def rows_scalar(N: int, strides, aligned: bool = True) -> bool:
     it can prove 16 of its elements aligned, i.e. N and every row stride multiples of 16 (its integer
     specialisation) and every pointer 16-byte aligned (`aligned`). Odd N, N = 1000 or a sliced view are scalar."""
     return not (aligned and N % 16 == 0 and all(s % 16 == 0 for s in strides if s is not None))
+
+
+def rows_unit(N: int, strides, itemsize: int, aligned: bool = True) -> int:
+    """Elements U of a 16-byte vector where rows N wide are whole vectors that Triton would read one element at a time
+    (rows_scalar): N and every row stride multiples of U, i.e. of 16 bytes but not of 16 elements (N = 1000 or 3000
+    in every dtype), the pointers 16-byte aligned. The rows kernel then rounds N and the strides down to multiples of
+    U (UNIT; they are already), which its analysis reads as U dividing them: 16-byte accesses, no windows. Else 1."""
+    u = 16 // itemsize
+    if not ROWS_UNITS or not rows_scalar(N, strides, aligned) or not aligned:
+        return 1
+    return u if N % u == 0 and all(s % u == 0 for s in strides if s is not None) else 1
 
 
 def rows_window(N: int, strides, itemsize: int, aligned: bool = True) -> int:
