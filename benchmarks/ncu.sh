@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute on one launch per case: the production kernels at the shapes where the H200 targets are missed,
 # with torch's kernel beside some. Runs on the lent GPU from the repository root (the package from src/):
-#   bash benchmarks/ncu.sh [CASE ...]     CASE = name:OP:DTYPE:MxN[:DIM[:IMPL[:sliced]]]   (default: the list below;
+#   bash benchmarks/ncu.sh [CASE ...]     CASE = name:OP:DTYPE:MxN[:DIM[:IMPL[:sliced]]]   (IMPL ours, triton or
+#                                         torch; default: the list below;
 #                                         sliced: x[:, 1:] of M x (N + 1), profile_once.py --sliced)
 # Writes $OUT/ncu/<name>.txt (sections + warp-stall metrics) and prints benchmarks/ncu_summary.py's table.
 set -uo pipefail
@@ -25,7 +26,8 @@ fi
 for c in "${CASES[@]}"; do
   IFS=: read -r name op dtype shape dim impl view <<<"$c"
   impl=${impl:-ours}
-  if [ "$impl" = ours ]; then filter='regex:^(fwd|bwd)_'; else filter='regex:[Ss]oft[Mm]ax'; fi
+  case $impl in ours) filter='regex:^(fwd|bwd)_' ;; triton) filter='regex:^(rows|online|split)_kernel' ;;
+                *) filter='regex:[Ss]oft[Mm]ax' ;; esac
   ncu --clock-control none -k "$filter" -c 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section MemoryWorkloadAnalysis --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \

@@ -1,6 +1,7 @@
-"""Two launches of one op on the GPU, for ncu (benchmarks/ncu.sh): ours (the production plan) or torch's.
+"""Two launches of one op on the GPU, for ncu (benchmarks/ncu.sh): ours (the production plan), the Triton backend's
+or torch's.
 
-    PYTHONPATH=src python benchmarks/profile_once.py OP DTYPE MxN [--dim D] [--impl ours|torch] [--sliced]
+    PYTHONPATH=src python benchmarks/profile_once.py OP DTYPE MxN [--dim D] [--impl ours|triton|torch] [--sliced]
 
 OP is softmax, log_softmax, softmax_backward or log_softmax_backward; the tensor is M x N with the op over N (dim -1),
 or N x M over dim 0 with --dim 0; --sliced: x[:, 1:] of M x (N + 1), into a fresh output (the window path's own out
@@ -23,7 +24,7 @@ def main():
     ap.add_argument("dtype", choices=SWEEP_DTYPES)
     ap.add_argument("shape", help="MxN: M rows of N")
     ap.add_argument("--dim", type=int, default=-1, choices=(-1, 0))
-    ap.add_argument("--impl", default="ours", choices=("ours", "torch"))
+    ap.add_argument("--impl", default="ours", choices=("ours", "triton", "torch"))
     ap.add_argument("--sliced", action="store_true", help="x[:, 1:] of M x (N + 1) (dim -1 only)")
     args = ap.parse_args()
     if args.sliced and args.dim != -1:
@@ -44,11 +45,18 @@ def main():
             f(x, y, dim, dtype)
         elif args.impl == "torch":
             (torch.log_softmax if log else torch.softmax)(x, dim)
+        elif args.impl == "triton":
+            from onlinesoftmax.ops import softmax as ops
+
+            ops.backward(y, x, dim, log, "triton") if backward else ops.forward(x, dim, log, "triton")
         elif backward:
             E.backward(y, x, out, dim, log)
         else:
             E.forward(x, out, dim, log)
     torch.cuda.synchronize()
+    if args.impl == "triton":
+        print(f"triton {args.op} {args.dtype} {tuple(shape)} dim {args.dim}")
+        return
     plan = E.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim, out=out)
     nbytes = (3 if backward else 2) * x.numel() * x.element_size()  # ideal: 1 read (2 backward) + 1 write
     print(f"{args.impl} {args.op} {args.dtype} {tuple(shape)} dim {args.dim}: ideal bytes {nbytes}; "
