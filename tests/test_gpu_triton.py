@@ -224,6 +224,7 @@ def test_ready_launch_matches_float64(M, N, regime, dtype, window, seed, monkeyp
     specialisation), three of each, then the knobs change every plan (NEW_PLANS) for three more of each; every op,
     each output NaN-poisoned, against float64. With the windows on for every N (rules.ROWS_WINDOW_MIN_N), the aligned
     4095 x 129 is planned every call (its last row a launch of its own) and 4096 x 129 goes through windows ready."""
+    K._READY.clear()  # its native entries with it
     monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE, K._drop_native))
     monkeypatch.setattr(K, "_SEEN", K.BoundedCache(K.SEEN_CACHE))
     monkeypatch.setattr(K.rules, "ROWS_WINDOW_MIN_N", 1 if window else None)

@@ -476,6 +476,27 @@ out["split"] = case((2, 40000), torch.float32, False, False)
 out["size"] = mod.size()
 x = torch.randn(6, 40)
 out["other_backend"] = [mod.forward(x, -1, False, 0) is None, mod.forward(x, -1, False, 1) is not None]
+
+
+def counts(fn, n):  # (Triton's launches, native.cpp's) of n calls
+    before = len(handed), len(launched)
+    for _ in range(n):
+        fn()
+    return [len(handed) - before[0], len(launched) - before[1]]
+
+
+from triton import knobs
+
+hook = lambda *a, **kw: None  # noqa: E731
+knobs.runtime.launch_enter_hook.add(hook)  # a profiler's hook: Triton's launcher must call it, so no native launch
+out["hooked"] = counts(lambda: ops.softmax(x, -1, backend="triton"), 2) + [
+    handed[-1][7] is knobs.runtime.launch_enter_hook, mod.size()]  # the stubbed launcher is handed it
+knobs.runtime.launch_enter_hook.remove(hook)
+out["unhooked"] = counts(lambda: ops.softmax(x, -1, backend="triton"), 3)  # put again by the first
+knobs.runtime.debug = True  # another kernel (device asserts): the entries go, Triton compiles, launches and readies it
+out["debug"] = counts(lambda: ops.softmax(x, -1, backend="triton"), 1) + [mod.size()]
+knobs.runtime.debug = False
+out["debug_off"] = counts(lambda: ops.softmax(x, -1, backend="triton"), 3)
 fail[0] = 700
 try:
     ops.softmax(x, -1, backend="triton")
@@ -520,6 +541,11 @@ def test_triton_ready_launches_go_native(built):
         assert calls[2]["out"] != calls[3]["out"]
     assert [(c["triton"], c["native"]) for c in out["split"]] == [(1, 0)] * 4
     assert out["size"] == 5 and out["other_backend"] == [True, True]
+    # Triton's hooks and settings: while a launch hook is set every call goes through Triton's launcher (which calls
+    # it) and the entries leave the table; then a shape is put again at its next call; under debug the old entry goes
+    # and the debug kernel's, made ready by that call, is the table's one
+    assert out["hooked"] == [2, 0, True, 0] and out["unhooked"] == [1, 2] and out["debug"] == [1, 0, 1]
+    assert out["debug_off"][1] >= 1
     assert out["error"] and "rows_kernel" in out["error"] and "(native)" in out["error"] and "700" in out["error"]
     assert out["after_rules"] == [0, 0, True]
 

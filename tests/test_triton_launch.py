@@ -134,8 +134,8 @@ def test_ready_launch_hands_the_launcher_what_triton_did(launches, case):
     assert first["planned"] == 1 and len(first["launches"]) == 1
     # a shape is made ready at its second plan (a shape seen once pays nothing for it), once its configuration's
     # occupancy is learnt (at its first launch). The knob's cases are the rows case's shape, seen: the knob set back
-    # finds the rows configuration learnt, the knob's (BLOCK_M 1) was learnt by window_tail's last row
-    assert second["planned"] == (0 if case in ("knob", "knob_back") else 1)
+    # finds the rows configuration learnt (rows of 40 fp32 are whole 16-byte vectors: UNIT 4, rules.rows_unit)
+    assert second["planned"] == (0 if case == "knob_back" else 1)
     assert third["planned"] == fourth["planned"] == 0, "the ready launch was not taken"
     assert first["launches"] == second["launches"] == third["launches"] == fourth["launches"]
     assert first["launches"][0][3] == "current", "the launch was not on the call's current stream"
@@ -161,9 +161,9 @@ def test_ready_launch_carries_the_workspace_fresh(launches):
 def test_window_plan_with_its_last_row_apart_is_never_made_ready(launches):
     for call in launches["window_tail"]:
         assert call["planned"] == 1 and len(call["launches"]) == 2, call["tag"]
-        # V (the rows kernel's next-to-last parameter, before TAIL): the windows, then the last row's scalar launch
-        assert [launch[-2] for launch in call["launches"]] == [4, 1]
-    assert launches["window"][2]["launches"][0][-2] == 4  # one launch through windows: ready
+        # V (the rows kernel's third parameter from the end, before TAIL and UNIT): the windows, then the last row's scalar launch
+        assert [launch[-3] for launch in call["launches"]] == [4, 1]
+    assert launches["window"][2]["launches"][0][-3] == 4  # one launch through windows: ready
 
 
 def test_ready_launch_is_per_specialisation(launches):

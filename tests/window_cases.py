@@ -19,6 +19,7 @@ def record_windows(monkeypatch, K, every: bool = True, regime: str = "rows") -> 
         monkeypatch.setattr(K.rules, "ROWS_WINDOW_TAIL_MIN_BYTES", 0)
         monkeypatch.setattr(K.rules, "ROWS_UNITS", False)
     monkeypatch.setattr(K, "_make_ready", lambda *a: None)
+    K._READY.clear()  # its native entries with it
     monkeypatch.setattr(K, "_READY", K.BoundedCache(K.READY_CACHE, K._drop_native))
     seen = []
     launch = K._launch_on

@@ -154,7 +154,7 @@ def _triton_forward(x, dim, log):
 
 def _triton_backward(y, dy, dim, log):
     mod = native.module()
-    out = mod.backward(y, dy, dim, log, 1) if mod is not None else None
+    out = mod.backward(y, dy, dim, log, 1) if mod is not None and engines.triton("softmax").native_holds() else None
     if out is not None:
         return out
     out = torch.empty_like(y, memory_format=CONTIGUOUS)
@@ -342,6 +342,8 @@ def _apply(input, dim, log, dtype, backend):
         # before, contiguous rows over the last dim, no grad, looked up, allocated and launched in one C++ call; None
         # for anything else
         mod = native.module()
+        if mod is not None and backend == "triton" and not engines.triton("softmax").native_holds():
+            mod = None
         out = mod.forward(input, dim, log, 1 if backend == "triton" else 0) if mod is not None else None
         if out is not None:
             return out

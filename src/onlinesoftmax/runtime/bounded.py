@@ -60,6 +60,11 @@ class BoundedCache:
             if v is not None:
                 fn(v)
 
+    def values(self) -> list:
+        """The values, a list made under the lock."""
+        with self._lock:
+            return list(self._d.values())
+
     def _make_room(self) -> None:
         while len(self._d) >= self.limit:
             self._dropped(self._d.popitem(last=False)[1])  # insertion order: the oldest first

@@ -301,10 +301,36 @@ class _Ready:
 # values the ready launch hands Triton's launcher: the public call's host time is then the CUDA backend's (Triton's
 # launcher alone costs more than torch's whole call, issue 12). Only what native.cpp launches as Triton's launcher
 # would: one kernel, no workspace, a 1-D grid, no cluster, programmatic or cooperative launch, no scratch memory, the
-# op's pointers as its only pointers, libcuda reached through ctypes. An entry goes with its ready launch (evicted,
-# replaced, or any assignment to a name of rules.py); Triton's knobs and a kernel's pre-run hooks are looked at when
-# it is put, not on each call.
+# op's pointers as its only pointers, libcuda reached through ctypes; and only while Triton would call nothing of
+# ours around the launch (native_holds). An entry goes with its ready launch (evicted, replaced, or any assignment to
+# a name of rules.py), and every entry goes when Triton's settings or hooks change (native_holds, asked by the ops
+# before the table).
 _SCALARS = {"i32": "<i", "u32": "<I", "i64": "<q", "u64": "<Q", "fp32": "<f"}
+_NATIVE_SETTINGS: list = [None]  # _settings() when the entries in the table were put; None: none there
+
+
+def _hooked() -> bool:
+    """Whether Triton would call something around our launches that native.cpp does not: a launch hook (a chain of
+    them, or one function), or a pre-run hook of the kernels it takes."""
+    r = knobs.runtime
+    return any(h is not None and getattr(h, "calls", True) for h in (r.launch_enter_hook, r.launch_exit_hook)) or bool(
+        rows_kernel.pre_run_hooks or online_kernel.pre_run_hooks)
+
+
+def native_holds() -> bool:
+    """Whether the table's entries of this engine launch what its ready launches would now: Triton's settings
+    (_settings: its debug and instrumentation knobs, the rules' generation) as when they were put, and no hook. Where
+    not, the entries go (the ready launches stay: Triton's launcher takes them, hooks and all) and False."""
+    if _NATIVE_SETTINGS[0] is not None and _settings() == _NATIVE_SETTINGS[0] and not _hooked():
+        return True
+    if _NATIVE_SETTINGS[0] is not None:
+        _NATIVE_SETTINGS[0] = None
+        mod = native.module()
+        for ready in _READY.values():
+            for key in ready.native_keys:
+                mod.remove(key, ready)
+            ready.native_keys.clear()
+    return False
 
 
 def _native_launch(ready: _Ready, backward: bool):
@@ -347,8 +373,11 @@ def put_native(mod, ins: tuple, out: torch.Tensor, log: bool) -> None:
             ready.native = _native_launch(ready, backward)
         ctx = context(shape[6])
         fn = cu_launch_address()
-        if not ready.native or not ready.holds() or not ctx or fn is None:
+        if not ready.native or not ready.holds() or _hooked() or not ctx or fn is None:
             return
+        if _NATIVE_SETTINGS[0] != ready.settings:  # entries put under other settings go first
+            native_holds()
+            _NATIVE_SETTINGS[0] = ready.settings
         function, grid, block, shared, scalars = ready.native
         op = (2 if backward else 0) + log
         key = mod.put(op, 1, ins[0], ins[1] if backward else None, backward, fn, ctx, function, grid, block, 1,
