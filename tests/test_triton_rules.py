@@ -359,8 +359,11 @@ def test_rows_window_plans(backward, monkeypatch):
     assert p.meta["V"] == 4 and p.args[M_AT] == 4 and p.tail is not None
     _, p = plan(1, 129)
     assert p.meta["V"] == 1 and p.args[M_AT] == 1 and p.tail is None
+    _, p = plan(37, 1000)  # whole 16-byte vectors: told so (rules.rows_unit), no window
+    assert p.meta["V"] == 1 and p.meta["UNIT"] == 4 and p.tail is None
+    monkeypatch.setattr(R, "ROWS_UNITS", False)
     _, p = plan(37, 1000)
-    assert p.meta["V"] == 4 and p.tail is None
+    assert p.meta["V"] == 4 and p.meta["UNIT"] == 1 and p.tail is None
     # a plan with the last row apart only from ROWS_WINDOW_TAIL_MIN_BYTES of input (two launches: never ready)
     monkeypatch.setattr(R, "ROWS_WINDOW_TAIL_MIN_BYTES", 37 * 129 * 4)
     _, p = plan(37, 129)
