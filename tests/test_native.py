@@ -556,16 +556,20 @@ def test_triton_ready_launches_go_native(built):
 def test_gpu_triton_native_calls_match_float64(built, dtype):
     """On the GPU, backend="triton": the public op and the backward through the helper (a shape's third call on)
     against float64, outputs left NaN in the allocator's block first; rows (aligned, unaligned, one row, 2-d and 3-d),
-    the online regime (bf16 past 32768) and the split regime (fp32 there: never in the table)."""
+    the online regime (bf16 past 32768, rows at least the SMs) and the split regime (fp32 there, and few rows: never
+    in the table)."""
     pytest.importorskip("triton")
     from onlinesoftmax.harness.check import compare
     from onlinesoftmax.ops import softmax as ops
     from onlinesoftmax import reference as R
 
+    from onlinesoftmax.engines.triton import softmax as K
+
     mod = native.module()
     g = torch.Generator(device="cuda").manual_seed(7)
     natives = 0
-    for shape, off in (((1, 1024), 0), ((3, 1001), 1), ((700, 4096), 0), ((2, 5, 3000), 0), ((16, 100003), 0)):
+    for shape, off in (((1, 1024), 0), ((3, 1001), 1), ((700, 4096), 0), ((2, 5, 3000), 0), ((160, 40001), 0),
+                       ((16, 100003), 0)):
         n = math.prod(shape)
         x = (torch.randn(n + off, generator=g, device="cuda") * 4).to(dtype)[off:].view(shape)
         x.view(-1, shape[-1])[0] = float("-inf")  # a fully masked row
@@ -579,7 +583,8 @@ def test_gpu_triton_native_calls_match_float64(built, dtype):
                 rep = compare(y, ref, dtype)
                 assert rep.ok, (shape, off, log, call, rep.message)
             put = mod.forward(x, -1, log, 1) is not None
-            assert put == (dtype == torch.bfloat16 or shape[-1] < 32768), (shape, log)  # fp32 100003: split
+            regime = K.pick_regime(n // shape[-1], shape[-1], dtype, False, K.sm_count(x.device))
+            assert put == (regime != "split"), (shape, log, regime)  # split: a workspace a call, never put
             natives += put
             want = (R.log_softmax_backward if log else R.softmax_backward)(y.double().cpu().numpy(),
                                                                           dy.double().cpu().numpy())

@@ -232,7 +232,7 @@ def _drop_native(ready: "_Ready") -> None:
     """The ready cache's on_drop: the native helper's entries of a ready launch go with it."""
     mod = native.module() if ready.native_keys else None
     if mod is not None:
-        for key in ready.native_keys:
+        for key in ready.native_keys.values():
             mod.remove(key, ready)
 
 
@@ -275,7 +275,7 @@ class _Ready:
         self.rest = rest  # then the plan's other arguments and the kernel's constexprs, in its parameters' order
         self.settings = settings
         self.native = None  # native.cpp's launch of it (_native_launch), once asked: a tuple, or False
-        self.native_keys = []  # its entries in native.cpp's table
+        self.native_keys = {}  # its entries in native.cpp's table: the callers' shapes (put_native) -> their keys
 
     @property
     def name(self) -> str:
@@ -327,7 +327,7 @@ def native_holds() -> bool:
         _NATIVE_SETTINGS[0] = None
         mod = native.module()
         for ready in _READY.values():
-            for key in ready.native_keys:
+            for key in ready.native_keys.values():
                 mod.remove(key, ready)
             ready.native_keys.clear()
     return False
@@ -365,8 +365,12 @@ def put_native(mod, ins: tuple, out: torch.Tensor, log: bool) -> None:
     backward = len(ins) == 2
     N = out.shape[-1] if out.dim() else 1
     tensors = (*ins, out)
-    shape = (backward, log, None, out.numel() // N, N, out.dtype, out.get_device(), (N,) * len(tensors),
-             tuple([t.data_ptr() & 15 for t in tensors]))
+    offsets = tuple([t.data_ptr() & 15 for t in tensors])
+    shape = (backward, log, None, out.numel() // N, N, out.dtype, out.get_device(), (N,) * len(tensors), offsets)
+    ready = _READY.get(shape)
+    caller = (tuple(out.shape), offsets)  # native.cpp's key, less what shape holds
+    if ready is None or ready.native is False or caller in ready.native_keys or offsets[-1]:
+        return  # nothing to put, or put already (a call the table does not take: one lookup, no put a call)
 
     def put(ready: _Ready) -> None:
         if ready.native is None:
@@ -382,10 +386,9 @@ def put_native(mod, ins: tuple, out: torch.Tensor, log: bool) -> None:
         op = (2 if backward else 0) + log
         key = mod.put(op, 1, ins[0], ins[1] if backward else None, backward, fn, ctx, function, grid, block, 1,
                       shared, scalars, ready)
-        if key is not None and key not in ready.native_keys:
-            ready.native_keys.append(key)
-    if out.data_ptr() % 16 == 0:
-        _READY.under_lock(shape, put)
+        if key is not None:
+            ready.native_keys[caller] = key
+    _READY.under_lock(shape, put)
 
 
 def softmax_columns(tensors: tuple, out: torch.Tensor, backward: bool, log: bool = False) -> bool:
