@@ -135,9 +135,17 @@ def triton_pieces(x, out, check: bool = True) -> dict:
     if p.tail is not None or regime == "split":
         print(f"# {regime}: the plan's launch alone is not the call's whole launch (a tail, or the split regime's "
               "zeroed counters)")
+    mod, helper = native.module(), {}
+    if mod is not None:  # a shape's third call goes through C++ where the engine can hand it its ready launch (timed
+        for _ in range(3):  # before the piece below that forgets the ready launches, and their entries with them)
+            osm.softmax(x, backend="triton")
+        put = mod.forward(x, -1, False, 1) is not None
+        helper = {"  the native helper's call, backend 1 (C++: lookup, empty_like, cuLaunchKernel)"
+                  + ("" if put else ": not in the table, a lookup only"): lambda t: mod.forward(t, -1, False, 1)}
     pieces = {
         "torch.softmax(x, -1)": lambda t: torch.softmax(t, -1),
         "osm.softmax(x, backend='triton')": lambda t: osm.softmax(t, backend="triton"),
+        **helper,
         "  ops.forward(x, -1, False, 'triton'): the op without the public checks": lambda t: ops.forward(
             t, 1, False, "triton"),
         "    torch.empty_like(x, contiguous)": lambda t: torch.empty_like(t, memory_format=torch.contiguous_format),
@@ -147,13 +155,6 @@ def triton_pieces(x, out, check: bool = True) -> dict:
         f"      plan ({regime})": plan,
         "      Triton's launch alone (kernel[grid](...))": lambda t: p.kernel[p.grid](*p.args, **p.meta),
     }
-    mod = native.module()
-    if mod is not None:  # a shape's third call goes through C++ where the engine can hand it its ready launch
-        for _ in range(3):
-            osm.softmax(x, backend="triton")
-        put = mod.forward(x, -1, False, 1) is not None
-        pieces["  the native helper's call, backend 1 (C++: lookup, empty_like, cuLaunchKernel)"
-               + ("" if put else ": not in the table, a lookup only")] = lambda t: mod.forward(t, -1, False, 1)
     liger = get("liger.softmax")  # the sweep's call of it
     if liger.available() is None:
         pieces["Liger-Kernel's softmax forward"] = lambda t: liger.call((t,))
