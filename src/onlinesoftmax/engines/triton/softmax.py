@@ -234,6 +234,7 @@ def _drop_native(ready: "_Ready") -> None:
     if mod is not None:
         for key in ready.native_keys.values():
             mod.remove(key, ready)
+    ready.native_keys.clear()
 
 
 _READY = BoundedCache(READY_CACHE, _drop_native)
@@ -323,14 +324,16 @@ def native_holds() -> bool:
     not, the entries go (the ready launches stay: Triton's launcher takes them, hooks and all) and False."""
     if _NATIVE_SETTINGS[0] is not None and _settings() == _NATIVE_SETTINGS[0] and not _hooked():
         return True
+    _forget_native()
+    return False
+
+
+def _forget_native() -> None:
+    """Every entry this engine put leaves the table (its ready launches stay)."""
     if _NATIVE_SETTINGS[0] is not None:
         _NATIVE_SETTINGS[0] = None
-        mod = native.module()
         for ready in _READY.values():
-            for key in ready.native_keys.values():
-                mod.remove(key, ready)
-            ready.native_keys.clear()
-    return False
+            _drop_native(ready)
 
 
 def _native_launch(ready: _Ready, backward: bool):
@@ -380,7 +383,7 @@ def put_native(mod, ins: tuple, out: torch.Tensor, log: bool) -> None:
         if not ready.native or not ready.holds() or _hooked() or not ctx or fn is None:
             return
         if _NATIVE_SETTINGS[0] != ready.settings:  # entries put under other settings go first
-            native_holds()
+            _forget_native()
             _NATIVE_SETTINGS[0] = ready.settings
         function, grid, block, shared, scalars = ready.native
         op = (2 if backward else 0) + log
