@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 METRIC = re.compile(r"^\s{4}(\S.*?)\s{2,}(\S*)\s+([\d,.]+)\s*$")
-HEADER = re.compile(r"^  (?:void )?(\S.*?)\(.*\) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context")
+HEADER = re.compile(r"^  (?:void )?(\S.*?)(?:\(.*\))? \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context")
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
 WANT = {"Duration": "us", "DRAM Throughput": "dram%", "L2 Cache Throughput": "l2%", "Registers Per Thread": "regs",
         "Grid Size": "grid", "Block Size": "block", "Cluster Size": "C", "Max Active Clusters": "clusters",

@@ -54,13 +54,13 @@ def main():
         else:
             E.forward(x, out, dim, log)
     torch.cuda.synchronize()
+    nbytes = (3 if backward else 2) * x.numel() * x.element_size()  # ideal: 1 read (2 backward) + 1 write
+    head = f"{args.impl} {args.op} {args.dtype} {tuple(shape)} dim {args.dim}: ideal bytes {nbytes}"
     if args.impl == "triton":
-        print(f"triton {args.op} {args.dtype} {tuple(shape)} dim {args.dim}")
+        print(head)
         return
     plan = E.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim, out=out)
-    nbytes = (3 if backward else 2) * x.numel() * x.element_size()  # ideal: 1 read (2 backward) + 1 write
-    print(f"{args.impl} {args.op} {args.dtype} {tuple(shape)} dim {args.dim}: ideal bytes {nbytes}; "
-          f"plan {plan.regime} {plan.launches}")
+    print(f"{head}; plan {plan.regime} {plan.launches}")
 
 
 if __name__ == "__main__":
