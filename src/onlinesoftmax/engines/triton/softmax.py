@@ -314,8 +314,10 @@ def _hooked() -> bool:
     """Whether Triton would call something around our launches that native.cpp does not: a launch hook (a chain of
     them, or one function), or a pre-run hook of the kernels it takes."""
     r = knobs.runtime
-    return any(h is not None and getattr(h, "calls", True) for h in (r.launch_enter_hook, r.launch_exit_hook)) or bool(
-        rows_kernel.pre_run_hooks or online_kernel.pre_run_hooks)
+    enter, leave = r.launch_enter_hook, r.launch_exit_hook  # each a HookChain (called where it has calls) or None
+    # written out, not any() over a generator: native_holds asks this on every eager call (~0.3 us less)
+    return bool((enter is not None and getattr(enter, "calls", True)) or (leave is not None and getattr(leave, "calls", True))
+                or rows_kernel.pre_run_hooks or online_kernel.pre_run_hooks)
 
 
 def native_holds() -> bool:
