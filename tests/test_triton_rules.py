@@ -140,7 +140,7 @@ def test_registry_and_launchers_agree():
 
 
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("M,N", [(1, 1 << 20), (32, 131072), (512, 262144), (300, 4099)])
+@pytest.mark.parametrize("M,N", [(1, 1 << 20), (32, 131072), (512, 262144), (300, 4099), (300, 8191)])
 def test_split_bytes_are_the_launchers_workspace(M, N, backward):
     """rules.split_workspace_bytes (the registry's byte count) is the traffic of the workspace the
     launcher allocates: partials written once and read C times, counters written and read."""

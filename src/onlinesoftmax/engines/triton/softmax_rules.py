@@ -510,9 +510,10 @@ def split_lag(C: int, M: int, programs: int) -> int:
     return min(C + programs, M * C)
 
 
-def split_workspace_bytes(M: int, N: int, backward: bool = False, sms: int = INTERPRETER_SMS) -> int:
-    """Workspace traffic of the split regime: partials written once and read C times, counters."""
-    cfg = split_config(M, N, sms, backward)
+def split_workspace_bytes(M: int, N: int, backward: bool = False, sms: int = INTERPRETER_SMS, itemsize: int = 4) -> int:
+    """Workspace traffic of the split regime on contiguous rows of `itemsize` bytes: partials written once and read C
+    times, counters (C counts the lanes of the rows' windows, where they take them: chunk_window)."""
+    cfg = split_config(M, N, sms, backward, chunk_window(N, (N,), itemsize))
     partials = M * cfg.C * 2 * 4
     return partials * (1 + cfg.C) + (M + 1) * 4 * 2
 

@@ -107,7 +107,7 @@ def _algo_bytes(backward: bool, regime: str):
             return (n_in + 1) * mn
         if regime == "online":
             return (2 * n_in + 1) * mn
-        return (2 * n_in + 1) * mn + rules.split_workspace_bytes(M, N, backward)
+        return (2 * n_in + 1) * mn + rules.split_workspace_bytes(M, N, backward, itemsize=itemsize)
 
     return algo_bytes
 
