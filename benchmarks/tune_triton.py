@@ -82,6 +82,9 @@ def long_settings(backward: bool, N: int):
     for chunk, per_sm in itertools.product((4096, 8192, 16384), (1, 2)):
         yield f"online chunk={chunk} programs/SM={per_sm}", dict(
             regime="online", ONLINE_CHUNK=chunk, ONLINE_PROGRAMS_PER_SM=per_sm)
+    for chunk in (4096, 8192):  # one program an SM, a deeper pipeline: fewer rows in L2, as many bytes in flight
+        yield f"online chunk={chunk} programs/SM=1 stages=4", dict(
+            regime="online", ONLINE_CHUNK=chunk, ONLINE_PROGRAMS_PER_SM=1, ONLINE_STAGES=4)
     if N <= R.rows_hard_max_n(backward):
         yield "rows (forced)", dict(regime="rows")
     yield "split", dict(regime="split")
@@ -158,7 +161,10 @@ def main() -> int:
                     help="every regime at these shapes of a few rows, in us beside torch's call")
     ap.add_argument("--only", metavar="REGEX", help="the settings whose name matches (re.search) alone")
     ap.add_argument("--ops", nargs="+", choices=SWEEP_OPS, default=("softmax", "softmax_backward"), help="--n's ops")
+    ap.add_argument("--dtypes", nargs="+", choices=tuple(DTYPES), help="these dtypes alone (default: all)")
     args = ap.parse_args()
+    for name in set(DTYPES) - set(args.dtypes or DTYPES):
+        del DTYPES[name]
     copy = copy_gbps("cuda")
     print(f"# {torch.cuda.get_device_name()} copy {copy:.0f} GB/s", flush=True)
     if args.few:

@@ -81,6 +81,7 @@ ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a laun
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
 CHUNK_WINDOWS = True  # online, split: scalar rows (odd N, a sliced view) through 16-byte windows (chunk_window)
 ONLINE_CHUNK = 4096  # elements per iteration of the online loops
+ONLINE_STAGES = None  # online: chunks in flight a loop (None: 3 forward, 2 backward; online_config)
 ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
 ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends longer rows (x, or y + dy) to "split"
 COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile holds whole ...
@@ -463,7 +464,7 @@ class ChunkConfig:
 def online_config(N: int, dtype: torch.dtype, backward: bool = False) -> ChunkConfig:
     """A 16 KB (fp32) chunk per iteration, three (forward) or two (backward: y and dy) in flight."""
     chunk = FORCE_CHUNK or min(ONLINE_CHUNK, pow2ceil(N))
-    return ChunkConfig(chunk, num_warps_for(chunk), 2 if backward else 3)
+    return ChunkConfig(chunk, num_warps_for(chunk), ONLINE_STAGES or (2 if backward else 3))
 
 
 def online_programs(sms: int) -> int:
