@@ -102,6 +102,7 @@ def test_variant(op, regime, M, N, dtype, seed):
         (160, 70000, F32, False, "split"),  # 280 KB rows: the L2 window
         (160, 40000, BF16, True, "online"),  # past the rows limit: 16-bit rows go online
         (160, 40000, F32, True, "split"),  # y + dy = 320 KB per row: past the L2 window
+        (160, 131071, BF16, True, "split"),  # y + dy = 512 KB: past the 16-bit window
     ],
 )
 def test_auto_regime(M, N, dtype, backward, regime):

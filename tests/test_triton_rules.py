@@ -1,6 +1,7 @@
 """The Triton engine's rules (engines/triton/softmax_rules.py), and that the registry's Triton variants and
 the launchers apply the same ones. No kernel runs here: the launchers' plans are pure Python."""
 
+import itertools
 import subprocess
 import sys
 
@@ -22,19 +23,38 @@ def test_pick_regime():
         assert R.pick_regime(4096, N, F32, sms=SMS) == "rows"
         assert R.pick_regime(1, N, BF16, sms=SMS) == "rows"
     assert R.pick_regime(4096, 32768, F32, backward=True, sms=SMS) == "rows"
-    # just past the rows limit: online while M >= SMs and a row (y + dy backward) <= 128 KB,
-    # and for 16-bit rows of any length; else split
+    # just past the rows limit: online while M >= SMs and a row's re-read part (x; y + dy; dy for the log-softmax
+    # backward) is at most 128 KB, or 448 KB in 16 bits; else split
     assert R.pick_regime(4096, 32769, F32, sms=SMS) == "split"
     assert R.pick_regime(4096, 32769, BF16, sms=SMS) == "online"
     assert R.pick_regime(131, 32769, BF16, sms=SMS) == "split"
     assert R.pick_regime(4096, 32769, F32, backward=True, sms=SMS) == "split"
     assert R.pick_regime(4096, 32769, BF16, backward=True, sms=SMS) == "online"
     assert R.pick_regime(2048, 65536, BF16, sms=SMS) == "online"
-    assert R.pick_regime(512, 262144, BF16, sms=SMS) == "online"
+    assert R.pick_regime(671, 200003, BF16, sms=SMS) == "online"  # 400 KB
+    assert R.pick_regime(512, 262143, BF16, sms=SMS) == "split"  # 512 KB
+    assert R.pick_regime(671, 200003, BF16, backward=True, log=True, sms=SMS) == "online"  # dy alone re-read: 400 KB
+    assert R.pick_regime(1024, 131071, BF16, backward=True, log=True, sms=SMS) == "online"
+    assert R.pick_regime(1024, 131071, BF16, backward=True, sms=SMS) == "split"  # y + dy: 512 KB
+    assert R.pick_regime(2047, 65537, BF16, backward=True, sms=SMS) == "online"  # 256 KB
+    assert R.pick_regime(2047, 65537, F32, backward=True, log=True, sms=SMS) == "split"  # fp32: 256 KB > 128 KB
     assert R.pick_regime(2048, 65536, F32, sms=SMS) == "split"  # 256 KB rows: the L2 window
     assert R.pick_regime(512, 262144, F32, sms=SMS) == "split"
     assert R.pick_regime(32, 131072, BF16, sms=SMS) == "split"  # too few rows for one per SM
     assert R.pick_regime(1, 262144, F32, backward=True, sms=SMS) == "split"
+
+
+def test_online_stages_fit_their_bytes():
+    """Four chunks in flight where every input's four fit in ONLINE_STAGE_BYTES, fewer where not (the fp32 backward at
+    8192 elements: two), never none."""
+    assert R.online_config(65537, BF16).num_stages == 4
+    assert R.online_config(65537, BF16, backward=True).num_stages == 4
+    assert R.online_config(65537, F32).num_stages == 4
+    assert R.online_config(65537, F32, backward=True).num_stages == 2
+    assert R.online_stages(1 << 20, 4, True) == 1
+    for chunk, itemsize, backward in itertools.product((1024, 8192, 65536), (2, 4), (False, True)):
+        stages = R.online_stages(chunk, itemsize, backward)
+        assert stages == 1 or stages * chunk * itemsize * (1 + backward) <= R.ONLINE_STAGE_BYTES
 
 
 def test_split_config_rules(monkeypatch):

@@ -185,7 +185,7 @@ def _run(backward: bool, log: bool, regime: Optional[str], tensors: tuple) -> No
             ready.launch(tensors if backward else (tensors[0], None, tensors[1]), device)
             return
     sms = sm_count(out.device)
-    regime = regime or pick_regime(M, N, out.dtype, backward, sms)
+    regime = regime or pick_regime(M, N, out.dtype, backward, sms, log)
     fresh = []
 
     def workspace(n, dtype, zero):

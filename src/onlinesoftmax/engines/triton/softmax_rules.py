@@ -17,10 +17,11 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
             and folded into per-lane states (m_i, d_i) with ONE exp per element, the lanes merged
             at the end with the guarded merge; then a second loop re-reads the row (backwards, so
             the chunks read last, the likeliest still in L2, come first) and writes.
-            Bytes: forward 2 reads + 1 write = 3*M*N*size, backward 4 reads + 1 write = 5*M*N*size;
-            the re-reads hit L2 while SMs rows fit in it, so it is picked for M >= SMs and rows
-            (x, or y + dy) of at most ONLINE_MAX_ROW_BYTES = 128 KB, and for any 16-bit rows
-            (measured on the H200: split moves half the bytes per ticket there and loses).
+            Bytes: forward 2 reads + 1 write = 3*M*N*size, backward 4 reads + 1 write = 5*M*N*size
+            (the log-softmax backward 3 reads + 1 write: pass 1 reads dy alone); the re-reads hit L2
+            while the rows in flight fit in it, so it is picked for M >= SMs and rows whose re-read
+            part (x; y + dy; dy for log_softmax) is at most ONLINE_MAX_ROW_BYTES = 128 KB, or
+            ONLINE_MAX_ROW_BYTES_16BIT = 448 KB for 16-bit rows (online_max_row_bytes).
 3. "split"  a row cut into C chunks of CHUNK elements, each chunk a task; the chunk's partial
             state (m, d) (backward: sum dy*y or sum dy, and a live flag) goes to a small fp32
             workspace, a per-row counter says how many partials are in, and the chunk is then
@@ -80,10 +81,12 @@ ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byt
 ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
 CHUNK_WINDOWS = True  # online, split: scalar rows (odd N, a sliced view) through 16-byte windows (chunk_window)
-ONLINE_CHUNK = 4096  # elements per iteration of the online loops
-ONLINE_STAGES = None  # online: chunks in flight a loop (None: 3 forward, 2 backward; online_config)
-ONLINE_PROGRAMS_PER_SM = 2  # online: the re-read window is SMs x this x row bytes ...
-ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends longer rows (x, or y + dy) to "split"
+ONLINE_CHUNK = 8192  # elements per iteration of the online loops ...
+ONLINE_STAGES = 4  # ... and chunks in flight a loop, where ONLINE_STAGE_BYTES hold them (online_stages)
+ONLINE_STAGE_BYTES = 128 * 1024
+ONLINE_PROGRAMS_PER_SM = 1  # online: the re-read window is SMs x this x row bytes ...
+ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends rows whose re-read part is longer to "split" ...
+ONLINE_MAX_ROW_BYTES_16BIT = 448 * 1024  # ... or, 16-bit, longer than this (online_max_row_bytes)
 COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile holds whole ...
 COLS_TILE = 8192  # ... elements of a tile (forward; half of it backward, for y and dy) ...
 COLS_ELEMS_PER_THREAD = 16  # ... and the elements of each input a thread holds (the warps follow)
@@ -144,14 +147,25 @@ def online_min_rows(sms: int) -> int:
     return sms
 
 
-def pick_regime(M: int, N: int, dtype: torch.dtype, backward: bool = False, sms: Optional[int] = None) -> str:
+def online_max_row_bytes(dtype: torch.dtype) -> int:
+    """The longest re-read part of a row (x forward, y + dy softmax backward, dy log-softmax backward) the online regime
+    takes. 16-bit rows, timed on an H100 against split (`tune_triton.py --n 65537 131071 200003 --dtypes bf16`,
+    benchmarks/results/h100-session64; online at ONLINE_CHUNK 8192, a program an SM, 4 stages), % of copy online / split:
+    forward 74 / 60 at 65537 (128 KB), 67 / 60 at 131071, 60 / 59 at 200003 (400 KB); log-softmax backward 82 / 64,
+    74 / 63, 69 / 64; softmax backward 69 / 67 at 65537 (256 KB), 61 / 66 at 131071 (512 KB), 56 / 66 at 200003.
+    fp32 rows past 128 KB go to split (measured on the H200 with two programs an SM); they are past rows_max_n there."""
+    return ONLINE_MAX_ROW_BYTES_16BIT if dtype in _FP16_BF16 else ONLINE_MAX_ROW_BYTES
+
+
+def pick_regime(M: int, N: int, dtype: torch.dtype, backward: bool = False, sms: Optional[int] = None,
+                log: bool = False) -> str:
     """The regime for an (M, N) problem: rows in registers while they fit, then one program per
     row with an L2-resident re-read while rows are many and short enough, else split rows."""
     sms = sms or INTERPRETER_SMS
     if N <= rows_max_n(dtype, backward):
         return "rows"
-    row_bytes = N * dtype.itemsize * (2 if backward else 1)
-    if M >= online_min_rows(sms) and (row_bytes <= ONLINE_MAX_ROW_BYTES or dtype in _FP16_BF16):
+    reread = N * dtype.itemsize * (2 if backward and not log else 1)
+    if M >= online_min_rows(sms) and reread <= online_max_row_bytes(dtype):
         return "online"
     return "split"
 
@@ -462,13 +476,23 @@ class ChunkConfig:
 
 
 def online_config(N: int, dtype: torch.dtype, backward: bool = False) -> ChunkConfig:
-    """A 16 KB (fp32) chunk per iteration, three (forward) or two (backward: y and dy) in flight."""
+    """ONLINE_CHUNK elements an iteration (16 warps at 8192), online_stages of them in flight."""
     chunk = FORCE_CHUNK or min(ONLINE_CHUNK, pow2ceil(N))
-    return ChunkConfig(chunk, num_warps_for(chunk), ONLINE_STAGES or (2 if backward else 3))
+    return ChunkConfig(chunk, num_warps_for(chunk), online_stages(chunk, dtype.itemsize, backward))
+
+
+def online_stages(chunk: int, itemsize: int, backward: bool) -> int:
+    """Chunks in flight in the online loops: ONLINE_STAGES where that many of every input's chunks fit in
+    ONLINE_STAGE_BYTES (fp32 backward at 8192: 2), at least 1. On an H100, 16-bit rows of 65537-200003, a program an
+    SM at chunk 8192: 4 stages against 3 (forward) or 2 (backward), % of copy: softmax 74 / 68 at 65537, 67 / 63 at
+    131071; log-softmax backward 82 / 62, 74 / 61, 69 / 55 (benchmarks/results/h100-session64, tune-long16.txt)."""
+    per_stage = chunk * itemsize * (2 if backward else 1)
+    return max(1, min(ONLINE_STAGES, ONLINE_STAGE_BYTES // per_stage))
 
 
 def online_programs(sms: int) -> int:
-    """One row per program; SMs x ONLINE_PROGRAMS_PER_SM rows in flight bound the L2 window."""
+    """One row per program; SMs x ONLINE_PROGRAMS_PER_SM rows in flight bound the L2 window (one an SM: at chunk
+    8192 a second program's 16 warps would not be resident beside the first anyway; two an SM timed the same)."""
     return FORCE_PROGRAMS or sms * ONLINE_PROGRAMS_PER_SM
 
 
