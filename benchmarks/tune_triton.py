@@ -79,12 +79,9 @@ def one_warp_settings():
 
 
 def long_settings(backward: bool, N: int):
-    for chunk, per_sm in itertools.product((4096, 8192, 16384), (1, 2)):
-        yield f"online chunk={chunk} programs/SM={per_sm}", dict(
-            regime="online", ONLINE_CHUNK=chunk, ONLINE_PROGRAMS_PER_SM=per_sm)
-    for chunk in (4096, 8192):  # one program an SM, a deeper pipeline: fewer rows in L2, as many bytes in flight
-        yield f"online chunk={chunk} programs/SM=1 stages=4", dict(
-            regime="online", ONLINE_CHUNK=chunk, ONLINE_PROGRAMS_PER_SM=1, ONLINE_STAGES=4)
+    for kb, per_sm, stages in itertools.product((8, 16, 32), (1, 2), (2, 4)):  # an input's chunk, KB
+        yield f"online chunk={kb}KB programs/SM={per_sm} stages={stages}", dict(
+            regime="online", ONLINE_CHUNK_BYTES=kb << 10, ONLINE_PROGRAMS_PER_SM=per_sm, ONLINE_STAGES=stages)
     if N <= R.rows_hard_max_n(backward):
         yield "rows (forced)", dict(regime="rows")
     yield "split", dict(regime="split")

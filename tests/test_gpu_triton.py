@@ -212,7 +212,7 @@ def test_split_is_repeatable_under_contention():
 
 # knobs that change the plans of test_ready_launch_matches_float64's shapes (rows tiles, split and online chunks)
 NEW_PLANS = {"ROWS_TILE_BYTES": 8 * 1024, "ROWS_SCALAR_TILE_BYTES": 4 * 1024, "ROWS_ONE_WARP_TILE_BYTES": 1024,
-             "SPLIT_MAX_CHUNK": 4096, "ONLINE_CHUNK": 2048}
+             "SPLIT_MAX_CHUNK": 4096, "ONLINE_CHUNK_BYTES": 4096}
 
 
 @pytest.mark.parametrize("window", [False, True], ids=["scalar", "window"])

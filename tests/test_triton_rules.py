@@ -45,12 +45,12 @@ def test_pick_regime():
 
 
 def test_online_stages_fit_their_bytes():
-    """Four chunks in flight where every input's four fit in ONLINE_STAGE_BYTES, fewer where not (the fp32 backward at
-    8192 elements: two), never none."""
-    assert R.online_config(65537, BF16).num_stages == 4
-    assert R.online_config(65537, BF16, backward=True).num_stages == 4
-    assert R.online_config(65537, F32).num_stages == 4
-    assert R.online_config(65537, F32, backward=True).num_stages == 2
+    """16 KB chunks of each input (8192 16-bit elements, 4096 fp32), four in flight where every input's four fit in
+    ONLINE_STAGE_BYTES, fewer where not, never none."""
+    for dtype, backward in itertools.product((BF16, F32), (False, True)):
+        cfg = R.online_config(65537, dtype, backward)
+        assert (cfg.CHUNK, cfg.num_stages) == (16384 // dtype.itemsize, 4)
+    assert R.online_stages(8192, 4, True) == 2
     assert R.online_stages(1 << 20, 4, True) == 1
     for chunk, itemsize, backward in itertools.product((1024, 8192, 65536), (2, 4), (False, True)):
         stages = R.online_stages(chunk, itemsize, backward)

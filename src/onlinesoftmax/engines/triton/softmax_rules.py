@@ -13,7 +13,7 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
             Picked for N <= 32768 (`rows_max_n`, every dtype: the values are fp32 in
             registers; backward at 32768 spills 32-140 bytes yet measured fastest there).
             Accepted up to 65536 forward / 32768 backward (`rows_hard_max_n`) when forced.
-2. "online" one program per row (persistent), the row read in chunks of ONLINE_CHUNK elements
+2. "online" one program per row (persistent), the row read in chunks of ONLINE_CHUNK_BYTES
             and folded into per-lane states (m_i, d_i) with ONE exp per element, the lanes merged
             at the end with the guarded merge; then a second loop re-reads the row (backwards, so
             the chunks read last, the likeliest still in L2, come first) and writes.
@@ -81,7 +81,7 @@ ROWS_WINDOW_MIN_N = 8192  # rows: scalar rows this long or longer through 16-byt
 ROWS_WINDOW_TAIL_MIN_BYTES = 64 << 20  # ... and where the last row needs a launch of its own, inputs this large
 ROWS_PIPELINE_BYTES = 64 * 1024  # rows, persistent: prefetch the next tile through shared memory up to this
 CHUNK_WINDOWS = True  # online, split: scalar rows (odd N, a sliced view) through 16-byte windows (chunk_window)
-ONLINE_CHUNK = 8192  # elements per iteration of the online loops ...
+ONLINE_CHUNK_BYTES = 16 * 1024  # an input's bytes per iteration of the online loops (8192 16-bit elements) ...
 ONLINE_STAGES = 4  # ... and chunks in flight a loop, where ONLINE_STAGE_BYTES hold them (online_stages)
 ONLINE_STAGE_BYTES = 128 * 1024
 ONLINE_PROGRAMS_PER_SM = 1  # online: the re-read window is SMs x this x row bytes ...
@@ -150,7 +150,7 @@ def online_min_rows(sms: int) -> int:
 def online_max_row_bytes(dtype: torch.dtype) -> int:
     """The longest re-read part of a row (x forward, y + dy softmax backward, dy log-softmax backward) the online regime
     takes. 16-bit rows, timed on an H100 against split (`tune_triton.py --n 65537 131071 200003 --dtypes bf16`,
-    benchmarks/results/h100-session64; online at ONLINE_CHUNK 8192, a program an SM, 4 stages), % of copy online / split:
+    benchmarks/results/h100-session64; online at chunks of 8192, a program an SM, 4 stages), % of copy online / split:
     forward 74 / 60 at 65537 (128 KB), 67 / 60 at 131071, 60 / 59 at 200003 (400 KB); log-softmax backward 82 / 64,
     74 / 63, 69 / 64; softmax backward 69 / 67 at 65537 (256 KB), 61 / 66 at 131071 (512 KB), 56 / 66 at 200003.
     fp32 rows past 128 KB go to split (measured on the H200 with two programs an SM); they are past rows_max_n there."""
@@ -476,14 +476,16 @@ class ChunkConfig:
 
 
 def online_config(N: int, dtype: torch.dtype, backward: bool = False) -> ChunkConfig:
-    """ONLINE_CHUNK elements an iteration (16 warps at 8192), online_stages of them in flight."""
-    chunk = FORCE_CHUNK or min(ONLINE_CHUNK, pow2ceil(N))
+    """ONLINE_CHUNK_BYTES of each input an iteration: 8192 16-bit elements (on 16 warps; tuned, online_stages) or 4096
+    fp32 ones (on 8: 8192 spilled in the fp32 backward, and the rules never pick fp32 rows online), online_stages of
+    them in flight."""
+    chunk = FORCE_CHUNK or min(ONLINE_CHUNK_BYTES // dtype.itemsize, pow2ceil(N))
     return ChunkConfig(chunk, num_warps_for(chunk), online_stages(chunk, dtype.itemsize, backward))
 
 
 def online_stages(chunk: int, itemsize: int, backward: bool) -> int:
     """Chunks in flight in the online loops: ONLINE_STAGES where that many of every input's chunks fit in
-    ONLINE_STAGE_BYTES (fp32 backward at 8192: 2), at least 1. On an H100, 16-bit rows of 65537-200003, a program an
+    ONLINE_STAGE_BYTES (128 KB: four 16 KB chunks of both inputs backward), at least 1. On an H100, 16-bit rows of 65537-200003, a program an
     SM at chunk 8192: 4 stages against 3 (forward) or 2 (backward), % of copy: softmax 74 / 68 at 65537, 67 / 63 at
     131071; log-softmax backward 82 / 62, 74 / 61, 69 / 55 (benchmarks/results/h100-session64, tune-long16.txt)."""
     per_stage = chunk * itemsize * (2 if backward else 1)
@@ -492,7 +494,8 @@ def online_stages(chunk: int, itemsize: int, backward: bool) -> int:
 
 def online_programs(sms: int) -> int:
     """One row per program; SMs x ONLINE_PROGRAMS_PER_SM rows in flight bound the L2 window (one an SM: at chunk
-    8192 a second program's 16 warps would not be resident beside the first anyway; two an SM timed the same)."""
+    8192 16-bit elements a second program's 16 warps would not be resident beside the first; two an SM timed the
+    same)."""
     return FORCE_PROGRAMS or sms * ONLINE_PROGRAMS_PER_SM
 
 
