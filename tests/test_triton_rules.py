@@ -24,7 +24,7 @@ def test_pick_regime():
         assert R.pick_regime(1, N, BF16, sms=SMS) == "rows"
     assert R.pick_regime(4096, 32768, F32, backward=True, sms=SMS) == "rows"
     # just past the rows limit: online while M >= SMs and a row's re-read part (x; y + dy; dy for the log-softmax
-    # backward) is at most 128 KB, or 448 KB in 16 bits; else split
+    # backward) is at most 128 KB; 16-bit rows online but a y + dy past 448 KB; else split
     assert R.pick_regime(4096, 32769, F32, sms=SMS) == "split"
     assert R.pick_regime(4096, 32769, BF16, sms=SMS) == "online"
     assert R.pick_regime(131, 32769, BF16, sms=SMS) == "split"
@@ -32,7 +32,8 @@ def test_pick_regime():
     assert R.pick_regime(4096, 32769, BF16, backward=True, sms=SMS) == "online"
     assert R.pick_regime(2048, 65536, BF16, sms=SMS) == "online"
     assert R.pick_regime(671, 200003, BF16, sms=SMS) == "online"  # 400 KB
-    assert R.pick_regime(512, 262143, BF16, sms=SMS) == "split"  # 512 KB
+    assert R.pick_regime(512, 262143, BF16, sms=SMS) == "online"  # one input re-read: any length
+    assert R.pick_regime(512, 262143, BF16, backward=True, log=True, sms=SMS) == "online"
     assert R.pick_regime(671, 200003, BF16, backward=True, log=True, sms=SMS) == "online"  # dy alone re-read: 400 KB
     assert R.pick_regime(1024, 131071, BF16, backward=True, log=True, sms=SMS) == "online"
     assert R.pick_regime(1024, 131071, BF16, backward=True, sms=SMS) == "split"  # y + dy: 512 KB

@@ -20,8 +20,8 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
             Bytes: forward 2 reads + 1 write = 3*M*N*size, backward 4 reads + 1 write = 5*M*N*size
             (the log-softmax backward 3 reads + 1 write: pass 1 reads dy alone); the re-reads hit L2
             while the rows in flight fit in it, so it is picked for M >= SMs and rows whose re-read
-            part (x; y + dy; dy for log_softmax) is at most ONLINE_MAX_ROW_BYTES = 128 KB, or
-            ONLINE_MAX_ROW_BYTES_16BIT = 448 KB for 16-bit rows (online_max_row_bytes).
+            part (x; y + dy; dy for log_softmax) is at most ONLINE_MAX_ROW_BYTES = 128 KB, and for
+            16-bit rows but a softmax backward's y + dy past 448 KB (online_takes).
 3. "split"  a row cut into C chunks of CHUNK elements, each chunk a task; the chunk's partial
             state (m, d) (backward: sum dy*y or sum dy, and a live flag) goes to a small fp32
             workspace, a per-row counter says how many partials are in, and the chunk is then
@@ -86,7 +86,7 @@ ONLINE_STAGES = 4  # ... and chunks in flight a loop, where ONLINE_STAGE_BYTES h
 ONLINE_STAGE_BYTES = 128 * 1024
 ONLINE_PROGRAMS_PER_SM = 1  # online: the re-read window is SMs x this x row bytes ...
 ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends rows whose re-read part is longer to "split" ...
-ONLINE_MAX_ROW_BYTES_16BIT = 448 * 1024  # ... or, 16-bit, longer than this (online_max_row_bytes)
+ONLINE_MAX_ROW_BYTES_16BIT = 448 * 1024  # ... or, 16-bit, a y + dy longer than this (online_takes)
 COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile holds whole ...
 COLS_TILE = 8192  # ... elements of a tile (forward; half of it backward, for y and dy) ...
 COLS_ELEMS_PER_THREAD = 16  # ... and the elements of each input a thread holds (the warps follow)
@@ -147,14 +147,18 @@ def online_min_rows(sms: int) -> int:
     return sms
 
 
-def online_max_row_bytes(dtype: torch.dtype) -> int:
-    """The longest re-read part of a row (x forward, y + dy softmax backward, dy log-softmax backward) the online regime
-    takes. 16-bit rows, timed on an H100 against split (`tune_triton.py --n 65537 131071 200003 --dtypes bf16`,
-    benchmarks/results/h100-session64; online at chunks of 8192, a program an SM, 4 stages), % of copy online / split:
-    forward 74 / 60 at 65537 (128 KB), 67 / 60 at 131071, 60 / 59 at 200003 (400 KB); log-softmax backward 82 / 64,
-    74 / 63, 69 / 64; softmax backward 69 / 67 at 65537 (256 KB), 61 / 66 at 131071 (512 KB), 56 / 66 at 200003.
-    fp32 rows past 128 KB go to split (measured on the H200 with two programs an SM); they are past rows_max_n there."""
-    return ONLINE_MAX_ROW_BYTES_16BIT if dtype in _FP16_BF16 else ONLINE_MAX_ROW_BYTES
+def online_takes(N: int, dtype: torch.dtype, backward: bool, log: bool) -> bool:
+    """Whether the online regime takes rows of N (given rows enough for the SMs): their re-read part (x forward, y + dy
+    softmax backward, dy log-softmax backward) at most ONLINE_MAX_ROW_BYTES (fp32: split was faster past it, measured
+    on the H200 with two programs an SM; such rows are past rows_max_n anyway). 16-bit rows: any one-input re-read,
+    and y + dy up to ONLINE_MAX_ROW_BYTES_16BIT. Timed in bf16, online at chunks of 8192, a program an SM, 4 stages,
+    against split, % of copy (benchmarks/results/session64): on an H100 (`tune_triton.py --n 65537 131071 200003`)
+    forward 74 / 60 at 65537, 67 / 60 at 131071, 60 / 59 at 200003 (400 KB); log-softmax backward 82 / 64, 74 / 63,
+    69 / 64; softmax backward 69 / 67 at 65537 (y + dy 256 KB), 61 / 66 at 131071 (512 KB), 56 / 66 at 200003. On the
+    H200 the log-softmax backward at 262143 split ran at 46.5% against torch's 65.1 (0.71x), online at 200003 at 64.6."""
+    if dtype in _FP16_BF16:
+        return not backward or log or 2 * N * dtype.itemsize <= ONLINE_MAX_ROW_BYTES_16BIT
+    return N * dtype.itemsize * (2 if backward and not log else 1) <= ONLINE_MAX_ROW_BYTES
 
 
 def pick_regime(M: int, N: int, dtype: torch.dtype, backward: bool = False, sms: Optional[int] = None,
@@ -164,8 +168,7 @@ def pick_regime(M: int, N: int, dtype: torch.dtype, backward: bool = False, sms:
     sms = sms or INTERPRETER_SMS
     if N <= rows_max_n(dtype, backward):
         return "rows"
-    reread = N * dtype.itemsize * (2 if backward and not log else 1)
-    if M >= online_min_rows(sms) and reread <= online_max_row_bytes(dtype):
+    if M >= online_min_rows(sms) and online_takes(N, dtype, backward, log):
         return "online"
     return "split"
 
