@@ -316,7 +316,8 @@ def _hooked() -> bool:
     r = knobs.runtime
     enter, leave = r.launch_enter_hook, r.launch_exit_hook  # each a HookChain (called where it has calls) or None
     # written out, not any() over a generator: native_holds asks this on every eager call (~0.3 us less)
-    return bool((enter is not None and getattr(enter, "calls", True)) or (leave is not None and getattr(leave, "calls", True))
+    return bool((enter is not None and getattr(enter, "calls", True))
+                or (leave is not None and getattr(leave, "calls", True))
                 or rows_kernel.pre_run_hooks or online_kernel.pre_run_hooks)
 
 

@@ -153,7 +153,7 @@ def _backward_sums(y, dy, AXIS: tl.constexpr, LOG: tl.constexpr):
     """A tile's part of each row's reduction for the backward: (sum dy, live: 1 where y has a finite value, else 0)
     for log_softmax, (sum dy*y, unused) for softmax. Padding adds nothing (dy 0, y 0 or -inf). Two reductions, not
     one tl.reduce of the pair (e98caf0): that pair halved the bf16 rows at 4095 on an H100 (94 -> 49% of copy,
-    benchmarks/results/h100-session64), though it compiled to fewer barriers and instructions."""
+    benchmarks/results/session64/call1-h100-04d83a7/ab.txt), though it compiled to fewer barriers and instructions."""
     if LOG:
         return tl.sum(dy, axis=AXIS), tl.max(_live(y), axis=AXIS)
     else:

@@ -152,10 +152,11 @@ def online_takes(N: int, dtype: torch.dtype, backward: bool, log: bool) -> bool:
     softmax backward, dy log-softmax backward) at most ONLINE_MAX_ROW_BYTES (fp32: split was faster past it, measured
     on the H200 with two programs an SM; such rows are past rows_max_n anyway). 16-bit rows: any one-input re-read,
     and y + dy up to ONLINE_MAX_ROW_BYTES_16BIT. Timed in bf16, online at chunks of 8192, a program an SM, 4 stages,
-    against split, % of copy (benchmarks/results/session64): on an H100 (`tune_triton.py --n 65537 131071 200003`)
+    against split, % of copy (benchmarks/results/session64): on an H100 (tune_triton.py --n 65537 131071 200003)
     forward 74 / 60 at 65537, 67 / 60 at 131071, 60 / 59 at 200003 (400 KB); log-softmax backward 82 / 64, 74 / 63,
     69 / 64; softmax backward 69 / 67 at 65537 (y + dy 256 KB), 61 / 66 at 131071 (512 KB), 56 / 66 at 200003. On the
-    H200 the log-softmax backward at 262143 split ran at 46.5% against torch's 65.1 (0.71x), online at 200003 at 64.6."""
+    H200 the log-softmax backward at 262143 split ran at 46.5% against torch's 65.1 (0.71x), online at 200003 at
+    64.6."""
     if dtype in _FP16_BF16:
         return not backward or log or 2 * N * dtype.itemsize <= ONLINE_MAX_ROW_BYTES_16BIT
     return N * dtype.itemsize * (2 if backward and not log else 1) <= ONLINE_MAX_ROW_BYTES
@@ -488,9 +489,10 @@ def online_config(N: int, dtype: torch.dtype, backward: bool = False) -> ChunkCo
 
 def online_stages(chunk: int, itemsize: int, backward: bool) -> int:
     """Chunks in flight in the online loops: ONLINE_STAGES where that many of every input's chunks fit in
-    ONLINE_STAGE_BYTES (128 KB: four 16 KB chunks of both inputs backward), at least 1. On an H100, 16-bit rows of 65537-200003, a program an
-    SM at chunk 8192: 4 stages against 3 (forward) or 2 (backward), % of copy: softmax 74 / 68 at 65537, 67 / 63 at
-    131071; log-softmax backward 82 / 62, 74 / 61, 69 / 55 (benchmarks/results/h100-session64, tune-long16.txt)."""
+    ONLINE_STAGE_BYTES (128 KB: four 16 KB chunks of both inputs backward), at least 1. On an H100, 16-bit rows of
+    65537-200003, a program an SM at chunk 8192: 4 stages against 3 (forward) or 2 (backward), % of copy: softmax
+    74 / 68 at 65537, 67 / 63 at 131071; log-softmax backward 82 / 62, 74 / 61, 69 / 55
+    (benchmarks/results/session64/call1-h100-04d83a7/tune-long16.txt)."""
     per_stage = chunk * itemsize * (2 if backward else 1)
     return max(1, min(ONLINE_STAGES, ONLINE_STAGE_BYTES // per_stage))
 
