@@ -183,9 +183,10 @@ case "$stage" in
     # A/B (the rule's ROWS_WINDOW_MIN_N against none and every N) at odd N, N = 1000 and powers of two; few: the
     # few-row shapes beside torch, torch.compile and Liger (if carried).
     # tune (not in the default PARTS): tune_triton.py's rows settings, windows on and off, at TUNE_N (127: the scalar
-    # rows' one-warp tile, rows_scalar_tile; 8193: the windows' threshold), TUNE_ONLY=REGEX those settings alone, TUNE_DTYPES (fp32 bf16),
-    # TUNE_OPS its ops; tune-few (nor this): tune_triton.py --few, every regime at TUNE_FEW's few-row shapes beside
-    # torch (default: where SPLIT_TASKS_PER_PROGRAM = 2 would move the forward's chunk).
+    # rows' one-warp tile, rows_scalar_tile; 8193: the windows' threshold), TUNE_ONLY=REGEX those settings alone,
+    # TUNE_DTYPES its dtypes (fp32 bf16), TUNE_OPS its ops; tune-few (nor this): tune_triton.py --few, every regime
+    # at TUNE_FEW's few-row shapes beside torch (default: where SPLIT_TASKS_PER_PROGRAM = 2 would move the forward's
+    # chunk).
     # All four may pass a device call's 10 minutes: PARTS='tests host', then PARTS='ab few', in two calls
     for part in ${PARTS:-tests host ab few}; do case $part in
       tests) python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider tests/test_gpu_triton.py tests/test_gpu_concurrency.py \
@@ -213,8 +214,8 @@ case "$stage" in
             | tail -125
           # three trees' csv, txt and png would pass the 8 files a device call returns: one archive beside ab.txt
           (cd "$OUT" && tar czf ab-trees.tgz ab-*.csv ab-*.txt && rm -f ab-*.csv ab-*.txt ab-*.png) ;;
-      tune) python3 benchmarks/tune_triton.py --n ${TUNE_N:-127 8193} ${TUNE_ONLY:+--only "$TUNE_ONLY"} ${TUNE_DTYPES:+--dtypes $TUNE_DTYPES} \
-              ${TUNE_OPS:+--ops $TUNE_OPS} 2>&1 \
+      tune) python3 benchmarks/tune_triton.py --n ${TUNE_N:-127 8193} ${TUNE_ONLY:+--only "$TUNE_ONLY"} \
+              ${TUNE_DTYPES:+--dtypes $TUNE_DTYPES} ${TUNE_OPS:+--ops $TUNE_OPS} 2>&1 \
               | grep -v Warn | tee "$OUT/tune-odd-n.txt" | tail -12 ;;
       tune-few) few=${TUNE_FEW:-16x131072 32x131072 7x262144 16x262144 2x1000003}
                 python3 benchmarks/tune_triton.py --few $few 2>&1 \
