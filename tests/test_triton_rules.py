@@ -23,9 +23,9 @@ def test_pick_regime():
         assert R.pick_regime(4096, N, F32, sms=SMS) == "rows"
         assert R.pick_regime(1, N, BF16, sms=SMS) == "rows"
     assert R.pick_regime(4096, 32768, F32, backward=True, sms=SMS) == "rows"
-    # just past the rows limit: online while M >= SMs and a row's re-read part (x; y + dy; dy for the log-softmax
-    # backward) is at most 128 KB; 16-bit rows online but a y + dy past 448 KB; else split
-    assert R.pick_regime(4096, 32769, F32, sms=SMS) == "split"
+    # just past the rows limit, while M >= SMs: 16-bit rows online but a y + dy past 448 KB; fp32 forward rows
+    # online up to 512 KB; else split
+    assert R.pick_regime(4096, 32769, F32, sms=SMS) == "online"
     assert R.pick_regime(4096, 32769, BF16, sms=SMS) == "online"
     assert R.pick_regime(131, 32769, BF16, sms=SMS) == "split"
     assert R.pick_regime(4096, 32769, F32, backward=True, sms=SMS) == "split"
@@ -39,8 +39,11 @@ def test_pick_regime():
     assert R.pick_regime(1024, 131071, BF16, backward=True, sms=SMS) == "split"  # y + dy: 512 KB
     assert R.pick_regime(2047, 65537, BF16, backward=True, sms=SMS) == "online"  # 256 KB
     assert R.pick_regime(2047, 65537, F32, backward=True, log=True, sms=SMS) == "split"  # fp32: 256 KB > 128 KB
-    assert R.pick_regime(2048, 65536, F32, sms=SMS) == "split"  # 256 KB rows: the L2 window
-    assert R.pick_regime(512, 262144, F32, sms=SMS) == "split"
+    assert R.pick_regime(2048, 65536, F32, sms=SMS) == "online"  # 256 KB rows
+    assert R.pick_regime(1024, 131072, F32, sms=SMS) == "online"  # 512 KB
+    assert R.pick_regime(1024, 131073, F32, sms=SMS) == "split"
+    assert R.pick_regime(512, 262144, F32, sms=SMS) == "split"  # 1 MB rows: 132 of them pass the L2
+    assert R.pick_regime(4096, 32769, F32, backward=True, log=True, sms=SMS) == "split"  # the fp32 backward
     assert R.pick_regime(32, 131072, BF16, sms=SMS) == "split"  # too few rows for one per SM
     assert R.pick_regime(1, 262144, F32, backward=True, sms=SMS) == "split"
 

@@ -19,9 +19,9 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
             the chunks read last, the likeliest still in L2, come first) and writes.
             Bytes: forward 2 reads + 1 write = 3*M*N*size, backward 4 reads + 1 write = 5*M*N*size
             (the log-softmax backward 3 reads + 1 write: pass 1 reads dy alone); the re-reads hit L2
-            while the rows in flight fit in it, so it is picked for M >= SMs and rows whose re-read
-            part (x; y + dy; dy for log_softmax) is at most ONLINE_MAX_ROW_BYTES = 128 KB, and for
-            16-bit rows but a softmax backward's y + dy past 448 KB (online_takes).
+            while the rows in flight fit in it, so it is picked for M >= SMs and (online_takes)
+            16-bit rows but a softmax backward's y + dy past 448 KB, and fp32 forward rows up to
+            512 KB (the fp32 backward goes split).
 3. "split"  a row cut into C chunks of CHUNK elements, each chunk a task; the chunk's partial
             state (m, d) (backward: sum dy*y or sum dy, and a live flag) goes to a small fp32
             workspace, a per-row counter says how many partials are in, and the chunk is then
@@ -85,8 +85,8 @@ ONLINE_CHUNK_BYTES = 16 * 1024  # an input's bytes per iteration of the online l
 ONLINE_STAGES = 4  # ... and chunks in flight a loop, where ONLINE_STAGE_BYTES hold them (online_stages)
 ONLINE_STAGE_BYTES = 128 * 1024
 ONLINE_PROGRAMS_PER_SM = 1  # online: the re-read window is SMs x this x row bytes ...
-ONLINE_MAX_ROW_BYTES = 128 * 1024  # ... so pick_regime sends rows whose re-read part is longer to "split" ...
-ONLINE_MAX_ROW_BYTES_16BIT = 448 * 1024  # ... or, 16-bit, a y + dy longer than this (online_takes)
+ONLINE_MAX_ROW_BYTES_FP32 = 512 * 1024  # ... so pick_regime sends fp32 forward rows longer than this to "split" ...
+ONLINE_MAX_ROW_BYTES_16BIT = 448 * 1024  # ... and a 16-bit y + dy longer than this (online_takes)
 COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile holds whole ...
 COLS_TILE = 8192  # ... elements of a tile (forward; half of it backward, for y and dy) ...
 COLS_ELEMS_PER_THREAD = 16  # ... and the elements of each input a thread holds (the warps follow)
@@ -148,18 +148,21 @@ def online_min_rows(sms: int) -> int:
 
 
 def online_takes(N: int, dtype: torch.dtype, backward: bool, log: bool) -> bool:
-    """Whether the online regime takes rows of N (given rows enough for the SMs): their re-read part (x forward, y + dy
-    softmax backward, dy log-softmax backward) at most ONLINE_MAX_ROW_BYTES (fp32: split was faster past it, measured
-    on the H200 with two programs an SM; such rows are past rows_max_n anyway). 16-bit rows: any one-input re-read,
-    and y + dy up to ONLINE_MAX_ROW_BYTES_16BIT. Timed in bf16, online at chunks of 8192, a program an SM, 4 stages,
-    against split, % of copy (benchmarks/results/session64): on an H100 (tune_triton.py --n 65537 131071 200003)
-    forward 74 / 60 at 65537, 67 / 60 at 131071, 60 / 59 at 200003 (400 KB); log-softmax backward 82 / 64, 74 / 63,
-    69 / 64; softmax backward 69 / 67 at 65537 (y + dy 256 KB), 61 / 66 at 131071 (512 KB), 56 / 66 at 200003. On the
-    H200 the log-softmax backward at 262143 split ran at 46.5% against torch's 65.1 (0.71x), online at 200003 at
-    64.6."""
+    """Whether the online regime takes rows of N (given rows enough for the SMs), by the part it re-reads (x forward,
+    y + dy softmax backward, dy log-softmax backward). Timed at chunks of 16 KB an input, a program an SM, 4 stages,
+    against split, % of copy on an H100 (tune_triton.py --only 'online|split'):
+    - 16-bit rows (session 64, bf16, chunks of 8192): any one-input re-read, and y + dy up to
+      ONLINE_MAX_ROW_BYTES_16BIT. Forward 74 / 60 at 65537, 67 / 60 at 131071, 60 / 59 at 200003 (400 KB);
+      log-softmax backward 82 / 64, 74 / 63, 69 / 64; softmax backward 69 / 67 at 65537 (y + dy 256 KB), 61 / 66 at
+      131071 (512 KB), 56 / 66 at 200003. On the H200 the log-softmax backward at 262143 split ran at 46.5% against
+      torch's 65.1 (0.71x), online at 200003 at 64.6.
+    - fp32 forward rows up to ONLINE_MAX_ROW_BYTES_FP32 (session 65, chunks of 4096,
+      benchmarks/results/session65): softmax 72 / 57 at 50001, 70 / 59 at 65537, 66 / 61 at 131071 (512 KB); the
+      same for log_softmax within 2 points. Longer rows (262143: 132 rows of 1 MB in flight, more than the L2) and
+      the fp32 backward go split, the backward untimed online at these settings (split: 88% at 50001)."""
     if dtype in _FP16_BF16:
         return not backward or log or 2 * N * dtype.itemsize <= ONLINE_MAX_ROW_BYTES_16BIT
-    return N * dtype.itemsize * (2 if backward and not log else 1) <= ONLINE_MAX_ROW_BYTES
+    return not backward and N * dtype.itemsize <= ONLINE_MAX_ROW_BYTES_FP32
 
 
 def pick_regime(M: int, N: int, dtype: torch.dtype, backward: bool = False, sms: Optional[int] = None,
