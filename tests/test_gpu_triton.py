@@ -99,8 +99,8 @@ def test_variant(op, regime, M, N, dtype, seed):
         (64, 32768, F32, False, "rows"),
         (200, 40000, BF16, False, "online"),  # 80 KB rows, M >= SMs
         (64, 40000, BF16, False, "split"),  # too few rows for one per SM
-        (160, 70000, F32, False, "online"),  # 280 KB rows: fp32 forward online up to 512 KB
-        (160, 140000, F32, False, "split"),  # 560 KB rows: past it
+        (160, 60000, F32, False, "online"),  # 240 KB rows: fp32 forward online up to 256 KB
+        (160, 70000, F32, False, "split"),  # 280 KB rows: past it
         (160, 40000, BF16, True, "online"),  # past the rows limit: 16-bit rows go online
         (160, 40000, F32, True, "split"),  # y + dy = 320 KB per row: past the L2 window
         (160, 131071, BF16, True, "split"),  # y + dy = 512 KB: past the 16-bit window

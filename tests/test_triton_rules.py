@@ -24,7 +24,7 @@ def test_pick_regime():
         assert R.pick_regime(1, N, BF16, sms=SMS) == "rows"
     assert R.pick_regime(4096, 32768, F32, backward=True, sms=SMS) == "rows"
     # just past the rows limit, while M >= SMs: 16-bit rows online but a y + dy past 448 KB; fp32 forward rows
-    # online up to 512 KB; else split
+    # online up to 256 KB; else split
     assert R.pick_regime(4096, 32769, F32, sms=SMS) == "online"
     assert R.pick_regime(4096, 32769, BF16, sms=SMS) == "online"
     assert R.pick_regime(131, 32769, BF16, sms=SMS) == "split"
@@ -40,9 +40,8 @@ def test_pick_regime():
     assert R.pick_regime(2047, 65537, BF16, backward=True, sms=SMS) == "online"  # 256 KB
     assert R.pick_regime(2047, 65537, F32, backward=True, log=True, sms=SMS) == "split"  # fp32: 256 KB > 128 KB
     assert R.pick_regime(2048, 65536, F32, sms=SMS) == "online"  # 256 KB rows
-    assert R.pick_regime(1024, 131072, F32, sms=SMS) == "online"  # 512 KB
-    assert R.pick_regime(1024, 131073, F32, sms=SMS) == "split"
-    assert R.pick_regime(512, 262144, F32, sms=SMS) == "split"  # 1 MB rows: 132 of them pass the L2
+    assert R.pick_regime(2047, 65537, F32, sms=SMS) == "split"
+    assert R.pick_regime(1024, 131072, F32, sms=SMS) == "split"
     assert R.pick_regime(4096, 32769, F32, backward=True, log=True, sms=SMS) == "split"  # the fp32 backward
     assert R.pick_regime(32, 131072, BF16, sms=SMS) == "split"  # too few rows for one per SM
     assert R.pick_regime(1, 262144, F32, backward=True, sms=SMS) == "split"
@@ -62,18 +61,20 @@ def test_online_stages_fit_their_bytes():
 
 
 def test_split_config_rules(monkeypatch):
-    big = R.split_config(512, 262144, SMS)
+    big = R.split_config(512, 262144, SMS, 2)
     assert big.CHUNK == R.SPLIT_MAX_CHUNK and big.C * big.CHUNK == 262144
-    assert R.split_config(512, 262144, SMS, backward=True).CHUNK == R.SPLIT_MAX_CHUNK // 2
-    assert R.split_config(1, 262144, SMS).CHUNK == R.SPLIT_MIN_CHUNK  # spread one row wide
-    assert R.split_config(1, 1000, SMS).CHUNK == 1024  # never wider than the row
+    assert R.split_config(512, 262144, SMS, 2, backward=True).CHUNK == R.SPLIT_MAX_CHUNK // 2
+    assert R.split_config(512, 262144, SMS, 4).CHUNK == R.SPLIT_MAX_CHUNK_BYTES // 4  # 16 KB of fp32
+    assert R.split_config(512, 262144, SMS, 4, backward=True).CHUNK == R.SPLIT_MAX_CHUNK // 2
+    assert R.split_config(1, 262144, SMS, 4).CHUNK == R.SPLIT_MIN_CHUNK  # spread one row wide
+    assert R.split_config(1, 1000, SMS, 4).CHUNK == 1024  # never wider than the row
     assert R.split_lag(16, 512, 264) == 16 + 264
     assert R.split_lag(16, 2, 264) == 32
     monkeypatch.setattr(R, "FORCE_CHUNK", 16)
-    cfg = R.split_config(1, 262144, SMS)
+    cfg = R.split_config(1, 262144, SMS, 4)
     assert cfg.CHUNK == 16 and cfg.C == 262144 // 16 and cfg.PBLOCK == R.SPLIT_MAX_PARTIALS_BLOCK
-    assert R.split_config(1, 33, SMS, v=4).C == 3  # windows: the chunks cover N + v - 1 = 36 lanes
-    assert R.split_config(1, 29, SMS, v=4).C == 2
+    assert R.split_config(1, 33, SMS, 4, v=4).C == 3  # windows: the chunks cover N + v - 1 = 36 lanes
+    assert R.split_config(1, 29, SMS, 4, v=4).C == 2
 
 
 def test_chunk_window_rule(monkeypatch):

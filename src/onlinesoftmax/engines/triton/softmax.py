@@ -149,7 +149,7 @@ def plan(backward: bool, log: bool, regime: str, M: int, N: int, dtype: torch.dt
                     dict(CHUNK=cfg.CHUNK, **op, NUM_STAGES=cfg.num_stages, V=v,
                          num_warps=cfg.num_warps, num_stages=cfg.num_stages), key, cfg)
     v = rules.chunk_window(N, strides, dtype.itemsize, aligned)
-    cfg = rules.split_config(M, N, sms, backward, v)
+    cfg = rules.split_config(M, N, sms, dtype.itemsize, backward, v)
     programs = min(rules.split_programs(sms), 2 * M * cfg.C)  # never more than the tickets
     lag = rules.split_lag(cfg.C, M, programs)
     ws = workspace(2 * M * cfg.C, torch.float32, False)

@@ -21,7 +21,7 @@ Regimes (`pick_regime` chooses one when the caller does not; the variants force 
             (the log-softmax backward 3 reads + 1 write: pass 1 reads dy alone); the re-reads hit L2
             while the rows in flight fit in it, so it is picked for M >= SMs and (online_takes)
             16-bit rows but a softmax backward's y + dy past 448 KB, and fp32 forward rows up to
-            512 KB (the fp32 backward goes split).
+            256 KB (the fp32 backward goes split).
 3. "split"  a row cut into C chunks of CHUNK elements, each chunk a task; the chunk's partial
             state (m, d) (backward: sum dy*y or sum dy, and a live flag) goes to a small fp32
             workspace, a per-row counter says how many partials are in, and the chunk is then
@@ -85,7 +85,7 @@ ONLINE_CHUNK_BYTES = 16 * 1024  # an input's bytes per iteration of the online l
 ONLINE_STAGES = 4  # ... and chunks in flight a loop, where ONLINE_STAGE_BYTES hold them (online_stages)
 ONLINE_STAGE_BYTES = 128 * 1024
 ONLINE_PROGRAMS_PER_SM = 1  # online: the re-read window is SMs x this x row bytes ...
-ONLINE_MAX_ROW_BYTES_FP32 = 512 * 1024  # ... so pick_regime sends fp32 forward rows longer than this to "split" ...
+ONLINE_MAX_ROW_BYTES_FP32 = 256 * 1024  # ... so pick_regime sends fp32 forward rows longer than this to "split" ...
 ONLINE_MAX_ROW_BYTES_16BIT = 448 * 1024  # ... and a 16-bit y + dy longer than this (online_takes)
 COLS_MAX_N = 1024  # the columns kernel (a non-last dim): the most rows a tile holds whole ...
 COLS_TILE = 8192  # ... elements of a tile (forward; half of it backward, for y and dy) ...
@@ -99,6 +99,7 @@ COLS_STREAM_VALUES = 64  # ... each thread holding this many values of all input
 COLS_WHOLE_VALUES = 128  # ... or the whole dim, where it takes no more than this
 COLS_STREAM_L2_BYTES = 16 << 20  # ... and the programs' columns in flight between the passes within this of L2
 SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
+SPLIT_MAX_CHUNK_BYTES = 16 * 1024  # ... and bytes of one input (split_config) ...
 SPLIT_MIN_CHUNK = 2048  # ... and smallest, so one ticket (an atomic) buys enough work
 SPLIT_TASKS_PER_PROGRAM = 4  # split: aim for this many chunks per program at least
 SPLIT_MAX_PARTIALS_BLOCK = 256  # partials merged per step in the split write half
@@ -156,10 +157,11 @@ def online_takes(N: int, dtype: torch.dtype, backward: bool, log: bool) -> bool:
       log-softmax backward 82 / 64, 74 / 63, 69 / 64; softmax backward 69 / 67 at 65537 (y + dy 256 KB), 61 / 66 at
       131071 (512 KB), 56 / 66 at 200003. On the H200 the log-softmax backward at 262143 split ran at 46.5% against
       torch's 65.1 (0.71x), online at 200003 at 64.6.
-    - fp32 forward rows up to ONLINE_MAX_ROW_BYTES_FP32 (session 65, chunks of 4096,
-      benchmarks/results/session65): softmax 72 / 57 at 50001, 70 / 59 at 65537, 66 / 61 at 131071 (512 KB); the
-      same for log_softmax within 2 points. Longer rows (262143: 132 rows of 1 MB in flight, more than the L2) and
-      the fp32 backward go split, the backward untimed online at these settings (split: 88% at 50001)."""
+    - fp32 forward rows up to ONLINE_MAX_ROW_BYTES_FP32 (session 65, benchmarks/results/session65): online at
+      chunks of 4096 against split at its chunk then (8192), softmax 72 / 57 at 50001, 70 / 59 at 65537, 66 / 61
+      at 131071 (512 KB), log_softmax within 2 points; against split at chunks of 4096 (split_config), 486.7 /
+      500.1 us at 50001 (200 KB) but 534.0 / 513.4 at 131071, so online up to 256 KB (132 rows in flight: 34 MB,
+      within the L2). The fp32 backward goes split: 88-89% of copy at 50001 and 131071, online 59-78."""
     if dtype in _FP16_BF16:
         return not backward or log or 2 * N * dtype.itemsize <= ONLINE_MAX_ROW_BYTES_16BIT
     return not backward and N * dtype.itemsize <= ONLINE_MAX_ROW_BYTES_FP32
@@ -515,18 +517,23 @@ class SplitConfig:
     num_warps: int
 
 
-def split_config(M: int, N: int, sms: int, backward: bool = False, v: int = 1) -> SplitConfig:
+def split_config(M: int, N: int, sms: int, itemsize: int, backward: bool = False, v: int = 1) -> SplitConfig:
     """Chunks small enough that every program gets SPLIT_TASKS_PER_PROGRAM of them, at least
     SPLIT_MIN_CHUNK (the ticket costs an atomic), at most SPLIT_MAX_CHUNK values of all inputs (a
     ticket holds two chunks in fp32 registers: ptxas sm_90 gives 64 registers at 8192 x 16 warps
-    forward and ~100 at 4096 x 8 warps backward, two programs per SM), never wider than the row. v: rows read through
-    windows of v elements (chunk_window), whose chunks cover N + v - 1 lanes."""
+    forward and ~100 at 4096 x 8 warps backward, two programs per SM) and SPLIT_MAX_CHUNK_BYTES of an input of
+    `itemsize` bytes, never wider than the row. v: rows read through windows of v elements (chunk_window), whose
+    chunks cover N + v - 1 lanes. The bytes bound halves the fp32 forward's chunk, 8192 -> 4096, which was faster at
+    every many-row shape timed on an H100 (session 65, tune_triton.py --few, benchmarks/results/session65): softmax
+    at 2684 x 50001 623.6 -> 500.1 us, 1024 x 131071 586.9 -> 513.4, 512 x 262143 590.4 -> 516.7, log_softmax
+    likewise (2048: 757-776 us). The other chunks were already within it: 16-bit forward 8192 (16 KB), backward
+    4096 of each input."""
     if FORCE_CHUNK:
         chunk = FORCE_CHUNK
     else:
         want = cdiv(M * N, SPLIT_TASKS_PER_PROGRAM * split_programs(sms))
         chunk = pow2ceil(max(1, want))
-        largest = SPLIT_MAX_CHUNK // (2 if backward else 1)
+        largest = min(SPLIT_MAX_CHUNK // (2 if backward else 1), SPLIT_MAX_CHUNK_BYTES // itemsize)
         chunk = max(SPLIT_MIN_CHUNK, min(chunk, largest))
         chunk = min(chunk, pow2ceil(N))
     c = cdiv(N + v - 1, chunk)
@@ -549,7 +556,7 @@ def split_lag(C: int, M: int, programs: int) -> int:
 def split_workspace_bytes(M: int, N: int, backward: bool = False, sms: int = INTERPRETER_SMS, itemsize: int = 4) -> int:
     """Workspace traffic of the split regime on contiguous rows of `itemsize` bytes: partials written once and read C
     times, counters (C counts the lanes of the rows' windows, where they take them: chunk_window)."""
-    cfg = split_config(M, N, sms, backward, chunk_window(N, (N,), itemsize))
+    cfg = split_config(M, N, sms, itemsize, backward, chunk_window(N, (N,), itemsize))
     partials = M * cfg.C * 2 * 4
     return partials * (1 + cfg.C) + (M + 1) * 4 * 2
 
