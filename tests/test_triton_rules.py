@@ -64,8 +64,11 @@ def test_split_config_rules(monkeypatch):
     big = R.split_config(512, 262144, SMS, 2)
     assert big.CHUNK == R.SPLIT_MAX_CHUNK and big.C * big.CHUNK == 262144
     assert R.split_config(512, 262144, SMS, 2, backward=True).CHUNK == R.SPLIT_MAX_CHUNK // 2
-    assert R.split_config(512, 262144, SMS, 4).CHUNK == R.SPLIT_MAX_CHUNK_BYTES // 4  # 16 KB of fp32
-    assert R.split_config(512, 262144, SMS, 4, backward=True).CHUNK == R.SPLIT_MAX_CHUNK // 2
+    assert R.split_config(512, 262144, SMS, 4).CHUNK == R.SPLIT_MAX_CHUNK  # fp32 even N: 64 registers
+    assert R.split_config(512, 262143, SMS, 4, v=4).CHUNK == R.SPLIT_MAX_CHUNK // 2  # through windows: 81-86
+    assert R.split_config(512, 262143, SMS, 2, v=8).CHUNK == R.SPLIT_MAX_CHUNK  # 16-bit windows: 63-64
+    assert R.split_config(512, 262143, SMS, 4, backward=True, v=4).CHUNK == R.SPLIT_MAX_CHUNK // 2
+    assert R.split_config(16, 131072, SMS, 4).CHUNK == 4096  # two tasks a program (SPLIT_TASKS_PER_PROGRAM)
     assert R.split_config(1, 262144, SMS, 4).CHUNK == R.SPLIT_MIN_CHUNK  # spread one row wide
     assert R.split_config(1, 1000, SMS, 4).CHUNK == 1024  # never wider than the row
     assert R.split_lag(16, 512, 264) == 16 + 264

@@ -98,10 +98,9 @@ COLS_STREAM_VALUES = 64  # ... each thread holding this many values of all input
 #                          16-bit backward) ...
 COLS_WHOLE_VALUES = 128  # ... or the whole dim, where it takes no more than this
 COLS_STREAM_L2_BYTES = 16 << 20  # ... and the programs' columns in flight between the passes within this of L2
-SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers) ...
-SPLIT_MAX_CHUNK_BYTES = 16 * 1024  # ... and bytes of one input (split_config) ...
+SPLIT_MAX_CHUNK = 8192  # largest split chunk, elements of all inputs together (registers; split_largest_chunk) ...
 SPLIT_MIN_CHUNK = 2048  # ... and smallest, so one ticket (an atomic) buys enough work
-SPLIT_TASKS_PER_PROGRAM = 4  # split: aim for this many chunks per program at least
+SPLIT_TASKS_PER_PROGRAM = 2  # split: aim for this many chunks per program at least
 SPLIT_MAX_PARTIALS_BLOCK = 256  # partials merged per step in the split write half
 INTERPRETER_SMS = DEFAULT_SMS  # the H200's SM count, used when there is no CUDA device
 
@@ -159,7 +158,7 @@ def online_takes(N: int, dtype: torch.dtype, backward: bool, log: bool) -> bool:
       torch's 65.1 (0.71x), online at 200003 at 64.6.
     - fp32 forward rows up to ONLINE_MAX_ROW_BYTES_FP32 (session 65, benchmarks/results/session65): online at
       chunks of 4096 against split at its chunk then (8192), softmax 72 / 57 at 50001, 70 / 59 at 65537, 66 / 61
-      at 131071 (512 KB), log_softmax within 2 points; against split at chunks of 4096 (split_config), 486.7 /
+      at 131071 (512 KB), log_softmax within 2 points; against split at chunks of 4096 (split_largest_chunk), 486.7 /
       500.1 us at 50001 (200 KB) but 534.0 / 513.4 at 131071, so online up to 256 KB (132 rows in flight: 34 MB,
       within the L2). The fp32 backward goes split: 88-89% of copy at 50001 and 131071, online 59-78."""
     if dtype in _FP16_BF16:
@@ -517,24 +516,34 @@ class SplitConfig:
     num_warps: int
 
 
+def split_largest_chunk(backward: bool, itemsize: int, v: int) -> int:
+    """The split kernel's largest chunk: SPLIT_MAX_CHUNK values of all inputs, so that a ticket's two chunks (read
+    and write half) in fp32 registers leave two programs resident an SM (split_programs): ptxas sm_90 gives 48-64
+    registers at 8192 x 16 warps forward and 64-113 at 4096 x 8 warps backward. Half of it for the fp32 forward
+    through windows (v > 1), where 8192 takes 81-86 registers (16 warps: 87K of an SM's 64K for two programs;
+    test_kernels_compile_for_sm90_without_spills). Timed on an H100 (session 65, tune_triton.py --few,
+    benchmarks/results/session65), the fp32 forward at odd N, 8192 against 4096: 623.6 against 500.1 us at
+    2684 x 50001, 586.9 / 513.4 at 1024 x 131071, 590.4 / 516.7 at 512 x 262143, 44.2 / 37.8 at 7 x 1000003, 85.2
+    / 72.8 at 16 x 1000003 (log_softmax likewise); at even N, where 8192 takes 64 registers, 35.5 / 39.7 at
+    64 x 131072 and 61.4 / 70.7 at 64 x 262144."""
+    largest = SPLIT_MAX_CHUNK // (2 if backward else 1)
+    return largest // 2 if v > 1 and itemsize == 4 and not backward else largest
+
+
 def split_config(M: int, N: int, sms: int, itemsize: int, backward: bool = False, v: int = 1) -> SplitConfig:
-    """Chunks small enough that every program gets SPLIT_TASKS_PER_PROGRAM of them, at least
-    SPLIT_MIN_CHUNK (the ticket costs an atomic), at most SPLIT_MAX_CHUNK values of all inputs (a
-    ticket holds two chunks in fp32 registers: ptxas sm_90 gives 64 registers at 8192 x 16 warps
-    forward and ~100 at 4096 x 8 warps backward, two programs per SM) and SPLIT_MAX_CHUNK_BYTES of an input of
-    `itemsize` bytes, never wider than the row. v: rows read through windows of v elements (chunk_window), whose
-    chunks cover N + v - 1 lanes. The bytes bound halves the fp32 forward's chunk, 8192 -> 4096, which was faster at
-    every many-row shape timed on an H100 (session 65, tune_triton.py --few, benchmarks/results/session65): softmax
-    at 2684 x 50001 623.6 -> 500.1 us, 1024 x 131071 586.9 -> 513.4, 512 x 262143 590.4 -> 516.7, log_softmax
-    likewise (2048: 757-776 us). The other chunks were already within it: 16-bit forward 8192 (16 KB), backward
-    4096 of each input."""
+    """Chunks small enough that every program gets SPLIT_TASKS_PER_PROGRAM of them, at least SPLIT_MIN_CHUNK (the
+    ticket costs an atomic), at most split_largest_chunk, never wider than the row. v: rows read through windows of
+    v elements (chunk_window), whose chunks cover N + v - 1 lanes; itemsize: the inputs' bytes an element. Two tasks a
+    program rather than four (session 65, an H100, tune_triton.py --few; us): at 16 x 131072 a chunk of 4096 rather
+    than 2048, softmax fp32 17.0 against 21.0 and bf16 15.5 / 19.4, softmax backward fp32 19.6 / 21.4 and bf16
+    15.1 / 18.4 (log_softmax and its backward likewise); at 32 x 131072 bf16 softmax 8192 rather than 4096 18.4 /
+    22.0 (on the H200 in session 57 fp32 20.1 / 22.9 as well)."""
     if FORCE_CHUNK:
         chunk = FORCE_CHUNK
     else:
         want = cdiv(M * N, SPLIT_TASKS_PER_PROGRAM * split_programs(sms))
         chunk = pow2ceil(max(1, want))
-        largest = min(SPLIT_MAX_CHUNK // (2 if backward else 1), SPLIT_MAX_CHUNK_BYTES // itemsize)
-        chunk = max(SPLIT_MIN_CHUNK, min(chunk, largest))
+        chunk = max(SPLIT_MIN_CHUNK, min(chunk, split_largest_chunk(backward, itemsize, v)))
         chunk = min(chunk, pow2ceil(N))
     c = cdiv(N + v - 1, chunk)
     pblock = min(pow2ceil(c), SPLIT_MAX_PARTIALS_BLOCK)
