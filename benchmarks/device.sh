@@ -185,8 +185,8 @@ case "$stage" in
     # tune (not in the default PARTS): tune_triton.py's rows settings, windows on and off, at TUNE_N (127: the scalar
     # rows' one-warp tile, rows_scalar_tile; 8193: the windows' threshold), TUNE_ONLY=REGEX those settings alone,
     # TUNE_DTYPES its dtypes (fp32 bf16), TUNE_OPS its ops; tune-few (nor this): tune_triton.py --few, every regime
-    # at TUNE_FEW's few-row shapes beside torch (default: where SPLIT_TASKS_PER_PROGRAM = 2 would move the forward's
-    # chunk).
+    # at TUNE_FEW's few-row shapes beside torch (default: where SPLIT_TASKS_PER_PROGRAM = 2, session 65, moved the
+    # forward's chunk).
     # All four may pass a device call's 10 minutes: PARTS='tests host', then PARTS='ab few', in two calls
     for part in ${PARTS:-tests host ab few}; do case $part in
       tests) python3 -m pytest -m gpu -q -rfEs -p no:cacheprovider tests/test_gpu_triton.py tests/test_gpu_concurrency.py \
