@@ -38,7 +38,7 @@ def test_pick_regime():
     assert R.pick_regime(1024, 131071, BF16, backward=True, log=True, sms=SMS) == "online"
     assert R.pick_regime(1024, 131071, BF16, backward=True, sms=SMS) == "split"  # y + dy: 512 KB
     assert R.pick_regime(2047, 65537, BF16, backward=True, sms=SMS) == "online"  # 256 KB
-    assert R.pick_regime(2047, 65537, F32, backward=True, log=True, sms=SMS) == "split"  # fp32: 256 KB > 128 KB
+    assert R.pick_regime(2047, 65537, F32, backward=True, log=True, sms=SMS) == "split"  # the fp32 backward
     assert R.pick_regime(2048, 65536, F32, sms=SMS) == "online"  # 256 KB rows
     assert R.pick_regime(2047, 65537, F32, sms=SMS) == "split"
     assert R.pick_regime(1024, 131072, F32, sms=SMS) == "split"

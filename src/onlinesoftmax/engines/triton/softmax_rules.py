@@ -485,7 +485,7 @@ class ChunkConfig:
 
 def online_config(N: int, dtype: torch.dtype, backward: bool = False) -> ChunkConfig:
     """ONLINE_CHUNK_BYTES of each input an iteration: 8192 16-bit elements (on 16 warps; tuned, online_stages) or 4096
-    fp32 ones (on 8: 8192 spilled in the fp32 backward, and the rules never pick fp32 rows online), online_stages of
+    fp32 ones (on 8: 8192 spilled in the fp32 backward, which the rules never pick online), online_stages of
     them in flight."""
     chunk = FORCE_CHUNK or min(ONLINE_CHUNK_BYTES // dtype.itemsize, pow2ceil(N))
     return ChunkConfig(chunk, num_warps_for(chunk), online_stages(chunk, dtype.itemsize, backward))
