@@ -393,11 +393,18 @@ def _window_shapes(op, dtype):
     cap = P.row_capacity(op, dtype, W)
     many = 140  # more rows than SMs: no few-rows rule
     three = P.ROW_MAX_THREADS * P.FWD_ROW_SLOTS * W  # block_threads: the forward's switch from 3 slots a thread
+    beyond = P.max_cluster(op, dtype) * cap  # past the widest cluster: split, through the window where P = 1
     return [(37, 1, "warp"), (37, 32, "warp"), (37, 33, "warp"), (37, 129, "warp"), (37, 199, "warp"),
             (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
             (many, three - W + 1, "block"), (many, three - W + 2, "block"), (many, rcap - W + 1, "block"), (many, rcap + 3, "block" if cap > rcap else "cluster"),
             (many, cap - W + 1, "block"), (many, cap + 1, "cluster"), (2, 2 * cap - W + 1, "cluster"),
-            (1, 131071, "cluster"), (300, 50257, None)]
+            (1, 131071, "cluster"), (300, 50257, None), (3, beyond + 3, "split"), (2, 1000003, "split")]
+
+
+def _split_path(p: int, V: int) -> tuple:
+    """(W, window) of a split plan where the row kernels would take window p: the window path only where the out rows
+    start as the inputs' (P = 1); the scalar kernels for the others (out rows or dy elsewhere)."""
+    return (V, 1) if p == 1 else (1, 0)
 
 
 def _at_offset(M, N, dtype, offset, g):
@@ -428,7 +435,8 @@ def _dy_like(x, kind, x_off, g):
 def test_window_path_any_n_any_offset(dtype, log):
     """Odd N and unaligned rows take the 16-byte window kernels (P = 1: out rows start as the inputs'; P = 2: out
     rows elsewhere, before and after them: realigned 16-byte stores), forward and backward, every regime (one CTA,
-    shared-memory slots, clusters: the accesses a warp's last lane takes from the next warp or CTA), but the
+    shared-memory slots, clusters: the accesses a warp's last lane takes from the next warp or CTA; split rows past
+    the widest cluster, P = 1 only), but the
     forward's short rows (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A
     dy that starts differently from y (after it, before it, rows at other distances) takes dy's own window realigned
     to y's (P = 3) where the out rows start as y's, aligned y included (fp32: where plan.dy_window picks it), and the
@@ -447,6 +455,8 @@ def test_window_path_any_n_any_offset(dtype, log):
             out = _out_at(x, o_off)
             p = E.plan_for(op, x, dim=1, out=out)
             want = (1, 0) if P.scalar_short_rows(op, N, V, False, want_p) else (V, 0 if aligned else want_p)
+            if regime == "split" and not aligned:
+                want = _split_path(want_p, V)
             if (p.W, p.window) != want or (regime and not aligned and p.regime != regime):
                 failures.append(f"({M}, {N}) offsets {x_off}/{o_off}: plan {p.regime} W={p.W} P={p.window}")
                 continue
@@ -463,6 +473,8 @@ def test_window_path_any_n_any_offset(dtype, log):
                 dy = _dy_like(x, kind, x_off, g)
                 dx = _out_at(x, o_off)
                 bp = E.plan_for(bop, y, dy, dim=1, out=dx)
+                if bp.regime == "split":
+                    want_bp = _split_path(want_bp, V)[1]
                 if bp.window != want_bp or (want_bp and bp.W == 1) or (N == 50257 and bp.regime != "cluster"):
                     failures.append(f"({M}, {N}) backward offsets {x_off}/{kind}/{o_off}: plan {bp.regime} "
                                     f"W={bp.W} P={bp.window}")

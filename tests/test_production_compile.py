@@ -303,7 +303,8 @@ def test_cluster_shares_are_balanced(op, dtype):
 
 def test_window_rules():
     """The window path sizes the rules for N + W - 1 (a row may start W - 1 elements into its first access): its
-    capacities are the aligned path's less W - 1, and the split regime falls back to scalar accesses."""
+    capacities are the aligned path's less W - 1; the split regime beyond them keeps the window where the out rows
+    start as the inputs' (P = 1, its own kernels) and falls back to scalar accesses where they do not (P = 2, 3)."""
     for op in P.ENGINE_OPS:
         for dtype in opdefs.GPU_DTYPES:
             W = P.vec_width(dtype)
@@ -316,7 +317,11 @@ def test_window_rules():
             assert P.plan(4096, wmax - W + 2, dtype, op, window=1, vec=False, sms=SMS).regime == "block"
             big = P.max_cluster(op, dtype) * P.row_capacity(op, dtype, W)
             p = P.plan(4096, big - W + 2, dtype, op, window=1, vec=False, sms=SMS)
-            assert (p.regime, p.W) == ("split", 1)
+            assert (p.regime, p.W, p.window) == ("split", W, 1)
+            assert all(k.endswith(f",{W},1>") for k in p.kernels), p.kernels
+            for window in (2, 3) if opdefs.OPS[op].backward else (2,):
+                p = P.plan(4096, big - W + 2, dtype, op, window=window, vec=False, sms=SMS)
+                assert (p.regime, p.W, p.window) == ("split", 1, 0), (window, p)
 
 
 def test_fused_cast_plans():

@@ -19,7 +19,8 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              aligned backward spreads its row over CTAs holding it in registers where they fill 7/8 of them; on
              the scalar path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
     split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
-             workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write
+             workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write; 16-byte
+             accesses on aligned rows and through the window where the out rows start as the inputs' (P = 1)
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
              of C CTAs (C <= 8) per strip of LANES x W columns, each CTA a band of rows; 1 read + 1 write; taken
              where the band needs shared memory with 128-byte row pieces (columns_preferred)
@@ -858,16 +859,18 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         smem = smem_bytes(op, W, threads, sslots)
         return Plan("cluster", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), c, smem),), P)
     if chosen == "split":
-        W = 1 if P else W  # the split kernels read aligned rows or scalars
-        parts, chunk = split_parts(M, N, W, sms, min_parts=2 if regime == "split" else 1)
+        # aligned rows; the window path where the out rows start as the inputs' (P = 1); scalars otherwise
+        W, P, Nc = (W, P, Nc) if P < 2 else (1, 0, N)
+        parts, chunk = split_parts(M, Nc, W, sms, min_parts=2 if regime == "split" else 1)
         if M * parts > INT_MAX:
             raise Unsupported(f"{M} rows x {parts} chunks exceed the grid")
-        stats = f"fwd_split_stats<{dt},{W}>" if fwd else f"bwd_split_stats<{o},{dt},{W}>"
-        apply = f"{pre}_split_apply<{o},{dt},{W}>"
+        win = f",{P}" if P else ""
+        stats = f"fwd_split_stats<{dt},{W}{win}>" if fwd else f"bwd_split_stats<{o},{dt},{W}{win}>"
+        apply = f"{pre}_split_apply<{o},{dt},{W}{win}>"
         return Plan("split", op, dtype, M, N, W,
                     (_launch(M, stats, (parts, 1, 0), (SPLIT_THREADS,), sig="stats"),
                      _launch(M, apply, (parts, 1, 0), (SPLIT_THREADS,), sig="apply")),
-                    parts=parts, chunk=chunk, workspace=2 * M * parts)
+                    P, parts=parts, chunk=chunk, workspace=2 * M * parts)
     raise OnlineSoftmaxError(f"unknown regime {chosen!r}; regimes: {', '.join(REGIMES)}")
 
 

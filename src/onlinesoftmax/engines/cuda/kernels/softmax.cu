@@ -28,8 +28,9 @@
 // fwd_flat<OP,DT,SLOTS,LG,SURE>          contiguous aligned rows of any N (not whole accesses): a CTA stages R rows in
 //                                        shared memory with 16-byte copies, 2^LG lanes per row (4..32; SLOTS elements
 //                                        a lane, the first SURE of them inside every row) compute there, 16-byte stores
-// fwd_split_stats<DT,W>                  few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
-// fwd_split_apply<OP,DT,W>               phase 2: merge the row's P partials, re-read the chunk (L2), write
+// fwd_split_stats<DT,W,WIN>              few rows, huge N, phase 1: (m, d) of each chunk of CH accesses -> workspace
+//                                        (WIN: the window path, P = 1's; 0, the default, aligned or scalar rows)
+// fwd_split_apply<OP,DT,W,WIN>           phase 2: merge the row's P partials, re-read the chunk (L2), write
 // fwd_cols<OP,DT,W,SLOTS,SSLOTS,C>       (forward only) non-last dim of a contiguous (outer, N, inner) tensor, the
 //                                        columns on chip: a cluster of C CTAs owns a strip of columns, each CTA a band
 //                                        of rows in registers (+ smem); per-column (m, d) by a tree, then through DSMEM
@@ -78,6 +79,7 @@ enum {
     ROW_MAX_THREADS = 512,  // the largest CTA of the row and columns kernels
     SPLIT_THREADS = 256,
     SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
+    SPLIT_CTAS_PER_SM = 4,  // split: CTAs an SM the grid aims for (the window kernels' launch bound)
     STRIDED_THREADS = 512,
     STRIDED_UNROLL = 4,
     CHAN_THREADS = 256,
@@ -1322,6 +1324,10 @@ __global__ void __launch_bounds__(512) ce_scale(void* __restrict__ g, const void
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------------
 // Phase 1: the pair of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)]. Phase 2: merge the
 // row's P pairs, re-read the chunk (an L2 hit for the sizes the plan sends here) and write its outputs.
+// WIN (W > 1): the window path, any N and any offset the inputs and out rows share (the row kernels' P = 1): the row
+// is read through the aligned accesses that cover it; only its first and last access can hold elements beside it,
+// masked (forward -inf, backward a neutral pair) and stored element by element. Before it such rows (odd vocabularies
+// of a million) took the scalar path whole.
 
 // One trip of the split loop: accesses base + u * SPLIT_THREADS of the row that are below end.
 template <bool LAST, class op, int U>
@@ -1335,21 +1341,24 @@ __device__ __forceinline__ void split_trip(typename op::raw (&ra)[U], typename o
     }
 }
 
-template <int OP, int DT, int W>
+template <int OP, int DT, int W, int WIN>
 __device__ __forceinline__ void split_stats_body(const void* __restrict__ a, const void* __restrict__ b,
                                                  float* __restrict__ ws, int N, long long sa, long long sb, int P,
                                                  int CH) {
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
+    static_assert(!WIN || W > 1, "the window path reads 16-byte accesses");
     constexpr int U = SPLIT_UNROLL;
     __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
-    const int nv = N / W;
-    const int end = min(p * CH + CH, nv);
     const elem* in_a = static_cast<const elem*>(a) + row * sa;
-    const elem* in_b = static_cast<const elem*>(b) + row * sb;
+    const int sh = WIN ? os_shift<DT, W>(in_a) : 0;  // the row starts sh elements into its first access
+    const int nv = WIN ? (sh + N + W - 1) / W : N / W;
+    const int end = min(p * CH + CH, nv);
+    in_a -= sh;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb - sh;
     // the thread's pair: backward, sums of even and odd elements (two dependency chains) and the flag; forward (m, d)
     float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, m = OS_NEG_INF, d = 0.0f;
 #pragma unroll 1
@@ -1360,8 +1369,10 @@ __device__ __forceinline__ void split_stats_body(const void* __restrict__ a, con
             float v[U * W];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (base + u * SPLIT_THREADS < end) {
-                    op::io::unpack(ra[u], &v[u * W]);
+                const int i = base + u * SPLIT_THREADS;
+                if (i < end) {
+                    if constexpr (WIN) op::unpack_x(ra[u], &v[u * W], sh - i * W, sh - i * W + N);
+                    else op::io::unpack(ra[u], &v[u * W]);
                 } else {
 #pragma unroll
                     for (int j = 0; j < W; j++) v[u * W + j] = OS_NEG_INF;
@@ -1376,7 +1387,10 @@ __device__ __forceinline__ void split_stats_body(const void* __restrict__ a, con
         } else {
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (base + u * SPLIT_THREADS < end) {  // inline: op::bwd_fold would change the scalar log_softmax SASS
+                const int i = base + u * SPLIT_THREADS;
+                if constexpr (WIN) {
+                    if (i < end) op::bwd_fold(ra[u], rb[u], a0, a1, b0, sh - i * W, sh - i * W + N);
+                } else if (i < end) {  // inline: op::bwd_fold would change the scalar log_softmax SASS
                     float y[W], dy[W];
                     op::io::unpack(ra[u], y);
                     op::io::unpack(rb[u], dy);
@@ -1400,7 +1414,7 @@ __device__ __forceinline__ void split_stats_body(const void* __restrict__ a, con
     }
 }
 
-template <int OP, int DT, int W>
+template <int OP, int DT, int W, int WIN>
 __device__ __forceinline__ void split_apply_body(const void* __restrict__ a, const void* __restrict__ b,
                                                  const float* __restrict__ ws, void* __restrict__ out, int N,
                                                  long long sa, long long sb, long long so, int P, int CH) {
@@ -1410,14 +1424,16 @@ __device__ __forceinline__ void split_apply_body(const void* __restrict__ a, con
     constexpr int U = SPLIT_UNROLL;
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
-    const int nv = N / W;
+    // the row (and its out row) starts sh elements into its first access
+    const int sh = WIN ? os_shift<DT, W>(static_cast<const elem*>(a) + row * sa) : 0;
+    const int nv = WIN ? (sh + N + W - 1) / W : N / W;
     const int end = min(p * CH + CH, nv);
     float pa, pb;
     os_fold_partials<op::RED>(ws + 2 * row * P, P, pa, pb);
     const typename op::out_params o(pa, pb);
-    const elem* in_a = static_cast<const elem*>(a) + row * sa;
-    const elem* in_b = static_cast<const elem*>(b) + row * sb;
-    elem* dst = static_cast<elem*>(out) + row * so;
+    const elem* in_a = static_cast<const elem*>(a) + row * sa - sh;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb - sh;
+    elem* dst = static_cast<elem*>(out) + row * so - sh;
 #pragma unroll 1
     for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
         raw ra[U], rb[U];
@@ -1437,39 +1453,41 @@ __device__ __forceinline__ void split_apply_body(const void* __restrict__ a, con
 #pragma unroll
                     for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], pa, pb);
                 }
-                op::io::store_stream(dst, i, y);
+                if (WIN && (i == 0 || i == nv - 1)) op::io::store_part(dst, i, y, sh - i * W, sh - i * W + N);
+                else op::io::store_stream(dst, i, y);
             }
         }
     }
 }
 
-// The forward phase 1 is the same for softmax and log_softmax.
-template <int DT, int W>
-__global__ void __launch_bounds__(SPLIT_THREADS)
+// The forward phase 1 is the same for softmax and log_softmax. WIN defaults to 0: the aligned and scalar entries keep
+// their names.
+template <int DT, int W, int WIN = 0>
+__global__ void __launch_bounds__(SPLIT_THREADS, WIN ? SPLIT_CTAS_PER_SM : 0)
 fwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
                 long long sa, long long sb, int P, int CH) {
-    split_stats_body<0, DT, W>(a, b, ws, N, sa, sb, P, CH);
+    split_stats_body<0, DT, W, WIN>(a, b, ws, N, sa, sb, P, CH);
 }
 
-template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SPLIT_THREADS)
+template <int OP, int DT, int W, int WIN = 0>
+__global__ void __launch_bounds__(SPLIT_THREADS, WIN ? SPLIT_CTAS_PER_SM : 0)
 bwd_split_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, long long M, int N,
                 long long sa, long long sb, int P, int CH) {
-    split_stats_body<bwd_op<OP>::value, DT, W>(a, b, ws, N, sa, sb, P, CH);
+    split_stats_body<bwd_op<OP>::value, DT, W, WIN>(a, b, ws, N, sa, sb, P, CH);
 }
 
-template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SPLIT_THREADS)
+template <int OP, int DT, int W, int WIN = 0>
+__global__ void __launch_bounds__(SPLIT_THREADS, WIN ? SPLIT_CTAS_PER_SM : 0)
 fwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
                 void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    split_apply_body<fwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+    split_apply_body<fwd_op<OP>::value, DT, W, WIN>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
 
-template <int OP, int DT, int W>
-__global__ void __launch_bounds__(SPLIT_THREADS)
+template <int OP, int DT, int W, int WIN = 0>
+__global__ void __launch_bounds__(SPLIT_THREADS, WIN ? SPLIT_CTAS_PER_SM : 0)
 bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
                 void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int P, int CH) {
-    split_apply_body<bwd_op<OP>::value, DT, W>(a, b, ws, out, N, sa, sb, so, P, CH);
+    split_apply_body<bwd_op<OP>::value, DT, W, WIN>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
 
 // ---- columns: a non-last dim with the columns on chip (forward only) ------------------------------------------------
