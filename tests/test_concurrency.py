@@ -120,7 +120,8 @@ def _interleaved_split(cls) -> list:
             stream.append(("apply", a, ws))
 
     e = object.__new__(cls)
-    e.plan, e.contig, e.single, e.M, e.pers = SimpleNamespace(parts=16), False, None, 2, ((1, 1, 0), (1, 1, 0))
+    e.plan, e.contig, e.single, e.M, e.pers = SimpleNamespace(parts=16, wave=0), False, None, 2, ((1, 1, 0), (1, 1, 0))
+    e.steps = (0, 0, 0)
     e.calls = (SimpleNamespace(rows=stats), SimpleNamespace(rows=apply))
     run_threads(e, [(call, 0, 0, torch.empty(0)) for call in (1, 2)])
     assert len(stream) == 4
@@ -264,7 +265,8 @@ class _Recorder:
                                            (200003, torch.float32, "softmax", 1), (1000, torch.float16, "softmax", 1),
                                            (65536, torch.float32, "softmax_backward", 1),
                                            (1023, torch.bfloat16, "softmax", 0), (63, torch.float16, "softmax", 0),
-                                           (127, torch.bfloat16, "log_softmax_backward", 0)])
+                                           (127, torch.bfloat16, "log_softmax_backward", 0),
+                                           (300007, torch.float32, "softmax_backward", 1)])
 def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype, op, al):
     """The rows fast path shares an entry among all row counts whose plans have one geometry (every M >=
     stable_rows, two classes around flat_from where the flat regime takes contiguous aligned rows, and runs of
@@ -297,13 +299,22 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
         e.rows(M, 16, 16 if len(ins) > 1 else 0, 32, x)
         want = P.plan(M, N, dtype, op, sms=SMS, vec=not al and N % P.vec_width(dtype) == 0, window=1, flat=not al)
         regimes.add(want.regime)
-        assert log == [(l.grid, M) for l in want.launches], (M, want.regime)
+        assert log == _launched(want), (M, want.regime)
         log.clear()  # the exact-shape call forward() caches (its grid made once) launches the same
         E._Shaped(e, M)(16, 16 if len(ins) > 1 else 0, 32, x)
-        assert log == [(l.grid, M) for l in want.launches], (M, want.regime, "exact shape")
+        assert log == _launched(want), (M, want.regime, "exact shape")
     assert ("flat" in regimes) == bool(t) and (not t or len(regimes) == 2)
     assert made[0] == 7 and len(made) == 2 and made[1] >= lo  # every few-row M keyed at once; the stable class
     assert len(entries) <= 48, len(entries)
+
+
+def _launched(p) -> list:
+    """(grid, row count) of each launch plan p makes: the split regime's two kernels once per wave of p.wave rows
+    (the last wave the rest) where it goes in waves, every other launch once for all M rows."""
+    if p.regime != "split" or not p.wave:
+        return [(l.grid, p.M) for l in p.launches]
+    waves = [min(p.wave, p.M - r) for r in range(0, p.M, p.wave)]
+    return [(P.grid_for(g, l.per), g) for g in waves for l in p.launches]
 
 
 def test_flat_needs_every_tensor_on_a_16_byte_boundary(monkeypatch):

@@ -362,6 +362,43 @@ def test_side_stream_and_workspace():
     assert rep.ok, rep.message
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_split_waves(dtype, monkeypatch):
+    """Split rows in waves (plan.split_wave: the launches go wave by wave, each wave's rows at their own pointers and
+    the workspace reused), with the L2 budget cut to 4 MB so that a few rows make the waves: rows of 1000013 (the
+    window path, from an offset of 3 elements) and of 1000016 (aligned), lengths no other test plans (the plans made
+    here keep the cut budget), forward and backward, the fewest waves both take and a short last one; NaN-poisoned
+    outputs against float64."""
+    monkeypatch.setattr(P, "SPLIT_L2_BUDGET", 4 << 20)
+    g = torch.Generator(device="cuda").manual_seed(11)
+    failures = []
+    for N, off in ((1000013, 3), (1000016, 0)):
+        for log in (False, True):
+            op = "log_softmax" if log else "softmax"
+            M = P.SPLIT_MIN_WAVES * max(P.split_wave(o, dtype, 1 << 20, N, 132) for o in (op, op + "_backward")) + 1
+            x = _at_offset(M, N, dtype, off, g)
+            y = _out_at(x, off)
+            p = E.plan_for(op, x, dim=1, out=y)
+            if p.regime != "split" or not 0 < p.wave < M or p.W == 1:
+                failures.append(f"{op} ({M}, {N}): plan {p.regime} wave {p.wave} W={p.W}")
+            E.forward(x, y, 1, log)
+            torch.cuda.synchronize()
+            rep = _forward_report(y, x, 1, log, dtype)
+            if not rep.ok:
+                failures.append(f"{op} ({M}, {N}): {rep.message}")
+            dy = _at_offset(M, N, dtype, off, g)
+            dx = _out_at(x, off)
+            bp = E.plan_for(op + "_backward", y, dy, dim=1, out=dx)
+            if bp.regime != "split" or not 0 < bp.wave < M or bp.W == 1:
+                failures.append(f"{op} backward ({M}, {N}): plan {bp.regime} wave {bp.wave} W={bp.W}")
+            E.backward(y, dy, dx, 1, log)
+            torch.cuda.synchronize()
+            rep = _backward_report(dx, y, dy, 1, log, dtype)
+            if not rep.ok:
+                failures.append(f"{op} backward ({M}, {N}): {rep.message}")
+    assert not failures, "\n".join(failures)
+
+
 def test_beyond_2_31_elements():
     """Row offsets in 64 bits: 2^21 + 3 rows of 1024 bf16 (just over 2^31 elements); the last rows checked."""
     M, N = (1 << 21) + 3, 1024

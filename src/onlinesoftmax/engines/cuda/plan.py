@@ -104,6 +104,8 @@ FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider c
 FEW_ROWS_CTAS_PER_SM = 2  # few rows: clusters sized for about this many CTAs per SM
 SPLIT_CTAS_PER_SM = 4  # split: aim for this many CTAs per SM in total
 SPLIT_MIN_CHUNK = 512  # split: at least this many accesses per CTA
+SPLIT_L2_BUDGET = 32 << 20  # split: the input bytes of one wave of rows (split_wave), re-read from L2 by its apply
+SPLIT_MIN_WAVES = 4  # split: rows go in waves only where there are at least this many
 COLUMNS_SMEM_SLOTS_FP32 = 12  # columns: 16-byte accesses per thread in shared memory (96 KB per 512-thread CTA)
 COLUMNS_SMEM_SLOTS_16BIT = 8  # (64 KB: the 16-bit kernel's static tree arrays are twice as large)
 STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM
@@ -486,6 +488,20 @@ def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[i
     return parts, chunk
 
 
+def split_wave(op: str, dtype, M: int, N: int, sms: int) -> int:
+    """Rows per wave of the split regime, or 0: all M rows at once. In waves run.py launches the two kernels wave
+    by wave, so that each wave's apply re-reads from L2 the inputs its stats read just before (SPLIT_L2_BUDGET of
+    them), not from DRAM once the rows outgrow the L2 (64 x 1000003 fp32 reads 256 MB). Each wave adds a ramp and a
+    drain to both kernels: only where there are at least SPLIT_MIN_WAVES of them. A/B on an H100 (session 66,
+    benchmarks/results/session66, % of copy, all rows at once -> waves of 32 / 24 / 16 MB): 64 x 1000003 and
+    528 x 300007, 4-16 waves of 32 MB, +2 to +6 points (fp32 softmax 55.7 -> 59.0, log-softmax backward 52.1 -> 57.6);
+    two waves of 32 MB -3 to +2 (16 x 1000003 bf16 softmax backward 53.4 -> 51.0); 24 and 16 MB lost up to 10 and 16
+    points. (A wave of more than stable_rows / SPLIT_MIN_WAVES rows, short rows split only when forced, never comes:
+    the plans of M >= stable_rows stay one.)"""
+    wave = max(1, SPLIT_L2_BUDGET // (N * _SIZES[dtype] * len(OPS[op].inputs)))
+    return wave if SPLIT_MIN_WAVES * wave <= min(M, stable_rows(sms)) else 0
+
+
 def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -> tuple[int, int, int, int]:
     """(lanes, rows, strips, cap) of the strided kernel on (outer = M, N, inner), whose grid is min(M x strips, cap).
     lanes: threads across `inner` (W columns each), enough for row pieces of STRIDED_PIECE bytes (more for short
@@ -649,7 +665,8 @@ class Plan:
     chunk: int = 0  # split: accesses per chunk
     strips: int = 0  # strided: column strips per outer index
     items: int = 0  # strided: outer * strips
-    workspace: int = 0  # split: fp32 elements (2 per chunk)
+    workspace: int = 0  # split: fp32 elements (2 per chunk of a wave's rows)
+    wave: int = 0  # split: rows per wave (split_wave), the two kernels launched wave by wave; 0: all rows at once
     rows: int = 0  # flat: rows per CTA
 
     @property
@@ -666,7 +683,8 @@ class Plan:
         for l in launches:
             if l.grid * l.cluster > INT_MAX:
                 raise Unsupported(f"{self.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
-        return replace(self, M=M, launches=launches, items=M * self.strips, workspace=2 * M * self.parts)
+        return replace(self, M=M, launches=launches, items=M * self.strips,
+                       workspace=2 * (self.wave or M) * self.parts)
 
 
 def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window: int = 0, inner: int = 1,
@@ -861,7 +879,8 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     if chosen == "split":
         # aligned rows; the window path where the out rows start as the inputs' (P = 1); scalars otherwise
         W, P, Nc = (W, P, Nc) if P < 2 else (1, 0, N)
-        parts, chunk = split_parts(M, Nc, W, sms, min_parts=2 if regime == "split" else 1)
+        wave = split_wave(op, dtype, M, N, sms)  # the chunks fill the GPU with one wave's rows
+        parts, chunk = split_parts(wave or M, Nc, W, sms, min_parts=2 if regime == "split" else 1)
         if M * parts > INT_MAX:
             raise Unsupported(f"{M} rows x {parts} chunks exceed the grid")
         win = f",{P}" if P else ""
@@ -870,7 +889,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         return Plan("split", op, dtype, M, N, W,
                     (_launch(M, stats, (parts, 1, 0), (SPLIT_THREADS,), sig="stats"),
                      _launch(M, apply, (parts, 1, 0), (SPLIT_THREADS,), sig="apply")),
-                    P, parts=parts, chunk=chunk, workspace=2 * M * parts)
+                    P, parts=parts, chunk=chunk, workspace=2 * (wave or M) * parts, wave=wave)
     raise OnlineSoftmaxError(f"unknown regime {chosen!r}; regimes: {', '.join(REGIMES)}")
 
 

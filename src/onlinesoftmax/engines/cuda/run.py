@@ -111,17 +111,19 @@ class _Entry:
     the split regime's workspace is allocated per call. rows(M, ...) runs the plan moved to M rows (Plan.at) without
     building anything: only the grids, the row count and the workspace change."""
 
-    __slots__ = ("plan", "contig", "calls", "single", "M", "pers")
+    __slots__ = ("plan", "contig", "calls", "single", "M", "pers", "steps")
 
     def __init__(self, p: Optional[Plan], device: int, contig: bool, strides: tuple, so: int):
         self.plan, self.contig = p, contig
-        self.calls, self.single, self.M, self.pers = (), None, 0, ()
+        self.calls, self.single, self.M, self.pers, self.steps = (), None, 0, (), (0, 0, 0)
         if p is None:  # an empty tensor: nothing to launch
             return
         self.M, self.pers = p.M, tuple(l.per for l in p.launches)
         i64, i32 = np.int64, np.int32
         sa = strides[0]
         sb = strides[1] if len(strides) > 1 else 0
+        size = p.dtype.itemsize  # (the split regime's out rows are the inputs' dtype)
+        self.steps = (sa * size, sb * size, so * size)  # bytes from one row to the next: a, b, out
         calls = []
         for l in p.launches:
             pointers = 3  # (a, b, out); stats: (a, b, workspace); apply: (a, b, workspace, out)
@@ -161,13 +163,17 @@ class _Entry:
             self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
 
     def _split(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
-        # the partial states go to a workspace of this call (2 floats per chunk), from torch's caching allocator on
-        # the current stream: calls from other threads never share it, its reuse is ordered after these kernels,
-        # and a CUDA graph captures it in its own pool
-        ws = torch.empty(2 * M * self.plan.parts, dtype=torch.float32, device=x.device)
-        (stats, apply), (ps, pa) = self.calls, self.pers
-        stats.rows(grid_for(M, ps), M, a, b, ws.data_ptr())
-        apply.rows(grid_for(M, pa), M, a, b, ws.data_ptr(), out)
+        # the partial states go to a workspace of this call (2 floats per chunk of a wave), from torch's caching
+        # allocator on the current stream: calls from other threads never share it, its reuse is ordered after
+        # these kernels (each wave's stats after the wave before's apply), and a CUDA graph captures it in its own
+        # pool. Wave by wave (plan.split_wave): each apply re-reads from L2 what its stats read just before.
+        wave = self.plan.wave or M
+        ws = torch.empty(2 * wave * self.plan.parts, dtype=torch.float32, device=x.device).data_ptr()
+        (stats, apply), (ps, pa), (sa, sb, so) = self.calls, self.pers, self.steps
+        for r in range(0, M, wave):
+            g = min(wave, M - r)
+            stats.rows(grid_for(g, ps), g, a + r * sa, b + r * sb, ws)
+            apply.rows(grid_for(g, pa), g, a + r * sa, b + r * sb, ws, out + r * so)
 
 
 def _device_index(x: torch.Tensor, op: str) -> int:
@@ -425,7 +431,7 @@ def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: Bounded
 
 def _shared_entry(op: str, call: tuple) -> _Entry:
     p = call[0]
-    key = (op, p.dtype, p.N, p.W, call[1:], p.lg, p.parts, p.chunk,
+    key = (op, p.dtype, p.N, p.W, call[1:], p.lg, p.parts, p.chunk, p.wave,
            tuple((l.kernel, l.block, l.smem, l.cluster, l.per) for l in p.launches))
     return _geometries.get(key) or _geometries.get_or_make(key, lambda: _Entry(*call))
 
