@@ -103,10 +103,40 @@ class _SharedWorkspaceEntry(E._Entry):
         apply.rows(1, M, a, b, self._shared.data_ptr(), out)
 
 
-def _interleaved_split(cls) -> list:
+class _Recycling:
+    """torch.empty as a caching allocator behaves on one stream: a block freed is the next allocation's (at once,
+    where the host's malloc may hand another thread another address), so a workspace let go before its call's
+    launches are queued is the next call's too."""
+
+    def __init__(self):
+        self.lock, self.free, self.next = threading.Lock(), [], 1 << 20
+
+    def __call__(self, *shape, **kw):
+        with self.lock:
+            if self.free:
+                return _Block(self, self.free.pop())
+            self.next += 1 << 12
+            return _Block(self, self.next)
+
+
+class _Block:
+    def __init__(self, pool, addr):
+        self.pool, self.addr = pool, addr
+
+    def data_ptr(self) -> int:
+        return self.addr
+
+    def __del__(self):
+        with self.pool.lock:
+            self.pool.free.append(self.addr)
+
+
+def _interleaved_split(cls, monkeypatch) -> list:
     """Two threads, one split call each, their launches queued on one fake stream: both stats launches before
-    either apply (a barrier in the fake stats launch). Replays the stream: each apply must read the partials its
-    own call's stats launch wrote. Returns the applies that read another call's partials."""
+    either apply (a barrier in the fake stats launch), the workspaces from a recycling allocator. Replays the
+    stream: each apply must read the partials its own call's stats launch wrote. Returns the applies that read
+    another call's partials."""
+    monkeypatch.setattr(E.torch, "empty", _Recycling())
     stream, lock = [], threading.Lock()
     both = threading.Barrier(2, timeout=5)
 
@@ -123,7 +153,7 @@ def _interleaved_split(cls) -> list:
     e.plan, e.contig, e.single, e.M, e.pers = SimpleNamespace(parts=16, wave=0), False, None, 2, ((1, 1, 0), (1, 1, 0))
     e.steps = (0, 0, 0)
     e.calls = (SimpleNamespace(rows=stats), SimpleNamespace(rows=apply))
-    run_threads(e, [(call, 0, 0, torch.empty(0)) for call in (1, 2)])
+    run_threads(e, [(call, 0, 0, SimpleNamespace(device="cpu")) for call in (1, 2)])
     assert len(stream) == 4
     wrong, writer = [], {}
     for kind, call, ws in stream:
@@ -134,12 +164,28 @@ def _interleaved_split(cls) -> list:
     return wrong
 
 
-def test_split_workspace_is_per_call():
-    assert _interleaved_split(E._Entry) == []
+def test_split_workspace_is_per_call(monkeypatch):
+    assert _interleaved_split(E._Entry, monkeypatch) == []
 
 
-def test_interleaving_check_catches_a_shared_workspace():
-    assert _interleaved_split(_SharedWorkspaceEntry) != []
+def test_interleaving_check_catches_a_shared_workspace(monkeypatch):
+    assert _interleaved_split(_SharedWorkspaceEntry, monkeypatch) != []
+
+
+class _EarlyFreeEntry(E._Entry):
+    """Known wrong: the workspace's pointer kept, its tensor let go before the launches (e802f51's _split)."""
+
+    __slots__ = ()
+
+    def _split(self, M, a, b, out, x):
+        ws = torch.empty(32, device=x.device).data_ptr()
+        stats, apply = self.calls
+        stats.rows(1, M, a, b, ws)
+        apply.rows(1, M, a, b, ws, out)
+
+
+def test_interleaving_check_catches_a_workspace_freed_before_its_launches(monkeypatch):
+    assert _interleaved_split(_EarlyFreeEntry, monkeypatch) != []
 
 
 # ---- bounded caches, cheap new M --------------------------------------------------------------------------------

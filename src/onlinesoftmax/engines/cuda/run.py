@@ -166,14 +166,15 @@ class _Entry:
         # the partial states go to a workspace of this call (2 floats per chunk of a wave), from torch's caching
         # allocator on the current stream: calls from other threads never share it, its reuse is ordered after
         # these kernels (each wave's stats after the wave before's apply), and a CUDA graph captures it in its own
-        # pool. Wave by wave (plan.split_wave): each apply re-reads from L2 what its stats read just before.
+        # pool. Wave by wave (plan.split_wave): each apply re-reads from L2 what its stats read just before. The
+        # tensor is held until every launch is queued: let go sooner, another thread's call would get the block.
         wave = self.plan.wave or M
-        ws = torch.empty(2 * wave * self.plan.parts, dtype=torch.float32, device=x.device).data_ptr()
-        (stats, apply), (ps, pa), (sa, sb, so) = self.calls, self.pers, self.steps
+        ws = torch.empty(2 * wave * self.plan.parts, dtype=torch.float32, device=x.device)
+        (stats, apply), (ps, pa), (sa, sb, so), w = self.calls, self.pers, self.steps, ws.data_ptr()
         for r in range(0, M, wave):
             g = min(wave, M - r)
-            stats.rows(grid_for(g, ps), g, a + r * sa, b + r * sb, ws)
-            apply.rows(grid_for(g, pa), g, a + r * sa, b + r * sb, ws, out + r * so)
+            stats.rows(grid_for(g, ps), g, a + r * sa, b + r * sb, w)
+            apply.rows(grid_for(g, pa), g, a + r * sa, b + r * sb, w, out + r * so)
 
 
 def _device_index(x: torch.Tensor, op: str) -> int:
