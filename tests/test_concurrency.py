@@ -270,7 +270,7 @@ def test_new_row_counts_share_one_plan(monkeypatch):
     """4000 distinct M at N = 32000 (a server's batch sizes): one plan for the stable ones, each equal to
     plan(M); the few-row ones are planned per M, and the plan cache stays bounded."""
     monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
-    monkeypatch.setattr(E, "kernel", lambda *a: SimpleNamespace(fits=True))  # few rows: clusters resident
+    monkeypatch.setattr(E, "kernel", lambda *a: SimpleNamespace(fits=True, resident=None))  # few rows: clusters fit
     calls = []
     real = P.plan
     monkeypatch.setattr(E, "plan", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
@@ -292,7 +292,7 @@ class _Recorder:
     """A loaded kernel for K.kernel whose prepared launches record (kernel, grid, first scalar) per launch."""
 
     def __init__(self, log):
-        self.log, self.fits = log, True
+        self.log, self.fits, self.resident = log, True, None
 
     def bind(self, grid, tail, pointers):
         p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
@@ -392,7 +392,7 @@ class _Named:
     """A loaded kernel for E.kernel whose prepared launches record (kernel, grid, row count, pointers) per launch."""
 
     def __init__(self, name, log):
-        self.name, self.log, self.fits = name, log, True
+        self.name, self.log, self.fits, self.resident = name, log, True, None
 
     def bind(self, grid, tail, pointers):
         p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)

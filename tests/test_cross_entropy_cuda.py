@@ -55,7 +55,7 @@ class _Kernel:
     """A kernel for E.kernel whose prepared launches record (name, grid, pointers, scalars) per launch."""
 
     def __init__(self, name, log, types):
-        self.name, self.log, self.types, self.fits = name, log, types, True
+        self.name, self.log, self.types, self.fits, self.resident = name, log, types, True, None
 
     def bind(self, grid, tail, pointers, pdl=False):
         p = launch.PreparedLaunch(FakeLoadedKernel(), grid, (128,), tail, 0, pointers)

@@ -309,6 +309,40 @@ def test_long_rows_run_the_rules_plan(dtype, N):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_few_row_clusters_in_one_round(dtype):
+    """16 rows of 262144, where the few-row rule's clusters of 16 CTAs outnumber those the device holds at once
+    (run._one_round): every plan run that is wider than the row needs (all but the fp32 backward's, whose y and dy
+    take 16 CTAs) has its clusters resident together (the occupancy query), and the NaN-poisoned outputs of the
+    forward and backward of both ops match float64."""
+    M, N = 16, 262144
+    g = torch.Generator(device="cuda").manual_seed(12)
+    x = (torch.randn(M, N, device="cuda", generator=g) * 4).to(dtype)
+    dy = torch.randn(M, N, device="cuda", generator=g).to(dtype)
+    failures = []
+    for log in (False, True):
+        op = "log_softmax" if log else "softmax"
+        y = torch.full_like(x, float("nan"))
+        dx = torch.full_like(x, float("nan"))
+        for name, p in ((op, E.plan_for(op, x)), (op + "_backward", E.plan_for(op + "_backward", x, dy))):
+            for l in p.launches:
+                resident = K.kernel(l.kernel, 0, l.block, l.smem, l.cluster).resident
+                wider = l.cluster > P.cluster_size(name, dtype, P.vec_width(dtype), N)
+                if wider and not resident >= l.grid:
+                    failures.append(f"{name}: {l.grid} clusters of {l.cluster} ({l.kernel}), {resident} resident")
+        E.forward(x, y, 1, log)
+        torch.cuda.synchronize()
+        rep = _forward_report(y, x, 1, log, dtype)
+        if not rep.ok:
+            failures.append(f"{op}: {rep.message}")
+        E.backward(y, dy, dx, 1, log)
+        torch.cuda.synchronize()
+        rep = _backward_report(dx, y, dy, 1, log, dtype)
+        if not rep.ok:
+            failures.append(f"{op} backward: {rep.message}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_torch_compile_fullgraph_runs_the_custom_op(dtype):
     """torch.compile(fullgraph=True) with Inductor on the GPU: Dynamo's graph holds our custom forward op, and the
     loss and each input's gradient (through the ops' registered autograd) match float64: the log-softmax term's and

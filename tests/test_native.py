@@ -91,7 +91,7 @@ class _Kernel:
     """A loaded kernel for E.kernel: its prepared launches go through libcuda's entry (here the fake)."""
 
     def __init__(self, name):
-        self.name, self.fits = name, True
+        self.name, self.fits, self.resident = name, True, None
 
     def bind(self, grid, tail, pointers):
         lk = FakeLoadedKernel()

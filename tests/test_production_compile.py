@@ -301,6 +301,40 @@ def test_cluster_shares_are_balanced(op, dtype):
     assert ("cluster", True) in seen and ("block", True) in seen
 
 
+def test_few_row_clusters_run_in_one_round(monkeypatch):
+    """The few-row rule widens clusters to about two CTAs an SM, but a device holds only so many clusters at once
+    (the H200: 14 of 16 CTAs). run._fitted_plan narrows a plan whose M clusters it cannot hold (the occupancy
+    query's count) until they are resident in one round, and keeps it where they are, where the count is unknown,
+    or where nothing narrower holds the row (many rows). Every plan it gives is among the instantiations."""
+    from types import SimpleNamespace
+
+    from onlinesoftmax.runtime.bounded import BoundedCache
+
+    known = {"count": True}
+    resident = {16: 14, 8: 30, 4: 62, 2: 126}
+    monkeypatch.setattr(E, "kernel", lambda name, device, block, smem, cluster: SimpleNamespace(
+        fits=True, resident=resident.get(cluster, 1) if known["count"] else None))
+    inst = P.instantiations()
+
+    def fitted(M, N, dtype, op="softmax"):
+        monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
+        p = E._fitted_plan(M, N, dtype, op, N % P.vec_width(dtype) == 0, 1, 1, "rows", SMS, None, 0, "split")
+        assert all(k in inst for k in p.kernels), p
+        return p.regime, p.launches[0].cluster, p.launches[0].grid
+
+    for dtype in (torch.float32, torch.bfloat16):
+        assert P.plan(16, 262144, dtype, sms=SMS).launches[0].cluster == 16  # the rule alone: two rounds
+        assert fitted(16, 262144, dtype) == ("cluster", 8, 16)
+        assert fitted(15, 262137, dtype) == ("cluster", 8, 15)  # through the window
+        assert fitted(14, 262144, dtype) == ("cluster", 16, 14)
+        assert fitted(7, 262144, dtype, "log_softmax") == ("cluster", 16, 7)
+        assert fitted(64, 262144, torch.float32, "softmax_backward") == ("cluster", 16, 64)  # many rows: no narrower
+        known["count"] = False
+        assert fitted(16, 262144, dtype) == ("cluster", 16, 16)
+        known["count"] = True
+
+
+
 def test_window_rules():
     """The window path sizes the rules for N + W - 1 (a row may start W - 1 elements into its first access): its
     capacities are the aligned path's less W - 1; the split regime beyond them keeps the window where the out rows

@@ -75,21 +75,22 @@ def sms(device: Optional[int]) -> int:
 
 class ShapedKernel:
     """One instantiation loaded on one device for one launch shape (block, dynamic smem, cluster); shared by every
-    call of that shape. `fits`: whether one cluster can be resident (None: unknown). bind() gives a launch with a
-    fixed grid and scalar tail: a PreparedLaunch (cuLaunchKernel; cuLaunchKernelEx with a cluster or PDL)."""
+    call of that shape. `resident`: how many of its clusters can be resident at once (None: unknown; 1 without a
+    cluster), `fits`: whether one can. bind() gives a launch with a fixed grid and scalar tail: a PreparedLaunch
+    (cuLaunchKernel; cuLaunchKernelEx with a cluster or PDL)."""
 
-    __slots__ = ("lk", "block", "smem", "cluster", "fits")
+    __slots__ = ("lk", "block", "smem", "cluster", "fits", "resident")
 
     def __init__(self, name: str, device: int, block: tuple, smem: int, cluster: int):
         self.lk = rt_launch.kernel(module(name, _arch_of(device)), name, device)
         self.block, self.smem, self.cluster = block, smem, cluster
         self.lk.allow_smem(smem)
         if cluster > 1 and not rt_launch.cluster_launches():  # no launch for it here: the plans fall back
-            self.fits = False
+            self.fits, self.resident = False, 0
             return
         self.lk.allow_cluster(cluster)
-        fits = self.lk.max_active_clusters(block, cluster, smem) if cluster > 1 else 1
-        self.fits = None if fits is None else fits > 0
+        self.resident = self.lk.max_active_clusters(block, cluster, smem) if cluster > 1 else 1
+        self.fits = None if self.resident is None else self.resident > 0
 
     def bind(self, grid: int, tail: tuple, pointers: int, pdl: bool = False):
         return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers, pdl, self.cluster)

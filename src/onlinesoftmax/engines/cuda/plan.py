@@ -248,7 +248,7 @@ def dy_window(op: str, dtype, M: int, N: int, sms: int) -> bool:
     92-93)."""
     if dtype != torch.float32:
         return True
-    p = _plan(M, N, dtype, op, False, 0, 1, "rows", sms, None)
+    p = _plan(M, N, dtype, op, False, 0, 1, "rows", sms, None, MAX_CLUSTER)
     return p.regime == "split" or p.launches[0].cluster >= 8
 
 
@@ -446,18 +446,22 @@ def max_cluster(op: str, dtype) -> int:
     return MAX_CLUSTER if (OPS[op].backward and dtype == torch.float32) else PORTABLE_CLUSTER
 
 
-def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0) -> tuple[int, int, int]:
+def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0,
+                   widest: int = MAX_CLUSTER) -> tuple[int, int, int]:
     """(C, threads, sslots) of the cluster regime. Many rows: the smallest cluster whose 512-thread CTAs hold the
-    row in registers + shared memory. Few rows (M x C < SMs): a larger cluster (up to MAX_CLUSTER, at least
+    row in registers + shared memory. Few rows (M x C < SMs): a larger cluster (up to `widest`, at least
     ROW_MIN_THREADS x reg_slots accesses per CTA) so that the M x C CTAs give every SM about
     FEW_ROWS_CTAS_PER_SM, each holding its share in registers (fewer threads when it is small); shares that
-    need shared memory keep the many-rows cluster. C == 1 means one CTA per row is as wide as it gets."""
+    need shared memory keep the many-rows cluster. C == 1 means one CTA per row is as wide as it gets.
+    `widest` (run._fitted_plan): narrower where the device cannot hold the M clusters at once; the narrowed
+    clusters stay that wide, with shared memory where their shares need it (not the many-rows cluster: 16 rows of
+    262144 bf16 would take 64 CTAs)."""
     nv = cdiv(N, W)
     rs = reg_slots(op, dtype, W)
     need = cluster_size(op, dtype, W, N, P)
     c = need
     if M * need < sms:
-        fill = min(MAX_CLUSTER, pow2floor(FEW_ROWS_CTAS_PER_SM * sms // M),
+        fill = min(widest, pow2floor(FEW_ROWS_CTAS_PER_SM * sms // M),
                    pow2floor(nv // (ROW_MIN_THREADS * rs)))
         c = max(need, fill)
     per_cta = cdiv(nv, c)
@@ -472,7 +476,7 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0)
     wide = wide_slots(op, dtype, W, N, P)
     if wide and M * need < sms:
         return smem_cluster(op, dtype, W, N), ROW_MAX_THREADS, smem_slots(op, dtype, W)
-    return need, ROW_MAX_THREADS, wide or smem_slots(op, dtype, W)
+    return c if widest < MAX_CLUSTER else need, ROW_MAX_THREADS, wide or smem_slots(op, dtype, W)
 
 
 def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:
@@ -587,7 +591,7 @@ def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int
     return W, cdiv(cdiv(N, G), CHAN_CAP_STEP) * CHAN_CAP_STEP, G
 
 
-def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0) -> str:
+def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, widest: int = MAX_CLUSTER) -> str:
     """Row layout: warp for short rows, then one CTA, then a cluster; when rows are too few to give every SM a CTA
     (and long enough to matter) a wider cluster on the 16-byte path, split on the scalar one; split when the row
     is beyond the cluster capacity. On the scalar path a backward (whose y and dy rows start at different offsets
@@ -611,7 +615,7 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0) 
     if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
         if W == 1:
             return "split"
-        if cluster_config(op, dtype, W, M, N, sms, P)[0] > 1:
+        if cluster_config(op, dtype, W, M, N, sms, P, widest)[0] > 1:
             return "cluster"
     return "block" if ctas_per_row == 1 else "cluster"
 
@@ -689,7 +693,7 @@ class Plan:
 
 def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window: int = 0, inner: int = 1,
          layout: str = "rows", sms: int = DEFAULT_SMS, regime: Optional[str] = None, out_dtype=None,
-         flat: bool = False) -> Plan:
+         flat: bool = False, widest: int = MAX_CLUSTER) -> Plan:
     """The launch plan for `op` on M rows of N (layout "rows"), or on (outer=M, N, inner) (layout "strided").
     vec: every pointer is 16-byte aligned and every row stride a multiple of the vector (the plan checks N / inner).
     window: the rows of the inputs start alike modulo 16 bytes, aligned or not: 1, the out rows too; 2, the out
@@ -699,7 +703,8 @@ def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window
     out_dtype: float32 for 16-bit data, forward: the cast fused into the stores (rows in the warp, block and
     cluster regimes, out rows starting as the inputs'); Unsupported elsewhere (the caller casts first).
     flat: every tensor is one contiguous block of M rows N apart starting on a 16-byte boundary (the flat regime's
-    condition; use_flat decides where it is picked)."""
+    condition; use_flat decides where it is picked).
+    widest: the widest cluster the few-row rule may take (cluster_config)."""
     window = window or int(vec)
     if window == 3 and layout == "rows" and regime is None and not dy_window(op, dtype, M, N, sms):
         window = 0
@@ -711,7 +716,7 @@ def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window
     if regime == "flat" and not (flat and layout == "rows"):
         raise Unsupported("the flat regime takes tensors that are each one contiguous block of rows starting on a "
                           "16-byte boundary")
-    p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, regime)
+    p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, regime, widest)
     if out_dtype is not None and out_dtype != dtype:
         p = fused_cast(p, out_dtype)
     for l in p.launches:
@@ -779,7 +784,7 @@ def _check_holds(Nc: int, W: int, C: int, threads: int, slots: int, sslots: int)
 
 
 def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, layout: str, sms: int,
-          regime: Optional[str]) -> Plan:
+          regime: Optional[str], widest: int) -> Plan:
     _check_op_dtype(op, dtype)
     if M < 1 or N < 1 or inner < 1:
         raise Unsupported(f"empty shape (M={M}, N={N}, inner={inner})")
@@ -836,7 +841,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
                     rows=R)
     W, P, Nc = window_path(N, V, vec, window)  # Nc: the elements the rules make room for
-    chosen = regime or choose_regime(op, dtype, W, M, Nc, sms, P)
+    chosen = regime or choose_regime(op, dtype, W, M, Nc, sms, P, widest)
     if chosen == "warp":
         lg, slots, rpt = warp_config(op, dtype, W, Nc)
         threads = warp_geometry(op, dtype)[0]
@@ -868,7 +873,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
                               f"(> {max_cluster(op, dtype)}); rows up to "
                               f"{max_cluster(op, dtype) * row_capacity(op, dtype, W) - (W - 1 if P else 0)} "
                               "elements")
-        c, threads, sslots = cluster_config(op, dtype, W, M, Nc, sms, P)
+        c, threads, sslots = cluster_config(op, dtype, W, M, Nc, sms, P, widest)
         c = max(2, c)
         slots = reg_slots(op, dtype, W)
         sslots = used_smem_slots(op, dtype, W, Nc, c, threads, sslots)
@@ -953,6 +958,8 @@ def _probe_instantiations() -> dict[str, set]:
                         add(M, N, dtype, op, vec=vec, window=window)
                         if op == "softmax":
                             add(M, N, dtype, "cross_entropy", vec=vec, window=window)
+                    for widest, M in itertools.product((2, 4, 8), rows[:3]):  # few-row clusters narrowed (run.py)
+                        add(M, N, dtype, op, vec=vec, window=window, widest=widest)
                     for regime, M in itertools.product(("warp", "block", "cluster", "split", "columns", "chan"),
                                                        (2, 1 << 20)):
                         add(M, N, dtype, op, vec=vec, window=window, regime=regime)
