@@ -294,7 +294,7 @@ class _Recorder:
     def __init__(self, log):
         self.log, self.fits, self.resident = log, True, None
 
-    def bind(self, grid, tail, pointers):
+    def bind(self, grid, tail, pointers, pdl=False):
         p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
         ptrs = pointers
 
@@ -394,7 +394,7 @@ class _Named:
     def __init__(self, name, log):
         self.name, self.log, self.fits, self.resident = name, log, True, None
 
-    def bind(self, grid, tail, pointers):
+    def bind(self, grid, tail, pointers, pdl=False):
         p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
         name, log = self.name, self.log
 
@@ -406,6 +406,31 @@ class _Named:
 
         p._launch = fake
         return p
+
+
+def test_split_apply_is_a_programmatic_launch(monkeypatch):
+    """The split regime's phase 2 (apply) is bound as a programmatic launch: it may start as phase 1's CTAs exit,
+    and waits in the kernel for their partials (os_grid_wait). Phase 1 and the other regimes' launches are plain:
+    phase 1 of a wave reuses the workspace the wave before's phase 2 reads."""
+    bound = []
+
+    class Kernel:
+        fits, resident = True, None
+
+        def __init__(self, name):
+            self.name = name
+
+        def bind(self, grid, tail, pointers, pdl=False):
+            bound.append((self.name, pdl))
+
+    monkeypatch.setattr(E, "kernel", lambda name, *a: Kernel(name))
+    for M, N, dtype, op in ((2, 1000003, torch.float32, "softmax"), (64, 1000000, torch.bfloat16, "softmax_backward"),
+                            (4, 4096, torch.float32, "log_softmax"), (9, 131072, torch.bfloat16, "softmax")):
+        p = P.plan(M, N, dtype, op, vec=N % 8 == 0, window=1, sms=SMS)
+        bound.clear()
+        E._Entry(p, 0, False, (N,) * len(opdefs.OPS[op].inputs), N)
+        want = [(k, l.sig == "apply") for k, l in zip(p.kernels, p.launches)]
+        assert bound == want and (p.regime == "split") == any(pdl for _, pdl in bound), (p.regime, bound)
 
 
 def _at(M, N, dtype, offset):

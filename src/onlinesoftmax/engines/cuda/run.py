@@ -162,7 +162,8 @@ class _Entry:
                 pointers = 4
             else:  # strided
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
-            calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers))
+            calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers,
+                                                                                    l.sig == "apply"))
         self.calls = tuple(calls)
         if len(calls) == 1:
             self.single = calls[0]

@@ -526,11 +526,13 @@ template <int RED, int C> __device__ __forceinline__ void os_cluster_reduce(floa
 }
 
 // The row's P partial states, folded by every warp (lane-strided, then a butterfly): every thread of every CTA
-// of the row ends with the same bits.
-template <int RED> __device__ __forceinline__ void os_fold_partials(const float* __restrict__ wr, int P, float& a,
-                                                                    float& b) {
+// of the row ends with the same bits. They come from the kernel before, read after os_grid_wait() (the split apply
+// is a programmatic launch): coherent loads, which stay after the wait.
+template <int RED> __device__ __forceinline__ void os_fold_partials(const float* wr, int P, float& a, float& b) {
     a = os_id_a<RED>();
     b = 0.0f;
-    for (int j = threadIdx.x & 31; j < P; j += 32) os_combine<RED>(a, b, wr[2 * j], wr[2 * j + 1]);
+    for (int j = threadIdx.x & 31; j < P; j += 32) {
+        os_combine<RED>(a, b, os_ld_after_wait(wr + 2 * j), os_ld_after_wait(wr + 2 * j + 1));
+    }
     os_xor_reduce<RED, 32>(a, b);
 }

@@ -1323,7 +1323,9 @@ __global__ void __launch_bounds__(512) ce_scale(void* __restrict__ g, const void
 
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------------
 // Phase 1: the pair of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)]. Phase 2: merge the
-// row's P pairs, re-read the chunk (an L2 hit for the sizes the plan sends here) and write its outputs.
+// row's P pairs, re-read the chunk (an L2 hit for the sizes the plan sends here) and write its outputs. Phase 2 is a
+// programmatic launch (run.py): its CTAs start as phase 1's exit, issue their chunk's first loads, then wait for
+// phase 1's partials (os_grid_wait); what it hides is a launch's latency, most of a few-row call's time.
 // WIN (W > 1): the window path, any N and any offset the inputs and out rows share (the row kernels' P = 1): the row
 // is read through the aligned accesses that cover it; only its first and last access can hold elements beside it,
 // masked (forward -inf, backward a neutral pair) and stored element by element. Before it such rows (odd vocabularies
@@ -1351,6 +1353,7 @@ __device__ __forceinline__ void split_stats_body(const void* __restrict__ a, con
     static_assert(!WIN || W > 1, "the window path reads 16-byte accesses");
     constexpr int U = SPLIT_UNROLL;
     __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
+    os_launch_dependents();  // phase 2 may start as CTAs of this one exit (it waits for all of them)
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const elem* in_a = static_cast<const elem*>(a) + row * sa;
@@ -1428,16 +1431,19 @@ __device__ __forceinline__ void split_apply_body(const void* __restrict__ a, con
     const int sh = WIN ? os_shift<DT, W>(static_cast<const elem*>(a) + row * sa) : 0;
     const int nv = WIN ? (sh + N + W - 1) / W : N / W;
     const int end = min(p * CH + CH, nv);
-    float pa, pb;
-    os_fold_partials<op::RED>(ws + 2 * row * P, P, pa, pb);
-    const typename op::out_params o(pa, pb);
     const elem* in_a = static_cast<const elem*>(a) + row * sa - sh;
     const elem* in_b = static_cast<const elem*>(b) + row * sb - sh;
     elem* dst = static_cast<elem*>(out) + row * so - sh;
+    int base = p * CH + threadIdx.x;
+    raw ra[U], rb[U];
+    split_trip<true, op>(ra, rb, in_a, in_b, base, end);  // the inputs are the kernel before phase 1's: ready
+    os_grid_wait();  // phase 1's partials (and, where out is x, every read of x before the first write)
+    float pa, pb;
+    os_fold_partials<op::RED>(ws + 2 * row * P, P, pa, pb);
+    const typename op::out_params o(pa, pb);
 #pragma unroll 1
-    for (int base = p * CH + threadIdx.x; base < end; base += SPLIT_THREADS * U) {
-        raw ra[U], rb[U];
-        split_trip<true, op>(ra, rb, in_a, in_b, base, end);
+    for (; base < end; base += SPLIT_THREADS * U) {
+        if (base != p * CH + threadIdx.x) split_trip<true, op>(ra, rb, in_a, in_b, base, end);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int i = base + u * SPLIT_THREADS;
