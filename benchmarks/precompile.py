@@ -89,7 +89,7 @@ def planning_engine(sms: int):
     from onlinesoftmax.engines.cuda import run as E
 
     stubs = dict(available=lambda: None, _device_index=lambda x, op: 0, sms=lambda device: sms,
-                 kernel=lambda *a: SimpleNamespace(fits=True, bind=lambda *a: None))
+                 kernel=lambda *a: SimpleNamespace(fits=True, resident=None, bind=lambda *a: None))
     kept = {k: getattr(E, k) for k in stubs}
     vars(E).update(stubs)
     try:
