@@ -255,7 +255,9 @@ def test_forward_backward_layouts(dtype, log):
     ((256, 131072), 1, torch.float16, "cluster", "cluster"),
     ((64, 262144), 1, torch.float32, "cluster", "cluster"),
     ((300, 80000), 1, torch.bfloat16, "cluster", "cluster"),  # odd share: the last CTA of each cluster partly filled
-    ((1, 262144), 1, torch.bfloat16, "cluster", "cluster"),  # few rows: a cluster of 16
+    ((3, 262144), 1, torch.bfloat16, "cluster", "cluster"),  # few rows: clusters of 16
+    ((1, 262144), 1, torch.bfloat16, "split", "split"),  # 1-2 rows: full clusters of 16 would leave the SMs idle
+    ((2, 262143), 1, torch.float16, "split", "split"),  # and through the window
     ((32, 131072), 1, torch.float32, "cluster", "cluster"),  # few rows: clusters of 8 in registers
     ((3, 100001), 1, torch.float16, "cluster", "cluster"),  # few rows, odd N: the window path
     ((1, 1 << 20), 1, torch.float32, "split", "split"),

@@ -232,7 +232,7 @@ def test_regime_thresholds(op, dtype):
     c = P.cluster_size(op, dtype, W, 4 * cap)
     assert _regime(op, dtype, math.ceil(SMS / c), 4 * cap) == "cluster"
     assert _regime(op, dtype, SMS - 1, n) in ("block", "cluster")  # a cluster only with >= 128 threads' worth each
-    for M, N in [(1, 262144), (32, 131072), (4, 3 * cap)]:  # the brief's few-row shapes among them
+    for M, N in [(3, 262144), (32, 131072), (4, 3 * cap)]:  # the brief's 32 x 131072 among them (1 x 262144 splits)
         p = P.plan(M, N, dtype, op, sms=SMS)
         assert p.regime == "cluster" and M * p.launches[0].cluster >= min(SMS // 2, M * P.MAX_CLUSTER), (M, N, p)
     assert _regime(op, dtype, 1, 64 * cap) == "split"
@@ -299,6 +299,23 @@ def test_cluster_shares_are_balanced(op, dtype):
                 assert used == sslots and l.smem == used * threads * 16 * inputs, (op, dtype, M, N, l)
                 seen.add((p.regime, sslots > 0))
     assert ("cluster", True) in seen and ("block", True) in seen
+
+
+@pytest.mark.parametrize("dtype", opdefs.GPU_DTYPES)
+@pytest.mark.parametrize("op", list(P.ENGINE_OPS))
+def test_few_rows_split_where_full_clusters_leave_the_sms_idle(op, dtype):
+    """plan.few_rows_split: 1 or 2 rows whose clusters of 16 CTAs would each be full (512 threads x reg_slots
+    accesses) take the split regime; a third row (48 CTAs of clusters, over a third of the SMs), or a row one access
+    shorter, keeps the cluster. Cross-entropy, which has no split form, keeps its cluster there."""
+    W = P.vec_width(dtype)
+    full = P.MAX_CLUSTER * P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W
+    for M in (1, 2):
+        assert P.plan(M, full, dtype, op, sms=SMS).regime == "split"
+        assert P.plan(M, full - W, dtype, op, sms=SMS).regime == "cluster"
+    assert P.plan(3, full, dtype, op, sms=SMS).regime == "cluster"
+    if op == "softmax":
+        p = P.cross_entropy_plan(1, full, dtype, sms=SMS)
+        assert p.regime == "cluster" and p.kernels[0] in P.instantiations()
 
 
 def test_few_row_clusters_run_in_one_round(monkeypatch):

@@ -102,6 +102,7 @@ REALIGN_WIDE_SLOTS = 6
 FEW_ROWS_MIN_N = 4096  # rows this long and too few for a CTA per SM get wider clusters (or split); shorter ones
 #                        are latency-bound either way
 FEW_ROWS_CTAS_PER_SM = 2  # few rows: clusters sized for about this many CTAs per SM
+FEW_ROWS_SPLIT_SHARE = 4  # few rows split where full clusters of MAX_CLUSTER would use at most 1 / this of the SMs
 SPLIT_CTAS_PER_SM = 4  # split: aim for this many CTAs per SM in total
 SPLIT_MIN_CHUNK = 512  # split: at least this many accesses per CTA
 SPLIT_L2_BUDGET = 32 << 20  # split: the input bytes of one wave of rows (split_wave), re-read from L2 by its apply
@@ -591,6 +592,19 @@ def chan_config(dtype, N: int, inner: int, vec: bool) -> Optional[tuple[int, int
     return W, cdiv(cdiv(N, G), CHAN_CAP_STEP) * CHAN_CAP_STEP, G
 
 
+def few_rows_split(op: str, dtype, W: int, M: int, N: int, sms: int) -> bool:
+    """Rows so few and so long that clusters of MAX_CLUSTER full CTAs (512 threads holding reg_slots accesses each)
+    would keep at most 1 / FEW_ROWS_SPLIT_SHARE of the SMs at work: the split regime spreads them over
+    SPLIT_CTAS_PER_SM CTAs an SM, its phase 2 a programmatic launch. Timed on an H100 (session 67,
+    benchmarks/results/session67, regimes.py with the regimes forced, us, cluster -> split): 1 and 2 rows of 262144,
+    every op, fp32 and bf16, 15 of 16 cells faster (fp32 softmax 1 row 10.6 -> 7.7, log-softmax backward 11.4 ->
+    8.1; bf16 softmax 9.3 -> 7.7), the other 8.0 -> 8.3 (bf16 softmax backward, 2 rows); at 131072 the fp32
+    backward (4 register slots: its clusters' CTAs are full there too) level or faster (log-softmax 8.9 -> 7.4),
+    the other ops, whose CTAs hold half as much, level or either ahead by up to 1 us (kept on clusters)."""
+    full = MAX_CLUSTER * ROW_MAX_THREADS * reg_slots(op, dtype, W)
+    return cdiv(N, W) >= full and M * MAX_CLUSTER * FEW_ROWS_SPLIT_SHARE <= sms
+
+
 def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, widest: int = MAX_CLUSTER) -> str:
     """Row layout: warp for short rows, then one CTA, then a cluster; when rows are too few to give every SM a CTA
     (and long enough to matter) a wider cluster on the 16-byte path, split on the scalar one; split when the row
@@ -613,7 +627,7 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, 
     if ctas_per_row is None:
         return "split"
     if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
-        if W == 1:
+        if W == 1 or few_rows_split(op, dtype, W, M, N, sms):
             return "split"
         if cluster_config(op, dtype, W, M, N, sms, P, widest)[0] > 1:
             return "cluster"
@@ -745,6 +759,11 @@ def cross_entropy_plan(M: int, N: int, dtype, *, vec: bool = True, window: int =
     p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms)
     if p.regime == "warp":
         p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms, regime="block")
+    elif p.regime == "split":  # few rows (few_rows_split) that a cluster holds: ce_row has no split form
+        try:
+            p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms, regime="cluster")
+        except Unsupported:
+            pass
     if p.regime not in ("block", "cluster") or p.W == 1:
         raise Unsupported(f"cross-entropy over {M} x {N} ({p.regime}, W = {p.W}): the rows do not stay on chip "
                           "with 16-byte accesses")

@@ -1434,16 +1434,9 @@ __device__ __forceinline__ void split_apply_body(const void* __restrict__ a, con
     const elem* in_a = static_cast<const elem*>(a) + row * sa - sh;
     const elem* in_b = static_cast<const elem*>(b) + row * sb - sh;
     elem* dst = static_cast<elem*>(out) + row * so - sh;
-    int base = p * CH + threadIdx.x;
-    raw ra[U], rb[U];
-    split_trip<true, op>(ra, rb, in_a, in_b, base, end);  // the inputs are the kernel before phase 1's: ready
-    os_grid_wait();  // phase 1's partials (and, where out is x, every read of x before the first write)
     float pa, pb;
-    os_fold_partials<op::RED>(ws + 2 * row * P, P, pa, pb);
-    const typename op::out_params o(pa, pb);
-#pragma unroll 1
-    for (; base < end; base += SPLIT_THREADS * U) {
-        if (base != p * CH + threadIdx.x) split_trip<true, op>(ra, rb, in_a, in_b, base, end);
+    // one trip's outputs: accesses base + u * SPLIT_THREADS below end
+    auto trip = [&](const raw (&ra)[U], const raw (&rb)[U], int base, const typename op::out_params& o) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int i = base + u * SPLIT_THREADS;
@@ -1463,6 +1456,22 @@ __device__ __forceinline__ void split_apply_body(const void* __restrict__ a, con
                 else op::io::store_stream(dst, i, y);
             }
         }
+    };
+    // the first trip peeled: its loads go before the wait (the inputs are the kernel before phase 1's: ready). A
+    // loop that skipped its first trip's loads kept them live across its back edge: the 16-bit softmax backward
+    // spilled 16 bytes at 48 registers.
+    const int first = p * CH + threadIdx.x;
+    raw ra[U], rb[U];
+    split_trip<true, op>(ra, rb, in_a, in_b, first, end);
+    os_grid_wait();  // phase 1's partials (and, where out is x, every read of x before the first write)
+    os_fold_partials<op::RED>(ws + 2 * row * P, P, pa, pb);
+    const typename op::out_params o(pa, pb);
+    trip(ra, rb, first, o);
+#pragma unroll 1
+    for (int base = first + SPLIT_THREADS * U; base < end; base += SPLIT_THREADS * U) {
+        raw ra[U], rb[U];
+        split_trip<true, op>(ra, rb, in_a, in_b, base, end);
+        trip(ra, rb, base, o);
     }
 }
 
