@@ -43,6 +43,9 @@ def sweep_kernels(ns, sms: int) -> set:
                 for flat in (True, False):  # the flat regime's, and what the rules pick without it (tune_rows)
                     p = P.plan(M, N, dtype, op, vec=N % V == 0 or M == 1, window=1, sms=sms, flat=flat)
                     names.update(p.kernels)
+                for widest in (8, 4, 2):  # few-row clusters narrowed on the device (run._one_round: its occupancy)
+                    names.update(P.plan(M, N, dtype, op, vec=N % V == 0 or M == 1, window=1, sms=sms,
+                                        widest=widest).kernels)
     return names
 
 

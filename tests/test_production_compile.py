@@ -306,16 +306,26 @@ def test_cluster_shares_are_balanced(op, dtype):
 def test_few_rows_split_where_full_clusters_leave_the_sms_idle(op, dtype):
     """plan.few_rows_split: 1 or 2 rows whose clusters of 16 CTAs would each be full (512 threads x reg_slots
     accesses) take the split regime; a third row (48 CTAs of clusters, over a third of the SMs), or a row one access
-    shorter, keeps the cluster. Cross-entropy, which has no split form, keeps its cluster there."""
+    shorter, keeps the cluster. So do the rows whose out rows (or dy) start elsewhere than the inputs (the split
+    would read them element by element), the fused cast and cross-entropy (no split form)."""
     W = P.vec_width(dtype)
     full = P.MAX_CLUSTER * P.ROW_MAX_THREADS * P.reg_slots(op, dtype, W) * W
     for M in (1, 2):
-        assert P.plan(M, full, dtype, op, sms=SMS).regime == "split"
+        p = P.plan(M, full, dtype, op, sms=SMS)
+        assert p.regime == "split" and p.W == W
         assert P.plan(M, full - W, dtype, op, sms=SMS).regime == "cluster"
+        assert P.plan(M, full + 1, dtype, op, vec=False, window=1, sms=SMS).regime == "split"
+        for window in (2, 3) if opdefs.OPS[op].backward else (2,):
+            p = P.plan(M, full + 1, dtype, op, vec=False, window=window, sms=SMS)
+            assert p.regime == "cluster" and p.W == W, (window, p)
     assert P.plan(3, full, dtype, op, sms=SMS).regime == "cluster"
+    inst = P.instantiations()
     if op == "softmax":
         p = P.cross_entropy_plan(1, full, dtype, sms=SMS)
-        assert p.regime == "cluster" and p.kernels[0] in P.instantiations()
+        assert p.regime == "cluster" and p.kernels[0] in inst
+    if dtype != torch.float32 and not opdefs.OPS[op].backward:
+        p = P.plan(1, full, dtype, op, window=1, out_dtype=torch.float32, sms=SMS)
+        assert p.regime == "cluster" and p.out_dtype == torch.float32 and p.kernels[0] in inst
 
 
 def test_few_row_clusters_run_in_one_round(monkeypatch):

@@ -600,7 +600,10 @@ def few_rows_split(op: str, dtype, W: int, M: int, N: int, sms: int) -> bool:
     every op, fp32 and bf16, 15 of 16 cells faster (fp32 softmax 1 row 10.6 -> 7.7, log-softmax backward 11.4 ->
     8.1; bf16 softmax 9.3 -> 7.7), the other 8.0 -> 8.3 (bf16 softmax backward, 2 rows); at 131072 the fp32
     backward (4 register slots: its clusters' CTAs are full there too) level or faster (log-softmax 8.9 -> 7.4),
-    the other ops, whose CTAs hold half as much, level or either ahead by up to 1 us (kept on clusters)."""
+    the other ops, whose CTAs hold half as much, level or either ahead by up to 1 us (kept on clusters). Longer
+    rows (16-bit forward up to 524288, whose clusters of 4-8 CTAs hold them with shared memory) split too: not
+    timed. choose_regime asks only where the split reads 16-byte accesses (the out rows or dy starting as the
+    inputs': P < 2); the fused cast and cross-entropy, which have no split form, keep the cluster."""
     full = MAX_CLUSTER * ROW_MAX_THREADS * reg_slots(op, dtype, W)
     return cdiv(N, W) >= full and M * MAX_CLUSTER * FEW_ROWS_SPLIT_SHARE <= sms
 
@@ -627,7 +630,7 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, 
     if ctas_per_row is None:
         return "split"
     if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
-        if W == 1 or few_rows_split(op, dtype, W, M, N, sms):
+        if W == 1 or (P < 2 and few_rows_split(op, dtype, W, M, N, sms)):  # (P 2, 3: the split's scalar path)
             return "split"
         if cluster_config(op, dtype, W, M, N, sms, P, widest)[0] > 1:
             return "cluster"
@@ -732,6 +735,11 @@ def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window
                           "16-byte boundary")
     p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, regime, widest)
     if out_dtype is not None and out_dtype != dtype:
+        if p.regime == "split" and regime is None:  # few rows (few_rows_split) that a cluster holds: it casts
+            try:
+                p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, "cluster", widest)
+            except Unsupported:
+                pass
         p = fused_cast(p, out_dtype)
     for l in p.launches:
         if l.grid * l.cluster > INT_MAX:
@@ -993,6 +1001,8 @@ def _probe_instantiations() -> dict[str, set]:
                 if vec and dtype != torch.float32 and not OPS[op].backward:  # the fused cast: 16-bit in, fp32 out
                     for N, M in itertools.product(_probe_ns(W, True), rows):
                         add(M, N, dtype, op, window=1, out_dtype=torch.float32)
+                    for N, widest, M in itertools.product(_probe_ns(W, True), (2, 4, 8), rows[:3]):
+                        add(M, N, dtype, op, window=1, out_dtype=torch.float32, widest=widest)
                 # every N the chan kernels take (their bands step by CHAN_CAP_STEP within each group count), a third
                 # of the probe beyond
                 ns = sorted(set(_probe_ns(W)[::3]) | set(range(1, CHAN_MAX_N + 1)))

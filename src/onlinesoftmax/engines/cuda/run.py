@@ -113,15 +113,18 @@ def _one_round(p: Plan, narrower, device: int) -> Plan:
     query) replaced by narrower(widest) at half the width, while that narrows it and fits: the few-row rule
     widens clusters to about two CTAs an SM, but clusters are placed whole within a GPC, and on the H200 only 14
     clusters of 16 are resident, so that 16 rows of 262144 ran in two rounds (fp32 forward 22.7 us against 12.3 us
-    at 7 rows, h200-few-rows-1f0abb3.txt)."""
+    at 7 rows, h200-few-rows-1f0abb3.txt). A narrower plan that fails to load or plan leaves p as it is."""
     while p.regime == "cluster":
         l = p.launches[0]
         resident = kernel(l.kernel, device, l.block, l.smem, l.cluster).resident
         if resident is None or l.grid <= resident:
             break
-        q = narrower(l.cluster // 2)
-        n = q.launches[0]
-        if n.cluster >= l.cluster or kernel(n.kernel, device, n.block, n.smem, n.cluster).fits is False:
+        try:
+            q = narrower(l.cluster // 2)
+            n = q.launches[0]
+            if n.cluster >= l.cluster or kernel(n.kernel, device, n.block, n.smem, n.cluster).fits is False:
+                break
+        except OnlineSoftmaxError:
             break
         p = q
     return p

@@ -1324,8 +1324,10 @@ __global__ void __launch_bounds__(512) ce_scale(void* __restrict__ g, const void
 // ---- split: few rows, huge N ----------------------------------------------------------------------------------------
 // Phase 1: the pair of chunk p (accesses [p*CH, p*CH + CH)) of row `row` -> ws[2*(row*P+p)]. Phase 2: merge the
 // row's P pairs, re-read the chunk (an L2 hit for the sizes the plan sends here) and write its outputs. Phase 2 is a
-// programmatic launch (run.py): its CTAs start as phase 1's exit, issue their chunk's first loads, then wait for
-// phase 1's partials (os_grid_wait); what it hides is a launch's latency, most of a few-row call's time.
+// programmatic launch (run.py): it is launched once every phase-1 CTA has started (each triggers at its start), its
+// CTAs take the SMs' free slots while phase 1 still runs, issue their chunk's first loads, then wait for phase 1 to
+// complete (os_grid_wait) before they read the partials or write; what it hides is a launch's latency, most of a
+// few-row call's time.
 // WIN (W > 1): the window path, any N and any offset the inputs and out rows share (the row kernels' P = 1): the row
 // is read through the aligned accesses that cover it; only its first and last access can hold elements beside it,
 // masked (forward -inf, backward a neutral pair) and stored element by element. Before it such rows (odd vocabularies
@@ -1353,7 +1355,7 @@ __device__ __forceinline__ void split_stats_body(const void* __restrict__ a, con
     static_assert(!WIN || W > 1, "the window path reads 16-byte accesses");
     constexpr int U = SPLIT_UNROLL;
     __shared__ float red_a[SPLIT_THREADS / 32], red_b[SPLIT_THREADS / 32];
-    os_launch_dependents();  // phase 2 may start as CTAs of this one exit (it waits for all of them)
+    os_launch_dependents();  // phase 2 may launch once every CTA of this one has started (it waits for all to end)
     const long long row = blockIdx.x / P;
     const int p = blockIdx.x % P;
     const elem* in_a = static_cast<const elem*>(a) + row * sa;
