@@ -79,18 +79,21 @@ class ShapedKernel:
     cluster), `fits`: whether one can. bind() gives a launch with a fixed grid and scalar tail: a PreparedLaunch
     (cuLaunchKernel; cuLaunchKernelEx with a cluster or PDL)."""
 
-    __slots__ = ("lk", "block", "smem", "cluster", "fits", "resident")
+    __slots__ = ("lk", "block", "smem", "cluster", "resident")
 
     def __init__(self, name: str, device: int, block: tuple, smem: int, cluster: int):
         self.lk = rt_launch.kernel(module(name, _arch_of(device)), name, device)
         self.block, self.smem, self.cluster = block, smem, cluster
         self.lk.allow_smem(smem)
         if cluster > 1 and not rt_launch.cluster_launches():  # no launch for it here: the plans fall back
-            self.fits, self.resident = False, 0
+            self.resident = 0
             return
         self.lk.allow_cluster(cluster)
         self.resident = self.lk.max_active_clusters(block, cluster, smem) if cluster > 1 else 1
-        self.fits = None if self.resident is None else self.resident > 0
+
+    @property
+    def fits(self) -> Optional[bool]:
+        return None if self.resident is None else self.resident > 0
 
     def bind(self, grid: int, tail: tuple, pointers: int, pdl: bool = False):
         return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers, pdl, self.cluster)

@@ -249,7 +249,7 @@ def dy_window(op: str, dtype, M: int, N: int, sms: int) -> bool:
     92-93)."""
     if dtype != torch.float32:
         return True
-    p = _plan(M, N, dtype, op, False, 0, 1, "rows", sms, None, MAX_CLUSTER)
+    p = _plan(M, N, dtype, op, False, 0, 1, "rows", sms, None, MAX_CLUSTER, True)
     return p.regime == "split" or p.launches[0].cluster >= 8
 
 
@@ -603,12 +603,14 @@ def few_rows_split(op: str, dtype, W: int, M: int, N: int, sms: int) -> bool:
     the other ops, whose CTAs hold half as much, level or either ahead by up to 1 us (kept on clusters). Longer
     rows (16-bit forward up to 524288, whose clusters of 4-8 CTAs hold them with shared memory) split too: not
     timed. choose_regime asks only where the split reads 16-byte accesses (the out rows or dy starting as the
-    inputs': P < 2); the fused cast and cross-entropy, which have no split form, keep the cluster."""
+    inputs': P < 2) and where the caller has a split form (plan's split_form: not the fused cast or cross-entropy,
+    which keep the cluster)."""
     full = MAX_CLUSTER * ROW_MAX_THREADS * reg_slots(op, dtype, W)
     return cdiv(N, W) >= full and M * MAX_CLUSTER * FEW_ROWS_SPLIT_SHARE <= sms
 
 
-def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, widest: int = MAX_CLUSTER) -> str:
+def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, widest: int = MAX_CLUSTER,
+                  split_form: bool = True) -> str:
     """Row layout: warp for short rows, then one CTA, then a cluster; when rows are too few to give every SM a CTA
     (and long enough to matter) a wider cluster on the 16-byte path, split on the scalar one; split when the row
     is beyond the cluster capacity. On the scalar path a backward (whose y and dy rows start at different offsets
@@ -630,7 +632,7 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, 
     if ctas_per_row is None:
         return "split"
     if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
-        if W == 1 or (P < 2 and few_rows_split(op, dtype, W, M, N, sms)):  # (P 2, 3: the split's scalar path)
+        if W == 1 or (split_form and P < 2 and few_rows_split(op, dtype, W, M, N, sms)):  # (P 2, 3: scalar split)
             return "split"
         if cluster_config(op, dtype, W, M, N, sms, P, widest)[0] > 1:
             return "cluster"
@@ -710,7 +712,7 @@ class Plan:
 
 def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window: int = 0, inner: int = 1,
          layout: str = "rows", sms: int = DEFAULT_SMS, regime: Optional[str] = None, out_dtype=None,
-         flat: bool = False, widest: int = MAX_CLUSTER) -> Plan:
+         flat: bool = False, widest: int = MAX_CLUSTER, split_form: bool = True) -> Plan:
     """The launch plan for `op` on M rows of N (layout "rows"), or on (outer=M, N, inner) (layout "strided").
     vec: every pointer is 16-byte aligned and every row stride a multiple of the vector (the plan checks N / inner).
     window: the rows of the inputs start alike modulo 16 bytes, aligned or not: 1, the out rows too; 2, the out
@@ -721,7 +723,9 @@ def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window
     cluster regimes, out rows starting as the inputs'); Unsupported elsewhere (the caller casts first).
     flat: every tensor is one contiguous block of M rows N apart starting on a 16-byte boundary (the flat regime's
     condition; use_flat decides where it is picked).
-    widest: the widest cluster the few-row rule may take (cluster_config)."""
+    widest: the widest cluster the few-row rule may take (cluster_config).
+    split_form: whether the caller can run a split plan where a cluster holds the rows (few_rows_split); False for
+    cross-entropy (ce_row), and implied by a fused cast, neither of which has a split form."""
     window = window or int(vec)
     if window == 3 and layout == "rows" and regime is None and not dy_window(op, dtype, M, N, sms):
         window = 0
@@ -733,13 +737,9 @@ def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window
     if regime == "flat" and not (flat and layout == "rows"):
         raise Unsupported("the flat regime takes tensors that are each one contiguous block of rows starting on a "
                           "16-byte boundary")
-    p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, regime, widest)
-    if out_dtype is not None and out_dtype != dtype:
-        if p.regime == "split" and regime is None:  # few rows (few_rows_split) that a cluster holds: it casts
-            try:
-                p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, "cluster", widest)
-            except Unsupported:
-                pass
+    cast = out_dtype is not None and out_dtype != dtype
+    p = _plan(M, N, dtype, op, vec, window, inner, layout, sms, regime, widest, split_form and not cast)
+    if cast:
         p = fused_cast(p, out_dtype)
     for l in p.launches:
         if l.grid * l.cluster > INT_MAX:
@@ -764,14 +764,9 @@ def cross_entropy_plan(M: int, N: int, dtype, *, vec: bool = True, window: int =
     CTA or one cluster, on the 16-byte path (one input: its rows always have a window, run._row_access); short rows
     take one CTA each (the warp kernels have no cross-entropy). Unsupported where the rows do not stay on chip
     (split: the caller's Triton kernels take those) or on the scalar path."""
-    p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms)
+    p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms, split_form=False)
     if p.regime == "warp":
         p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms, regime="block")
-    elif p.regime == "split":  # few rows (few_rows_split) that a cluster holds: ce_row has no split form
-        try:
-            p = plan(M, N, dtype, "softmax", vec=vec, window=window, sms=sms, regime="cluster")
-        except Unsupported:
-            pass
     if p.regime not in ("block", "cluster") or p.W == 1:
         raise Unsupported(f"cross-entropy over {M} x {N} ({p.regime}, W = {p.W}): the rows do not stay on chip "
                           "with 16-byte accesses")
@@ -811,7 +806,7 @@ def _check_holds(Nc: int, W: int, C: int, threads: int, slots: int, sslots: int)
 
 
 def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, layout: str, sms: int,
-          regime: Optional[str], widest: int) -> Plan:
+          regime: Optional[str], widest: int, split_form: bool) -> Plan:
     _check_op_dtype(op, dtype)
     if M < 1 or N < 1 or inner < 1:
         raise Unsupported(f"empty shape (M={M}, N={N}, inner={inner})")
@@ -868,7 +863,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         return Plan("flat", op, dtype, M, N, V, (_launch(M, name, (1, R, 0), (FLAT_THREADS,), 1, smem, sig="flat"),),
                     rows=R)
     W, P, Nc = window_path(N, V, vec, window)  # Nc: the elements the rules make room for
-    chosen = regime or choose_regime(op, dtype, W, M, Nc, sms, P, widest)
+    chosen = regime or choose_regime(op, dtype, W, M, Nc, sms, P, widest, split_form)
     if chosen == "warp":
         lg, slots, rpt = warp_config(op, dtype, W, Nc)
         threads = warp_geometry(op, dtype)[0]

@@ -89,20 +89,20 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: 
     key = (op, N, dtype, vec, window, inner, layout, sms, regime, device,
            _row_class(M, op, dtype, N, sms, automatic_flat), out_dtype, flat)
 
+    def planned(**kw) -> Plan:
+        return plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms,
+                    out_dtype=out_dtype, **kw)
+
     def make() -> Plan:
-        p = plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=regime,
-                 out_dtype=out_dtype, flat=flat)
+        p = planned(regime=regime, flat=flat)
         if regime is not None or all(l.cluster == 1 for l in p.launches):
             return p
         try:
             if all(kernel(l.kernel, device, l.block, l.smem, l.cluster).fits is not False for l in p.launches):
-                return _one_round(p, lambda widest: plan(M, N, dtype, op, vec=vec, window=window, inner=inner,
-                                                         layout=layout, sms=sms, out_dtype=out_dtype, flat=flat,
-                                                         widest=widest), device)
+                return _one_round(p, lambda widest: planned(flat=flat, widest=widest), device)
         except OnlineSoftmaxError:
             pass
-        return plan(M, N, dtype, op, vec=vec, window=window, inner=inner, layout=layout, sms=sms, regime=fallback,
-                    out_dtype=out_dtype)
+        return planned(regime=fallback)
 
     p = _plans.get(key) or _plans.get_or_make(key, make)
     return p.at(M) if stable else p
