@@ -142,6 +142,26 @@ def _backward_report(dx, y, dy, dim, log, dtype):
     return compare_to_reference("log_softmax_backward" if log else "softmax_backward", (y, dy), dx, dtype, dim)
 
 
+def _forward_into(failures, label, x, out, dim, log, dtype, x_ref=None):
+    """E.forward(x, out) along `dim`, synchronized, then out against float64 (_forward_report) of x, or of x_ref (a
+    copy taken before an in-place call); a mismatch's message into failures under `label`."""
+    E.forward(x, out, dim, log)
+    torch.cuda.synchronize()
+    rep = _forward_report(out, x if x_ref is None else x_ref, dim, log, dtype)
+    if not rep.ok:
+        failures.append(f"{label}: {rep.message}")
+
+
+def _backward_into(failures, label, y, dy, dx, dim, log, dtype, dy_ref=None):
+    """E.backward(y, dy, dx) along `dim`, synchronized, then dx against float64 (_backward_report) from y and dy, or
+    dy_ref (a copy taken before an in-place call); a mismatch's message into failures under `label`."""
+    E.backward(y, dy, dx, dim, log)
+    torch.cuda.synchronize()
+    rep = _backward_report(dx, y, dy if dy_ref is None else dy_ref, dim, log, dtype)
+    if not rep.ok:
+        failures.append(f"{label}: {rep.message}")
+
+
 def _layouts(dtype):
     g = torch.Generator(device="cuda").manual_seed(0)
 
@@ -225,11 +245,7 @@ def test_forward_backward_layouts(dtype, log):
         out = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
         if want and E.plan_for(op, x, dim=dim, out=out).regime != want[0]:
             failures.append(f"forward {label}: plan {E.plan_for(op, x, dim=dim, out=out).regime}, not {want[0]}")
-        E.forward(x, out, dim, log)
-        torch.cuda.synchronize()
-        rep = _forward_report(out, x, dim, log, dtype)
-        if not rep.ok:
-            failures.append(f"forward {label}: {rep.message}")
+        _forward_into(failures, f"forward {label}", x, out, dim, log, dtype)
         y = out.clone()
         dy = torch.randn(x.shape, device="cuda").to(dtype)
         if x.dim() > 1:  # strides other than y's: the backward takes each input's own layout
@@ -237,11 +253,7 @@ def test_forward_backward_layouts(dtype, log):
         dx = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
         if want and E.plan_for(bop, y, dy, dim=dim, out=dx).regime != want[1]:
             failures.append(f"backward {label}: plan {E.plan_for(bop, y, dy, dim=dim, out=dx).regime}, not {want[1]}")
-        E.backward(y, dy, dx, dim, log)
-        torch.cuda.synchronize()
-        rep = _backward_report(dx, y, dy, dim, log, dtype)
-        if not rep.ok:
-            failures.append(f"backward {label}: {rep.message}")
+        _backward_into(failures, f"backward {label}", y, dy, dx, dim, log, dtype)
     assert not failures, "\n".join(failures)
 
 
@@ -331,16 +343,8 @@ def test_few_row_clusters_in_one_round(dtype):
                 wider = l.cluster > P.cluster_size(name, dtype, P.vec_width(dtype), N)
                 if wider and (resident is None or resident < l.grid):
                     failures.append(f"{name}: {l.grid} clusters of {l.cluster} ({l.kernel}), {resident} resident")
-        E.forward(x, y, 1, log)
-        torch.cuda.synchronize()
-        rep = _forward_report(y, x, 1, log, dtype)
-        if not rep.ok:
-            failures.append(f"{op}: {rep.message}")
-        E.backward(y, dy, dx, 1, log)
-        torch.cuda.synchronize()
-        rep = _backward_report(dx, y, dy, 1, log, dtype)
-        if not rep.ok:
-            failures.append(f"{op} backward: {rep.message}")
+        _forward_into(failures, op, x, y, 1, log, dtype)
+        _backward_into(failures, f"{op} backward", y, dy, dx, 1, log, dtype)
     assert not failures, "\n".join(failures)
 
 
@@ -451,18 +455,10 @@ def test_split_regime_in_place():
             p = E.plan_for(op, x, dim=1, out=x)
             if p.regime != "split" or p.W == 1:
                 failures.append(f"{op} ({M}, {N}): plan {p.regime} W={p.W}")
-            E.forward(x, x, 1, log)
-            torch.cuda.synchronize()
-            rep = _forward_report(x, x0, 1, log, dtype)
-            if not rep.ok:
-                failures.append(f"{op} ({M}, {N}): {rep.message}")
+            _forward_into(failures, f"{op} ({M}, {N})", x, x, 1, log, dtype, x_ref=x0)
             y, dy = x, _at_offset(M, N, dtype, off, g)
             dy0 = dy.clone()
-            E.backward(y, dy, dy, 1, log)
-            torch.cuda.synchronize()
-            rep = _backward_report(dy, y, dy0, 1, log, dtype)
-            if not rep.ok:
-                failures.append(f"{op} backward ({M}, {N}): {rep.message}")
+            _backward_into(failures, f"{op} backward ({M}, {N})", y, dy, dy, 1, log, dtype, dy_ref=dy0)
     assert not failures, "\n".join(failures)
 
 
@@ -485,21 +481,13 @@ def test_split_waves(dtype, monkeypatch):
             p = E.plan_for(op, x, dim=1, out=y)
             if p.regime != "split" or not 0 < p.wave < M or p.W == 1:
                 failures.append(f"{op} ({M}, {N}): plan {p.regime} wave {p.wave} W={p.W}")
-            E.forward(x, y, 1, log)
-            torch.cuda.synchronize()
-            rep = _forward_report(y, x, 1, log, dtype)
-            if not rep.ok:
-                failures.append(f"{op} ({M}, {N}): {rep.message}")
+            _forward_into(failures, f"{op} ({M}, {N})", x, y, 1, log, dtype)
             dy = _at_offset(M, N, dtype, off, g)
             dx = _out_at(x, off)
             bp = E.plan_for(op + "_backward", y, dy, dim=1, out=dx)
             if bp.regime != "split" or not 0 < bp.wave < M or bp.W == 1:
                 failures.append(f"{op} backward ({M}, {N}): plan {bp.regime} wave {bp.wave} W={bp.W}")
-            E.backward(y, dy, dx, 1, log)
-            torch.cuda.synchronize()
-            rep = _backward_report(dx, y, dy, 1, log, dtype)
-            if not rep.ok:
-                failures.append(f"{op} backward ({M}, {N}): {rep.message}")
+            _backward_into(failures, f"{op} backward ({M}, {N})", y, dy, dx, 1, log, dtype)
     assert not failures, "\n".join(failures)
 
 
@@ -601,11 +589,7 @@ def test_window_path_any_n_any_offset(dtype, log):
             if (p.W, p.window) != want or (regime and not aligned and p.regime != regime):
                 failures.append(f"({M}, {N}) offsets {x_off}/{o_off}: plan {p.regime} W={p.W} P={p.window}")
                 continue
-            E.forward(x, out, 1, log)
-            torch.cuda.synchronize()
-            rep = _forward_report(out, x, 1, log, dtype)
-            if not rep.ok:
-                failures.append(f"forward ({M}, {N}) offsets {x_off}/{o_off}: {rep.message}")
+            _forward_into(failures, f"forward ({M}, {N}) offsets {x_off}/{o_off}", x, out, 1, log, dtype)
             y = _out_at(x, x_off)  # y starts as x
             y.copy_(out)
             dy_window = x_off == o_off and P.dy_window(bop, dtype, M, N, sms)  # dy unlike y: its own window, or scalar
@@ -619,11 +603,8 @@ def test_window_path_any_n_any_offset(dtype, log):
                 if bp.window != want_bp or (want_bp and bp.W == 1) or (N == 50257 and bp.regime != "cluster"):
                     failures.append(f"({M}, {N}) backward offsets {x_off}/{kind}/{o_off}: plan {bp.regime} "
                                     f"W={bp.W} P={bp.window}")
-                E.backward(y, dy, dx, 1, log)
-                torch.cuda.synchronize()
-                rep = _backward_report(dx, y, dy, 1, log, dtype)
-                if not rep.ok:
-                    failures.append(f"backward ({M}, {N}) offsets {x_off}/{kind}/{o_off}: {rep.message}")
+                _backward_into(failures, f"backward ({M}, {N}) offsets {x_off}/{kind}/{o_off}", y, dy, dx, 1, log,
+                               dtype)
     assert not failures, "\n".join(failures)
 
 
