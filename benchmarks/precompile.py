@@ -86,13 +86,15 @@ def _test_module(name: str):
 @contextlib.contextmanager
 def planning_engine(sms: int):
     """The CUDA engine, planning for CPU tensors: its layout and alignment logic as is; availability, the SM count
-    and kernel loading stubbed. Yields the engine module (plan_for on CPU stand-ins gives the device's kernels)."""
+    and kernel loading stubbed (every kernel resident at GROUP_CTAS_PER_SM CTAs an SM, as the group regime's plans
+    assume). Yields the engine module (plan_for on CPU stand-ins gives the device's kernels)."""
     from types import SimpleNamespace
 
     from onlinesoftmax.engines.cuda import run as E
 
     stubs = dict(available=lambda: None, _device_index=lambda x, op: 0, sms=lambda device: sms,
-                 kernel=lambda *a: SimpleNamespace(fits=True, resident=None, bind=lambda *a: None))
+                 kernel=lambda *a: SimpleNamespace(fits=True, resident=None, resident_ctas=P.GROUP_CTAS_PER_SM * sms,
+                                                   bind=lambda *a, **k: None))
     kept = {k: getattr(E, k) for k in stubs}
     vars(E).update(stubs)
     try:

@@ -150,8 +150,8 @@ def _interleaved_split(cls, monkeypatch) -> list:
             stream.append(("apply", a, ws))
 
     e = object.__new__(cls)
-    e.plan, e.contig, e.single, e.M, e.pers = SimpleNamespace(parts=16, wave=0), False, None, 2, ((1, 1, 0), (1, 1, 0))
-    e.steps = (0, 0, 0)
+    e.plan, e.contig, e.single, e.M = SimpleNamespace(parts=16, wave=0, regime="split"), False, None, 2
+    e.pers, e.steps, e.device = ((1, 1, 0), (1, 1, 0)), (0, 0, 0), 0
     e.calls = (SimpleNamespace(rows=stats), SimpleNamespace(rows=apply))
     run_threads(e, [(call, 0, 0, SimpleNamespace(device="cpu")) for call in (1, 2)])
     assert len(stream) == 4
@@ -186,6 +186,62 @@ class _EarlyFreeEntry(E._Entry):
 
 def test_interleaving_check_catches_a_workspace_freed_before_its_launches(monkeypatch):
     assert _interleaved_split(_EarlyFreeEntry, monkeypatch) != []
+
+
+# ---- the group regime's workspace: each call's zeroed before its own launch ---------------------------------------
+
+
+class _SharedGroupEntry(E._Entry):
+    """Known wrong: one group workspace for every call, zeroed by each before its launch."""
+
+    __slots__ = ()
+    _shared = torch.empty(64)
+
+    def _group(self, M, a, b, out, x):
+        E.memset32(self.device, self._shared.data_ptr(), 0, 64)
+        self.calls[0].rows(1, M, a, b, self._shared.data_ptr(), out)
+
+
+def _interleaved_group(cls, monkeypatch) -> list:
+    """Two threads, one group call each, on one fake stream: both memsets before either launch (a barrier in the
+    fake memset), the workspaces from a recycling allocator. Replays the stream: between a launch and the zeroing of
+    its workspace no other call may zero or use it (its tickets and counters would count twice). Returns the
+    launches that shared theirs."""
+    monkeypatch.setattr(E.torch, "empty", _Recycling())
+    stream, lock = [], threading.Lock()
+    both = threading.Barrier(2, timeout=5)
+
+    def memset(device, ws, value, count):
+        with lock:
+            stream.append(("zero", threading.get_ident(), ws))
+        both.wait()
+
+    def group(grid, M, a, b, ws, out):
+        with lock:
+            stream.append(("launch", threading.get_ident(), ws))
+
+    monkeypatch.setattr(E, "memset32", memset)
+    e = object.__new__(cls)
+    e.plan, e.contig, e.single, e.M = SimpleNamespace(parts=3, regime="group"), False, None, 2
+    e.pers, e.steps, e.device = ((3, 1, 0),), (0, 0, 0), 0
+    e.calls = (SimpleNamespace(rows=group),)
+    run_threads(e, [(call, 0, 0, SimpleNamespace(device="cpu")) for call in (1, 2)])
+    assert len(stream) == 4
+    wrong = []
+    for i, (kind, who, ws) in enumerate(stream):
+        if kind == "launch":
+            zero = max(j for j in range(i) if stream[j][0] == "zero" and stream[j][1] == who)
+            if stream[zero][2] != ws or any(w == ws and t != who for _, t, w in stream[zero + 1:i]):
+                wrong.append(who)
+    return wrong
+
+
+def test_group_workspace_is_per_call(monkeypatch):
+    assert _interleaved_group(E._Entry, monkeypatch) == []
+
+
+def test_interleaving_check_catches_a_shared_group_workspace(monkeypatch):
+    assert _interleaved_group(_SharedGroupEntry, monkeypatch) != []
 
 
 # ---- bounded caches, cheap new M --------------------------------------------------------------------------------
@@ -292,7 +348,7 @@ class _Recorder:
     """A loaded kernel for K.kernel whose prepared launches record (kernel, grid, first scalar) per launch."""
 
     def __init__(self, log):
-        self.log, self.fits, self.resident = log, True, None
+        self.log, self.fits, self.resident, self.resident_ctas = log, True, None, 2 * SMS
 
     def bind(self, grid, tail, pointers, pdl=False):
         p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
@@ -325,6 +381,7 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
     monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
     monkeypatch.setattr(E, "sms", lambda device: SMS)
     monkeypatch.setattr(E, "kernel", lambda *a: _Recorder(log))
+    monkeypatch.setattr(E, "memset32", lambda device, ptr, value, count: log.append(("zero", value, count)))
     monkeypatch.setattr(E, "_geometries", BoundedCache(E.ENTRY_CACHE))
     monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
     monkeypatch.setattr(launch, "_current_device", lambda: 0)
@@ -356,7 +413,10 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
 
 def _launched(p) -> list:
     """(grid, row count) of each launch plan p makes: the split regime's two kernels once per wave of p.wave rows
-    (the last wave the rest) where it goes in waves, every other launch once for all M rows."""
+    (the last wave the rest) where it goes in waves, every other launch once for all M rows; the group regime's
+    after its whole workspace is zeroed ("zero", 0, words)."""
+    if p.regime == "group":
+        return [("zero", 0, P.group_workspace(p.M, p.parts))] + [(l.grid, p.M) for l in p.launches]
     if p.regime != "split" or not p.wave:
         return [(l.grid, p.M) for l in p.launches]
     waves = [min(p.wave, p.M - r) for r in range(0, p.M, p.wave)]

@@ -49,6 +49,7 @@ CASES = [
     ("cluster16B_bf16", (8, 131072), BF16, -1, "cluster", None),
     ("split", (4, 300007), F32, -1, "split", None),  # beyond a cluster of 8 (fp32: 278528 elements)
     ("split_long", (2, 1000003), F32, -1, "split", None),
+    ("group", (30, 300007), F32, -1, "group", None),  # rows enough for groups of 9 CTAs to fill the chip
     ("strided1", (8, 300, 33), F32, 1, "strided", None),  # N > 256: past chan; one element an access
     ("columns16B", (2, 3000, 64), BF16, 1, "columns", None),  # bands that need shared memory
     ("chan", (4, 19, 128), BF16, 1, "chan", None),
@@ -61,6 +62,7 @@ CASES = [
 BACKWARD = [
     ("bwd_warp", (64, 500), F32, -1, "warp"),
     ("bwd_split", (4, 300007), F32, -1, "split"),
+    ("bwd_group", (16, 300007), F32, -1, "group"),
     ("bwd_strided", (8, 300, 33), F32, 1, "strided"),
     ("bwd_chan_bands", (4, 150, 64), BF16, 1, "chan"),
     ("bwd_cluster", (4, 65536), BF16, -1, "cluster"),

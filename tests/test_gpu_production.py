@@ -55,6 +55,9 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "cluster": [(2, 100 * W), (2, cap + W), (1, 262144)],
         # one element, odd N, several chunks per row
         "split": [(1, 1), (3, 3001), (2, 70000)],
+        # one CTA a row, few rows on groups of many CTAs (registers alone), and rows past the chip's wave whose
+        # groups hold them in registers and shared memory (two launches where the chip holds 2 CTAs an SM)
+        "group": [(1, 1), (3, 3001), (2, 70000), (70, 140001)],
         # the strided kernels on (M, N) as (outer = M, N, inner = 1): the columns one up to a cluster of 8
         "columns": [(3, 5), (2, 300), (2, 20000), (1, 30000)],
         "strided": [(3, 5), (2, 300), (2, 5000)],
@@ -273,6 +276,7 @@ def test_forward_backward_layouts(dtype, log):
     ((32, 131072), 1, torch.float32, "cluster", "cluster"),  # few rows: clusters of 8 in registers
     ((3, 100001), 1, torch.float16, "cluster", "cluster"),  # few rows, odd N: the window path
     ((1, 1 << 20), 1, torch.float32, "split", "split"),
+    ((40, 1 << 20), 1, torch.float32, "group", "group"),  # rows enough for groups of CTAs to fill the chip
     ((2048, 2048), 0, torch.float32, "strided", "strided"),  # columns would hold it in registers: strided is faster
     ((4096, 2048), 0, torch.float32, "columns", "strided"),  # the band needs shared memory: columns
     ((8192, 8192), 0, torch.float32, "columns", "strided"),  # the brief's dim-0 case: clusters of 8 per strip
@@ -402,19 +406,23 @@ def test_side_stream_and_workspace():
     assert rep.ok, rep.message
 
 
-def test_split_regime_in_a_cuda_graph():
-    """The split regime captured in a CUDA graph and replayed on new inputs: its two launches (the second a
-    programmatic one, which starts while the first runs), one row (plan.few_rows_split) and in waves (32 rows of
-    1000003 fp32: four waves reusing the workspace, from the graph's pool), forward and backward; NaN-poisoned
-    outputs against float64 on every replay."""
+def test_split_and_group_regimes_in_a_cuda_graph(monkeypatch):
+    """The split and group regimes captured in a CUDA graph and replayed on new inputs: the split's two launches (the
+    second a programmatic one, which starts while the first runs), one row (plan.few_rows_split) and in waves (32
+    rows of 1000007 fp32, groups turned off: four waves reusing the workspace, from the graph's pool); the group's
+    zeroed workspace (a memset node: the tickets and counters start from zero on every replay) and launch (32 rows of
+    1000003 fp32), forward and backward; NaN-poisoned outputs against float64 on every replay."""
     g = torch.Generator(device="cuda").manual_seed(13)
     failures = []
-    for M, N, dtype in ((1, 262144, torch.bfloat16), (32, 1000003, torch.float32)):
+    for M, N, dtype, regime in ((1, 262144, torch.bfloat16, "split"), (32, 1000003, torch.float32, "group"),
+                                (32, 1000007, torch.float32, "split")):
+        if M > 1 and regime == "split":  # a length no other test plans: its cached plans stay split
+            monkeypatch.setattr(P, "group_form", lambda *a: False)
         x = torch.randn(M, N, device="cuda", dtype=dtype)
         dy = torch.randn(M, N, device="cuda", dtype=dtype)
         y, dx = torch.empty_like(x), torch.empty_like(x)
         p, bp = E.plan_for("log_softmax", x), E.plan_for("log_softmax_backward", x, dy)
-        if p.regime != "split" or bp.regime != "split" or (M > 1 and not (p.wave and bp.wave)):
+        if (p.regime, bp.regime) != (regime, regime) or (M > 1 and regime == "split" and not (p.wave and bp.wave)):
             failures.append(f"({M}, {N}): plans {p.regime} wave {p.wave}, {bp.regime} wave {bp.wave}")
         E.forward(x, y, 1, True)  # compiled, planned and cached before the capture
         E.backward(y, dy, dx, 1, True)
@@ -439,21 +447,22 @@ def test_split_regime_in_a_cuda_graph():
     assert not failures, "\n".join(failures)
 
 
-def test_split_regime_in_place():
-    """The split regime in place (out is x forward, dx is dy backward): its second kernel, a programmatic launch,
-    reads its first inputs while the first kernel may still read the row, and writes only after the wait. One row
-    (plan.few_rows_split), a row through the window (an odd N, 2 elements into the buffer) and rows in waves;
-    against float64 of copies taken before."""
+def test_split_and_group_regimes_in_place():
+    """The split and group regimes in place (out is x forward, dx is dy backward). The split's second kernel, a
+    programmatic launch, reads its first inputs while the first kernel may still read the row, and writes only after
+    the wait: one row (plan.few_rows_split), a row through the window (an odd N, 2 elements into the buffer). A
+    group's CTAs write only after every CTA of the row has read its share: 32 rows of 1000003 fp32, aligned and
+    through the window (3 elements in). Against float64 of copies taken before."""
     g = torch.Generator(device="cuda").manual_seed(14)
     failures = []
-    for M, N, dtype, off in ((1, 262144, torch.bfloat16, 0), (2, 262143, torch.float16, 2),
-                             (32, 1000003, torch.float32, 0)):
+    for M, N, dtype, off, regime in ((1, 262144, torch.bfloat16, 0, "split"), (2, 262143, torch.float16, 2, "split"),
+                                     (32, 1000003, torch.float32, 0, "group"), (32, 1000003, torch.float32, 3, "group")):
         for log in (False, True):
             op = "log_softmax" if log else "softmax"
             x = _at_offset(M, N, dtype, off, g)
             x0 = x.clone()
             p = E.plan_for(op, x, dim=1, out=x)
-            if p.regime != "split" or p.W == 1:
+            if p.regime != regime or p.W == 1:
                 failures.append(f"{op} ({M}, {N}): plan {p.regime} W={p.W}")
             _forward_into(failures, f"{op} ({M}, {N})", x, x, 1, log, dtype, x_ref=x0)
             y, dy = x, _at_offset(M, N, dtype, off, g)
@@ -467,9 +476,10 @@ def test_split_waves(dtype, monkeypatch):
     """Split rows in waves (plan.split_wave: the launches go wave by wave, each wave's rows at their own pointers and
     the workspace reused), with the L2 budget cut to 4 MB so that a few rows make the waves: rows of 1000013 (the
     window path, from an offset of 3 elements) and of 1000016 (aligned), lengths no other test plans (the plans made
-    here keep the cut budget), forward and backward, the fewest waves both take and a short last one; NaN-poisoned
-    outputs against float64."""
+    here keep the cut budget, and no groups), forward and backward, the fewest waves both take and a short last one;
+    NaN-poisoned outputs against float64."""
     monkeypatch.setattr(P, "SPLIT_L2_BUDGET", 4 << 20)
+    monkeypatch.setattr(P, "group_form", lambda *a: False)
     g = torch.Generator(device="cuda").manual_seed(11)
     failures = []
     for N, off in ((1000013, 3), (1000016, 0)):
@@ -523,11 +533,15 @@ def _window_shapes(op, dtype):
     many = 140  # more rows than SMs: no few-rows rule
     three = P.ROW_MAX_THREADS * P.FWD_ROW_SLOTS * W  # block_threads: the forward's switch from 3 slots a thread
     beyond = P.max_cluster(op, dtype) * cap  # past the widest cluster: split, through the window where P = 1
+    # ... and rows enough that the groups of CTAs fill the chip (2 an SM): the group regime where P = 1
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    groups = -(-P.GROUP_CTAS_PER_SM * sms // P.group_config(op, dtype, W, beyond + 3 + W - 1)[0])
     return [(37, 1, "warp"), (37, 32, "warp"), (37, 33, "warp"), (37, 129, "warp"), (37, 199, "warp"),
             (9, wmax - W + 1, "warp"), (5, wmax - W + 2, "block"),
             (many, three - W + 1, "block"), (many, three - W + 2, "block"), (many, rcap - W + 1, "block"), (many, rcap + 3, "block" if cap > rcap else "cluster"),
             (many, cap - W + 1, "block"), (many, cap + 1, "cluster"), (2, 2 * cap - W + 1, "cluster"),
-            (1, 131071, "cluster"), (300, 50257, None), (3, beyond + 3, "split"), (2, 1000003, "split")]
+            (1, 131071, "cluster"), (300, 50257, None), (3, beyond + 3, "split"), (2, 1000003, "split"),
+            (groups, beyond + 3, "group")]
 
 
 def _split_path(p: int, V: int) -> tuple:
@@ -565,7 +579,8 @@ def test_window_path_any_n_any_offset(dtype, log):
     """Odd N and unaligned rows take the 16-byte window kernels (P = 1: out rows start as the inputs'; P = 2: out
     rows elsewhere, before and after them: realigned 16-byte stores), forward and backward, every regime (one CTA,
     shared-memory slots, clusters: the accesses a warp's last lane takes from the next warp or CTA; split rows past
-    the widest cluster, P = 1 only), but the
+    the widest cluster, P = 1 only; rows enough for groups of CTAs, P = 1 only, the split where the out rows start
+    elsewhere), but the
     forward's short rows (plan.scalar_short_rows: the scalar warp kernel); NaN-poisoned outputs against float64. A
     dy that starts differently from y (after it, before it, rows at other distances) takes dy's own window realigned
     to y's (P = 3) where the out rows start as y's, aligned y included (fp32: where plan.dy_window picks it), and the
@@ -584,9 +599,10 @@ def test_window_path_any_n_any_offset(dtype, log):
             out = _out_at(x, o_off)
             p = E.plan_for(op, x, dim=1, out=out)
             want = (1, 0) if P.scalar_short_rows(op, N, V, False, want_p) else (V, 0 if aligned else want_p)
-            if regime == "split" and not aligned:
+            if regime in ("split", "group") and not aligned:
                 want = _split_path(want_p, V)
-            if (p.W, p.window) != want or (regime and not aligned and p.regime != regime):
+            expect = "split" if regime == "group" and want_p != 1 else regime  # groups: out rows as the inputs'
+            if (p.W, p.window) != want or (regime and not aligned and p.regime != expect):
                 failures.append(f"({M}, {N}) offsets {x_off}/{o_off}: plan {p.regime} W={p.W} P={p.window}")
                 continue
             _forward_into(failures, f"forward ({M}, {N}) offsets {x_off}/{o_off}", x, out, 1, log, dtype)

@@ -63,7 +63,7 @@ def _block_of(name: str) -> int:
     args = [int(a) for a in name[name.index("<") + 1:-1].split(",")]
     if fam.endswith("_warp"):
         return P.WARP_THREADS
-    if fam.endswith("_row"):
+    if fam.endswith("_row") or fam.endswith("_grp"):
         return args[2] if fam == "ce_row" else args[3]  # ce_row has no op code
     if "split" in fam:
         return P.SPLIT_THREADS
@@ -81,7 +81,7 @@ def test_occupancy_targets(inst, report):
     row CTAs fits an SM, and of four flat CTAs with the largest chunk the plans give."""
     for k, r in report.items():
         fam = k.split("<")[0].split("_", 1)[1]
-        if fam not in ("warp", "row", "cols", "strided", "chan", "flat"):  # not cross-entropy's small launches
+        if fam not in ("warp", "row", "grp", "cols", "strided", "chan", "flat"):  # not cross-entropy's small launches
             continue
         threads = _block_of(k)
         # a row CTA of THREADS not a power of 2 (block_threads: whole warps) gets 1024 // THREADS per SM; chan: one
@@ -90,7 +90,7 @@ def test_occupancy_targets(inst, report):
         realigned = fam == "warp" and args[5] == "2"  # <OP,DT,W,SLOTS,RPT,P[,DTO]>
         # flat <OP,DT,SLOTS,LG[,SURE]>: 16-bit data 6 CTAs (the forward up to 12 slots a lane), else 4
         flat = 6 if fam == "flat" and args[1] != "0" and (k.startswith("bwd") or int(args[2]) <= 12) else 4
-        per_sm = {"warp": (3 if realigned else 4) * threads, "row": 1024 // threads * threads, "cols": 1024,
+        per_sm = {"warp": (3 if realigned else 4) * threads, "row": 1024 // threads * threads, "grp": 1024, "cols": 1024,
                   "strided": 2 * threads, "chan": threads, "flat": flat * threads}
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
@@ -110,16 +110,17 @@ def test_occupancy_targets(inst, report):
     checked = set()
     for k, r in report.items():
         fam = k.split("<")[0]
-        if fam not in ("fwd_row", "bwd_row", "ce_row"):
+        if fam not in ("fwd_row", "bwd_row", "ce_row", "fwd_grp", "bwd_grp"):
             continue
         args = [int(a) for a in k[:-1].split("<")[1].split(",")]
         threads, sslots = (args[2], args[4]) if fam == "ce_row" else (args[3], args[5])  # ce_row has no op code
         if threads == P.ROW_MAX_THREADS and sslots:
-            dyn = P.smem_bytes("softmax_backward" if fam == "bwd_row" else "softmax", 4, threads, sslots)
+            dyn = P.smem_bytes("softmax_backward" if fam.startswith("bwd") else "softmax", 4, threads, sslots)
             assert 2 * (dyn + r["smem"] + 1024) <= SMEM_PER_SM, (k, dyn, r["smem"])
             checked.add((fam, sslots))
     most = max(P.BWD_WIDE_SLOTS.values())
     assert ("bwd_row", most) in checked and ("fwd_row", P.smem_slots("softmax", torch.bfloat16, 8)) in checked
+    assert ("fwd_grp", P.smem_slots("softmax", torch.bfloat16, 8)) in checked
 
 
 def _ctas_per_sm(registers: int, threads: int) -> int:
@@ -172,7 +173,8 @@ def test_plans_only_pick_enumerated_kernels(inst):
         N = rng.choice([rng.randint(1, 2048), rng.randint(1, 1 << 19)])
         M = rng.choice([1, 2, rng.randint(1, 300), rng.randint(1, 1 << 20)])
         vec = rng.random() < 0.7
-        regime = rng.choice([None, None, "warp", "block", "cluster", "split", "columns", "strided", "chan", "flat"])
+        regime = rng.choice([None, None, "warp", "block", "cluster", "group", "split", "columns", "strided", "chan",
+                             "flat"])
         try:
             p = P.plan(M, N, dtype, op, vec=vec, sms=SMS, regime=regime, flat=rng.random() < 0.5)
         except P.Unsupported:
@@ -219,10 +221,11 @@ def test_regime_thresholds(op, dtype):
     assert p.regime == "block" and p.launches[0].cluster == 1
     p = P.plan(many, one + W, dtype, op, sms=SMS)
     assert p.regime == "cluster" and p.launches[0].cluster == 2
-    # the largest cluster, then split
+    # the largest cluster, then a group of CTAs (split where the rows are too few for groups to fill the chip)
     p = P.plan(4096, cmax * cap, dtype, op, sms=SMS)
     assert p.regime == "cluster" and p.launches[0].cluster == cmax
-    assert _regime(op, dtype, 4096, cmax * cap + W) == "split"
+    assert _regime(op, dtype, 4096, cmax * cap + W) == "group"
+    assert _regime(op, dtype, 2 * SMS // (cmax + 1) - 1, cmax * cap + W) == "split"
     assert cmax * cap >= 262144  # the brief: large N up to at least 262144 for every dtype
     # few rows (M x CTAs per row < SMs, N >= FEW_ROWS_MIN_N): wider clusters on the 16-byte path, split on the
     # scalar one and beyond the cluster capacity
@@ -378,6 +381,9 @@ def test_window_rules():
             assert P.plan(4096, wmax - W + 2, dtype, op, window=1, vec=False, sms=SMS).regime == "block"
             big = P.max_cluster(op, dtype) * P.row_capacity(op, dtype, W)
             p = P.plan(4096, big - W + 2, dtype, op, window=1, vec=False, sms=SMS)
+            assert (p.regime, p.W, p.window) == ("group", W, 1)
+            assert p.kernels[0].endswith(",1>"), p.kernels
+            p = P.plan(1, big - W + 2, dtype, op, window=1, vec=False, sms=SMS)
             assert (p.regime, p.W, p.window) == ("split", W, 1)
             assert all(k.endswith(f",{W},1>") for k in p.kernels), p.kernels
             for window in (2, 3) if opdefs.OPS[op].backward else (2,):
@@ -645,6 +651,54 @@ def test_block_rules():
                 assert low <= threads <= P.ROW_MAX_THREADS and threads % 32 == 0 and threads * slots * W >= N
 
 
+@pytest.mark.parametrize("dtype", opdefs.GPU_DTYPES)
+@pytest.mark.parametrize("op", list(P.ENGINE_OPS))
+def test_group_rules(op, dtype, monkeypatch):
+    """plan.group_form: rows beyond the widest cluster take groups of G CTAs (as few as hold the row, one an SM at
+    most) where M x G fills the chip's CTA slots (GROUP_CTAS_PER_SM an SM); fewer rows, the scalar path, out rows or
+    dy starting elsewhere (P 2, 3), the fused cast and cross-entropy keep the split. Each CTA holds its share
+    (softmax.cu's CH) and its slots are those the share fills; the workspace is the ticket and a counter and G pairs
+    a row; Plan.at moves a group plan as plan() makes it. run._fitted_plan takes the split where the device does not
+    hold twice G CTAs at once, or cannot tell."""
+    from types import SimpleNamespace
+
+    from onlinesoftmax.runtime.bounded import BoundedCache
+
+    W = P.vec_width(dtype)
+    N = P.max_cluster(op, dtype) * P.row_capacity(op, dtype, W) + 3 * W
+    G = P.group_config(op, dtype, W, N)[0]
+    rows = -(-P.GROUP_CTAS_PER_SM * SMS // G)
+    for window, vec in ((0, True), (1, False)):
+        p = P.plan(rows, N, dtype, op, vec=vec, window=window, sms=SMS)
+        Nc = N + (W - 1 if window else 0)
+        assert p.regime == "group" and p.parts == P.group_config(op, dtype, W, Nc)[0] <= SMS, p
+        (l,) = p.launches
+        assert l.grid == rows * p.parts and l.block == (P.GROUP_THREADS,) and l.cluster == 1 and l.sig == "group"
+        _, _, w, threads, slots, sslots, pw = (int(a) for a in l.kernel[l.kernel.index("<") + 1:-1].split(","))
+        assert (w, threads, slots, pw) == (W, P.GROUP_THREADS, P.reg_slots(op, dtype, W), window)
+        share = -(-(-(-Nc // W)) // p.parts)
+        assert share <= threads * (slots + sslots) and sslots == max(0, -(-share // threads) - slots)
+        assert l.smem == P.smem_bytes(op, W, threads, sslots) and p.workspace == 2 + 2 * (p.parts + 1) * rows
+        assert P.plan(rows - 1, N, dtype, op, vec=vec, window=window, sms=SMS).regime == "split"
+        big = P.plan(5 * P.stable_rows(SMS), N, dtype, op, vec=vec, window=window, sms=SMS)
+        assert big.at(P.stable_rows(SMS) + 7) == P.plan(P.stable_rows(SMS) + 7, N, dtype, op, vec=vec,
+                                                        window=window, sms=SMS)
+    assert P.plan(4096, N, dtype, op, vec=False, sms=SMS).regime == "split"  # the scalar path
+    for window in (2, 3) if opdefs.OPS[op].backward else (2,):
+        assert P.plan(4096, N, dtype, op, vec=False, window=window, sms=SMS).regime == "split"
+    if op == "softmax":
+        assert P.plan(4096, N, dtype, op, sms=SMS, split_form=False).regime == "split"
+    huge = (SMS + 1) * P.GROUP_THREADS * (P.reg_slots(op, dtype, W) + P.smem_slots(op, dtype, W)) * W
+    assert P.plan(4096, huge, dtype, op, sms=SMS).regime == "split"  # more than one CTA an SM a row
+    with pytest.raises(P.Unsupported):
+        P.plan(4096, huge, dtype, op, sms=SMS, regime="group")
+    # the device's count of resident CTAs against twice G
+    for ctas, regime in ((2 * G, "group"), (2 * G - 1, "split"), (None, "split")):
+        monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
+        monkeypatch.setattr(E, "kernel", lambda *a, c=ctas: SimpleNamespace(fits=True, resident=1, resident_ctas=c))
+        assert E._fitted_plan(4096, N, dtype, op, True, 1, 1, "rows", SMS, None, 0, "split").regime == regime
+
+
 def test_split_rules():
     parts, chunk = P.split_parts(1, 262144, 4, SMS)
     assert parts * chunk * 4 >= 262144 and parts >= 64
@@ -791,7 +845,7 @@ def test_row_layout_detection():
 
 def test_variants_registered():
     names = [v.name for v in registry.variants(backend="cuda") if v.name in V.VARIANT_NAMES]
-    assert len(names) == len(V.VARIANT_NAMES) == 30  # 4 ops x 7 regimes, and columns for the 2 forward ops
+    assert len(names) == len(V.VARIANT_NAMES) == 34  # 4 ops x 8 regimes, and columns for the 2 forward ops
     for op in P.ENGINE_OPS:
         for regime in P.REGIMES:
             if regime == "columns" and opdefs.OPS[op].backward:
@@ -811,7 +865,7 @@ def test_variant_supports_and_bytes():
     assert "fit one CTA" in registry.get("cuda.softmax_block").supports(8, 40000, f32)
     for op in P.ENGINE_OPS:
         ideal = opdefs.OPS[op].ideal_bytes(64, 4096, 2)
-        for regime in ("warp", "block", "cluster"):
+        for regime in ("warp", "block", "cluster", "group"):
             assert registry.get(f"cuda.{op}_{regime}").algo_bytes(64, 4096, 2) == ideal
         for regime in ("split", "strided"):
             assert registry.get(f"cuda.{op}_{regime}").algo_bytes(64, 4096, 2) > ideal

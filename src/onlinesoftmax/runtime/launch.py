@@ -257,6 +257,14 @@ class LoadedKernel:
         except Exception:
             return None
 
+    def max_active_blocks(self, threads: int, smem: int = 0) -> Optional[int]:
+        """How many CTAs of `threads` threads with `smem` bytes of dynamic shared memory an SM holds at once
+        (cuOccupancyMaxActiveBlocksPerMultiprocessor through cuda.core); None when the query is not available."""
+        try:
+            return int(self.kernel.occupancy.max_active_blocks_per_multiprocessor(threads, smem))
+        except Exception:
+            return None
+
     def config(self, grid, block, smem: int = 0):
         key = (grid, block, smem)
         cfg = self._configs.get(key)
@@ -405,6 +413,33 @@ def cluster_launches() -> bool:
     """Whether cluster kernels can be launched here: through libcuda's cuLaunchKernelEx, opened by ctypes (where it
     cannot be, the plans fall back to regimes without clusters: compiled.ShapedKernel.fits)."""
     return _driver_launch()[1] and _libcuda_entry("cuLaunchKernelEx") is not None
+
+
+_MEMSET = []  # [libcuda's cuMemsetD32Async through ctypes, or None], once tried
+
+
+def memset32(device: int, ptr: int, value: int, count: int) -> None:
+    """`count` 32-bit words at device pointer ptr set to `value` on torch's current stream of `device`
+    (cuMemsetD32Async, in the device's context: a memset node when the stream is captured)."""
+    on_device(device, _memset32, device, ptr, value, count)
+
+
+def _memset32(device: int, ptr: int, value: int, count: int) -> None:
+    if not _MEMSET:
+        f = _libcuda_entry("cuMemsetD32Async")
+        if f is not None:
+            f.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
+            f.restype = ctypes.c_int
+        _MEMSET.append(f)
+    s = stream_handle(device)
+    if _MEMSET[0] is not None:
+        err = _MEMSET[0](ptr, value, count, s)
+    else:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuMemsetD32Async(ptr, value, count, _cu_stream(s))
+    if err != 0:
+        raise OnlineSoftmaxError(f"cuMemsetD32Async({count} words) failed: {err}")
 
 
 class PreparedLaunch:

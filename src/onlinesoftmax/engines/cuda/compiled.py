@@ -11,6 +11,8 @@ Threads: the caches here are read without a lock and filled under one; what they
 
 from __future__ import annotations
 
+import math
+
 from typing import Optional
 
 import torch
@@ -76,14 +78,15 @@ def sms(device: Optional[int]) -> int:
 class ShapedKernel:
     """One instantiation loaded on one device for one launch shape (block, dynamic smem, cluster); shared by every
     call of that shape. `resident`: how many of its clusters can be resident at once (None: unknown; 1 without a
-    cluster), `fits`: whether one can. bind() gives a launch with a fixed grid and scalar tail: a PreparedLaunch
-    (cuLaunchKernel; cuLaunchKernelEx with a cluster or PDL)."""
+    cluster), `fits`: whether one can; `resident_ctas`: how many of its CTAs (without a cluster: blocks an SM from
+    the occupancy query times the SMs; None: unknown). bind() gives a launch with a fixed grid and scalar tail: a
+    PreparedLaunch (cuLaunchKernel; cuLaunchKernelEx with a cluster or PDL)."""
 
-    __slots__ = ("lk", "block", "smem", "cluster", "resident")
+    __slots__ = ("lk", "block", "smem", "cluster", "resident", "_ctas")
 
     def __init__(self, name: str, device: int, block: tuple, smem: int, cluster: int):
         self.lk = rt_launch.kernel(module(name, _arch_of(device)), name, device)
-        self.block, self.smem, self.cluster = block, smem, cluster
+        self.block, self.smem, self.cluster, self._ctas = block, smem, cluster, False
         self.lk.allow_smem(smem)
         if cluster > 1 and not rt_launch.cluster_launches():  # no launch for it here: the plans fall back
             self.resident = 0
@@ -94,6 +97,16 @@ class ShapedKernel:
     @property
     def fits(self) -> Optional[bool]:
         return None if self.resident is None else self.resident > 0
+
+    @property
+    def resident_ctas(self) -> Optional[int]:
+        if self._ctas is False:  # asked once, on first use (two threads asking at once get the same count)
+            per_sm = None
+            if self.cluster == 1:
+                per_sm = rt_launch.on_device(self.lk.device, self.lk.max_active_blocks, math.prod(self.block),
+                                             self.smem)
+            self._ctas = None if per_sm is None else per_sm * rt_launch.sm_count(self.lk.device)
+        return self._ctas
 
     def bind(self, grid: int, tail: tuple, pointers: int, pdl: bool = False):
         return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers, pdl, self.cluster)

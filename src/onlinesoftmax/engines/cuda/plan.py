@@ -18,7 +18,10 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              when rows are too few to fill the GPU, wider clusters (up to 16) with smaller shares per CTA; the
              aligned backward spreads its row over CTAs holding it in registers where they fill 7/8 of them; on
              the scalar path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
-    split    few rows on the scalar path, or N beyond the cluster capacity: (m, d) per chunk into an fp32
+    group    rows beyond the cluster capacity on the 16-byte path where the out rows start as the inputs' (P < 2),
+             enough of them to fill the chip (group_form): G CTAs a row (up to one an SM), each holding its share as
+             a cluster's CTA does, their pairs through global memory (group_config)
+    split    few rows on the scalar path, or N beyond the cluster capacity where no group takes it: (m, d) per chunk into an fp32
              workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write; 16-byte
              accesses on aligned rows and through the window where the out rows start as the inputs' (P = 1)
     columns  forward over a non-last dim of a contiguous tensor, (outer, N, inner), the columns on chip: a cluster
@@ -60,7 +63,7 @@ FILE = "softmax.cu"  # the kernels' source, in SOURCES
 SOURCES = "onlinesoftmax/engines/cuda/kernels"
 ENGINE_OPS = tuple(op.name for op in SOFTMAX_OPS)
 DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the kernels
-REGIMES = ("warp", "block", "cluster", "split", "columns", "strided", "chan", "flat")
+REGIMES = ("warp", "block", "cluster", "group", "split", "columns", "strided", "chan", "flat")
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
 WARP_THREADS = 256  # the same names in softmax.cu (an enum); the warp kernels' largest CTA
@@ -69,6 +72,9 @@ ROW_MIN_THREADS = 128
 FWD_ROW_SLOTS = 3  # the forward's row kernels on the 16-byte path: accesses per thread (block_threads)
 VEC_ROW_MIN_THREADS = 64  # the 16-byte path's one-CTA-a-row kernels: the fewest threads (block_threads)
 SPLIT_THREADS = 256
+GROUP_THREADS = 512  # group: the row kernels' CTA (a cluster's, reg_slots + smem_slots accesses a thread)
+GROUP_CTAS_PER_SM = 2  # group: the CTAs an SM holds (<= 64 registers, <= 106 KB of slots); a group takes at most
+#                        one an SM (half the device: run.py checks the occupancy query's count against twice G)
 SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
 CHAN_THREADS = 256
@@ -480,6 +486,39 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0,
     return c if widest < MAX_CLUSTER else need, ROW_MAX_THREADS, wide or smem_slots(op, dtype, W)
 
 
+def group_config(op: str, dtype, W: int, N: int) -> tuple[int, int]:
+    """(G, sslots) of the group regime: G CTAs a row, as few as hold it at a cluster CTA's capacity (GROUP_THREADS
+    threads holding reg_slots accesses in registers and smem_slots in shared memory), sharing it evenly (softmax.cu's
+    CH), each filling sslots of shared memory. N as the rules see it (N + W - 1 on the window path)."""
+    ss = smem_slots(op, dtype, W)
+    G = cdiv(cdiv(N, W), GROUP_THREADS * (reg_slots(op, dtype, W) + ss))
+    return G, used_smem_slots(op, dtype, W, N, G, GROUP_THREADS, ss)
+
+
+def group_form(op: str, dtype, W: int, M: int, N: int, sms: int, P: int, split_form: bool) -> bool:
+    """Whether the group regime takes rows beyond the widest cluster, which the split regime took: 16-byte accesses
+    whose out rows (and dy) start as the inputs' (P < 2), a caller with a split form (not the fused cast or
+    cross-entropy), groups of at most one CTA an SM (fp32 forward rows up to 4.6M elements), and rows enough that
+    their groups fill the chip's CTA slots (M x G >= GROUP_CTAS_PER_SM x sms); fewer rows split (more CTAs).
+    Timed on an H100 (session 68, benchmarks/results/session68/call2, regimes.py with the regimes forced, us, split
+    -> group, every op, fp32 and bf16): 64 x 1000003 fp32 softmax 267.9 -> 204.0 (a copy of its bytes: 176.9),
+    bf16 143.3 -> 116.6 (93.1), fp32 softmax backward 435.2 -> 293.5 (260.9); 528 x 300007 fp32 softmax 680.2 ->
+    454.1 (425.9); 16 x 1000003 fp32 softmax 73.3 -> 68.0, backward 115.6 -> 90.4. Where the groups leave CTA slots
+    empty the split won by 2-12% (7 x 1000003 bf16 softmax 19.8 against 22.1, 1 x 1000003 fp32 12.1 against 13.5).
+    Within the clusters' reach they stay (call 3: at M x N = 2^27, N = 50001 ... 262144, the clusters 2-5% ahead in
+    every op and dtype)."""
+    if W == 1 or P >= 2 or not split_form:
+        return False
+    G = group_config(op, dtype, W, N)[0]
+    return G <= sms and M * G >= GROUP_CTAS_PER_SM * sms
+
+
+def group_workspace(M: int, G: int) -> int:
+    """The group regime's fp32 workspace: the CTAs' ticket (2 words), then for each row an arrival counter (2 words)
+    and G pairs (softmax.cu's grp_body, os_group)."""
+    return 2 + 2 * (G + 1) * M
+
+
 def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:
     """(parts, chunk): each row cut into `parts` chunks of `chunk` accesses (a multiple of the CTA width), about
     SPLIT_CTAS_PER_SM CTAs per SM in total, at least SPLIT_MIN_CHUNK accesses per CTA."""
@@ -630,7 +669,7 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, 
         if c <= max_cluster(op, dtype):
             ctas_per_row = c
     if ctas_per_row is None:
-        return "split"
+        return "group" if group_form(op, dtype, W, M, N, sms, P, split_form) else "split"
     if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
         if W == 1 or (split_form and P < 2 and few_rows_split(op, dtype, W, M, N, sms)):  # (P 2, 3: scalar split)
             return "split"
@@ -662,7 +701,7 @@ class Launch:
     block: tuple  # (x,) or (x, y)
     cluster: int = 1
     smem: int = 0  # dynamic shared memory bytes
-    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row)
+    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row) | group
     per: tuple = (1, 1, 0)  # the grid rule: grid = grid_for(M, per)
 
 
@@ -684,11 +723,11 @@ class Plan:
     out_dtype: Optional[torch.dtype] = None  # fp32 outputs of 16-bit data (fused_cast); None: the data's dtype
     inner: int = 1
     lg: int = 0  # warp: log2 lanes per row
-    parts: int = 0  # split: chunks per row
-    chunk: int = 0  # split: accesses per chunk
+    parts: int = 0  # split: chunks per row; group: CTAs per row (G)
+    chunk: int = 0  # split: accesses per chunk; group: per CTA
     strips: int = 0  # strided: column strips per outer index
     items: int = 0  # strided: outer * strips
-    workspace: int = 0  # split: fp32 elements (2 per chunk of a wave's rows)
+    workspace: int = 0  # split: fp32 elements (2 per chunk of a wave's rows); group: group_workspace
     wave: int = 0  # split: rows per wave (split_wave), the two kernels launched wave by wave; 0: all rows at once
     rows: int = 0  # flat: rows per CTA
 
@@ -706,8 +745,8 @@ class Plan:
         for l in launches:
             if l.grid * l.cluster > INT_MAX:
                 raise Unsupported(f"{self.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
-        return replace(self, M=M, launches=launches, items=M * self.strips,
-                       workspace=2 * (self.wave or M) * self.parts)
+        ws = group_workspace(M, self.parts) if self.regime == "group" else 2 * (self.wave or M) * self.parts
+        return replace(self, M=M, launches=launches, items=M * self.strips, workspace=ws)
 
 
 def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window: int = 0, inner: int = 1,
@@ -903,6 +942,19 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         name = f"{pre}_row<{o},{dt},{W},{threads},{slots},{sslots},{c},{P}>"
         smem = smem_bytes(op, W, threads, sslots)
         return Plan("cluster", op, dtype, M, N, W, (_launch(M, name, (1, 1, 0), (threads,), c, smem),), P)
+    if chosen == "group":
+        if W == 1 or P >= 2:
+            raise Unsupported("the group regime reads 16-byte accesses of rows whose out rows (and dy) start as the "
+                              "inputs' (window 0 or 1)")
+        G, sslots = group_config(op, dtype, W, Nc)
+        if G > sms:
+            raise Unsupported(f"N = {N} needs {G} group CTAs a row, more than one an SM ({sms})")
+        slots = reg_slots(op, dtype, W)
+        _check_holds(Nc, W, G, GROUP_THREADS, slots, sslots)
+        name = f"{pre}_grp<{o},{dt},{W},{GROUP_THREADS},{slots},{sslots},{P}>"
+        launch = _launch(M, name, (G, 1, 0), (GROUP_THREADS,), 1, smem_bytes(op, W, GROUP_THREADS, sslots), "group")
+        return Plan("group", op, dtype, M, N, W, (launch,), P, parts=G, chunk=cdiv(cdiv(Nc, W), G),
+                    workspace=group_workspace(M, G))
     if chosen == "split":
         # aligned rows; the window path where the out rows start as the inputs' (P = 1); scalars otherwise
         W, P, Nc = (W, P, Nc) if P < 2 else (1, 0, N)
@@ -982,7 +1034,8 @@ def _probe_instantiations() -> dict[str, set]:
                             add(M, N, dtype, "cross_entropy", vec=vec, window=window)
                     for widest, M in itertools.product((2, 4, 8), rows[:3]):  # few-row clusters narrowed (run.py)
                         add(M, N, dtype, op, vec=vec, window=window, widest=widest)
-                    for regime, M in itertools.product(("warp", "block", "cluster", "split", "columns", "chan"),
+                    for regime, M in itertools.product(("warp", "block", "cluster", "group", "split", "columns",
+                                                        "chan"),
                                                        (2, 1 << 20)):
                         add(M, N, dtype, op, vec=vec, window=window, regime=regime)
                 if window:

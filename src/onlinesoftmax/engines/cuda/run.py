@@ -32,9 +32,10 @@ from ...runtime import available
 from ...runtime.bounded import BoundedCache
 from ...runtime import native
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
+from ...runtime.launch import memset32
 from .compiled import kernel, sms
-from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan, stable_rows,
-                   vec_width)
+from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, group_workspace, plan,
+                   stable_rows, vec_width)
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
 PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
@@ -81,7 +82,8 @@ def _is_contiguous(shape, stride) -> bool:
 def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, layout: str, sms: int,
                  regime: Optional[str], device: int, fallback: str, out_dtype=None, flat: bool = False) -> Plan:
     """plan(...) with an automatic plan whose clusters (cluster, columns) cannot be resident on this device, or
-    whose cluster attributes are refused, replaced by the `fallback` regime (split, strided); a few-row cluster plan
+    whose cluster attributes are refused, or whose groups of CTAs (group) could wait on one another for want of room
+    (_group_runs), replaced by the `fallback` regime (split, strided); a few-row cluster plan
     narrowed (plan's `widest`) until its M clusters are resident at once (_one_round); cached by geometry, one
     entry for every M >= stable_rows(sms) (two where the flat regime takes the rows from flat_from on)."""
     stable = M >= stable_rows(sms)
@@ -95,6 +97,8 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: 
 
     def make() -> Plan:
         p = planned(regime=regime, flat=flat)
+        if regime is None and p.regime == "group" and not _group_runs(p, device):
+            return planned(regime=fallback)
         if regime is not None or all(l.cluster == 1 for l in p.launches):
             return p
         try:
@@ -106,6 +110,18 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: 
 
     p = _plans.get(key) or _plans.get_or_make(key, make)
     return p.at(M) if stable else p
+
+
+def _group_runs(p: Plan, device: int) -> bool:
+    """Whether this device holds twice a group plan's G CTAs at once (the occupancy query): a group's CTAs wait for
+    one another, so G of them must fit, with room to spare for other streams' kernels (softmax.cu's grp_body).
+    False where they do not, or where that cannot be told."""
+    l = p.launches[0]
+    try:
+        ctas = kernel(l.kernel, device, l.block, l.smem, 1).resident_ctas
+    except OnlineSoftmaxError:
+        return False
+    return ctas is not None and ctas >= 2 * p.parts
 
 
 def _one_round(p: Plan, narrower, device: int) -> Plan:
@@ -133,13 +149,13 @@ def _one_round(p: Plan, narrower, device: int) -> Plan:
 class _Entry:
     """Everything one (op, shape, strides, dim, dtype, device, alignment) needs per call: the plan, whether the
     inputs are made contiguous first, and one bound launch per kernel (the pointers come per call). Immutable;
-    the split regime's workspace is allocated per call. rows(M, ...) runs the plan moved to M rows (Plan.at) without
-    building anything: only the grids, the row count and the workspace change."""
+    the split and group regimes' workspace is allocated per call. rows(M, ...) runs the plan moved to M rows
+    (Plan.at) without building anything: only the grids, the row count and the workspace change."""
 
-    __slots__ = ("plan", "contig", "calls", "single", "M", "pers", "steps")
+    __slots__ = ("plan", "contig", "calls", "single", "M", "pers", "steps", "device")
 
     def __init__(self, p: Optional[Plan], device: int, contig: bool, strides: tuple, so: int):
-        self.plan, self.contig = p, contig
+        self.plan, self.contig, self.device = p, contig, device
         self.calls, self.single, self.M, self.pers, self.steps = (), None, 0, (), (0, 0, 0)
         if p is None:  # an empty tensor: nothing to launch
             return
@@ -163,12 +179,15 @@ class _Entry:
             elif l.sig == "apply":
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts), i32(p.chunk))
                 pointers = 4
+            elif l.sig == "group":
+                tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts))
+                pointers = 4
             else:  # strided
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
             calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers,
                                                                                     l.sig == "apply"))
         self.calls = tuple(calls)
-        if len(calls) == 1:
+        if len(calls) == 1 and p.regime != "group":
             self.single = calls[0]
 
     def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
@@ -177,16 +196,27 @@ class _Entry:
         if self.single is not None:
             self.single(a, b, out)
         else:
-            self._split(self.M, a, b, out, x)
+            self._waves(self.M, a, b, out, x)
 
     def rows(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         """The call for M rows, for any M whose plan has this entry's geometry (_rows_entry keys it so)."""
         if self.single is None:
-            self._split(M, a, b, out, x)
+            self._waves(M, a, b, out, x)
         elif M == self.M:
             self.single(a, b, out)
         else:
             self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
+
+    def _waves(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
+        (self._group if self.plan.regime == "group" else self._split)(M, a, b, out, x)
+
+    def _group(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
+        # the ticket and each row's arrival counter and pairs (plan.group_workspace) in a workspace of this call,
+        # zeroed on the current stream before the launch (as the split's, from torch's caching allocator: see _split)
+        n = group_workspace(M, self.plan.parts)
+        ws = torch.empty(n, dtype=torch.float32, device=x.device)
+        memset32(self.device, ws.data_ptr(), 0, n)
+        self.calls[0].rows(grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
 
     def _split(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # the partial states go to a workspace of this call (2 floats per chunk of a wave), from torch's caching

@@ -36,7 +36,7 @@ def _supports(op: str, regime: str):
 def _algo_bytes(op: str, regime: str):
     def algo_bytes(M: int, N: int, s: int) -> int:
         ideal = OPS[op].ideal_bytes(M, N, s)
-        if regime in ("warp", "block", "cluster", "columns", "chan", "flat"):
+        if regime in ("warp", "block", "cluster", "group", "columns", "chan", "flat"):
             return ideal
         reads = len(OPS[op].inputs)
         total = ideal + reads * M * N * s  # the second pass re-reads the inputs (from L2 when the plan works)
@@ -73,6 +73,9 @@ _RUNG = {
               "merge, 16-byte stores"),
     "cluster": ("cluster per row", "a cluster of C CTAs per row (Hopper DSMEM): each holds N/C in registers + "
                 "smem, partial states exchanged through distributed shared memory; 1 read + 1 write"),
+    "group": ("group of CTAs per row", "G CTAs anywhere on the chip per row (a cooperative launch, in waves): "
+              "each holds N/G in registers + smem as a cluster's CTA does, partial states met through global memory "
+              "(a counter per row); 1 read + 1 write"),
     "split": ("split rows", "each row cut into P chunks: partial states to an fp32 workspace, then merge + "
               "re-read (L2) + write: two launches"),
     "columns": ("columns on chip (non-last dim)", "(outer, N, inner) forward: a cluster of C CTAs per strip of "

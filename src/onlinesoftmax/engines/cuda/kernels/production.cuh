@@ -525,6 +525,50 @@ template <int RED, int C> __device__ __forceinline__ void os_cluster_reduce(floa
     os_cluster_arrive();
 }
 
+// A group of G CTAs anywhere on the chip sharing a row (the group regime: softmax.cu's grp_body), and the row's
+// block of the call's workspace: an arrival counter (zeroed before the launch; 2 words), then a pair of floats for
+// each of its G CTAs.
+struct os_group {
+    long long row;
+    int rank;
+    int size;  // G
+    float* ws;  // the row's block
+};
+// The row's state from each CTA's block state through global memory: thread 0 stores its pair at its rank and counts
+// it in (a release: the pair is visible before the count); warp 0 waits for the G-th count (an acquire by each lane)
+// and folds the G pairs from L2 (relaxed loads after the acquire, lane-strided, then a butterfly, in the same order
+// in every CTA: all end with the same bits), then shares them through `sh`.
+template <int RED>
+__device__ __forceinline__ void os_group_reduce(float& a, float& b, float* sh, const os_group& g) {
+    unsigned* const cnt = reinterpret_cast<unsigned*>(g.ws);
+    float* const pairs = g.ws + 2;
+    if (threadIdx.x < 32) {
+        if (threadIdx.x == 0) {
+            asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(pairs + 2 * g.rank), "f"(a), "f"(b) : "memory");
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt) : "memory");
+        }
+        unsigned c;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt) : "memory");
+        } while (c < (unsigned)g.size);
+        a = os_id_a<RED>();
+        b = 0.0f;
+        for (int j = threadIdx.x; j < g.size; j += 32) {
+            float a2, b2;
+            asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(a2), "=f"(b2) : "l"(pairs + 2 * j) : "memory");
+            os_combine<RED>(a, b, a2, b2);
+        }
+        os_xor_reduce<RED, 32>(a, b);
+        if (threadIdx.x == 0) {
+            sh[0] = a;
+            sh[1] = b;
+        }
+    }
+    __syncthreads();
+    a = sh[0];
+    b = sh[1];
+}
+
 // The row's P partial states, folded by every warp (lane-strided, then a butterfly): every thread of every CTA
 // of the row ends with the same bits. They come from the kernel before, read after os_grid_wait() (the split apply
 // is a programmatic launch), by loads that stay after it: plain ones (ld.global, cached in L1 for the CTA's other

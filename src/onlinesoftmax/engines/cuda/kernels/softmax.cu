@@ -25,6 +25,9 @@
 // fwd_row<OP,DT,W,THREADS,SLOTS,SSLOTS,C,P> one row per CTA (C == 1) or per cluster of C CTAs (partial (m, d) through
 //                                        DSMEM); THREADS <= 512 threads hold SLOTS accesses each in registers and
 //                                        SSLOTS more in dynamic shared memory (cp.async)
+// fwd_grp<OP,DT,W,THREADS,SLOTS,SSLOTS,P> rows beyond a cluster: a group of G CTAs per row (row_body's C = 0), each
+//                                        holding its share as a cluster's CTA does, the partial (m, d) through global
+//                                        memory; each CTA takes its item from a ticket (the order CTAs start)
 // fwd_flat<OP,DT,SLOTS,LG,SURE>          contiguous aligned rows of any N (not whole accesses): a CTA stages R rows in
 //                                        shared memory with 16-byte copies, 2^LG lanes per row (4..32; SLOTS elements
 //                                        a lane, the first SURE of them inside every row) compute there, 16-byte stores
@@ -38,7 +41,7 @@
 //                                        of columns: (m, d) down N, tree merge, second pass (re-read in L2)
 // fwd_chan<OP,DT,W,CAP>                  a short non-last dim (N <= CAP <= 32: channels): a thread per access of W
 //                                        columns (4 bytes, or one 16-bit element) holds all N rows in registers
-// bwd_warp / bwd_flat / bwd_row / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_chan: the same for OP 2, 3,
+// bwd_warp / bwd_flat / bwd_row / bwd_grp / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_chan: the same for OP 2, 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
 // SASS: when the regimes were merged (issue 11), every instantiation compiled to the same sm_90 instructions as the
@@ -645,7 +648,8 @@ bwd_flat(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 }
 
 // ---- row: one row per CTA or per cluster ----------------------------------------------------------------------------
-// One row per CTA (C == 1) or per cluster of C CTAs (the partial pairs through DSMEM); THREADS <= 512 threads hold
+// One row per CTA (C == 1) or per cluster of C CTAs (the partial pairs through DSMEM), or per group of grp.size CTAs
+// anywhere on the chip (C == 0: the group regime, the pairs through global memory); THREADS <= 512 threads hold
 // SLOTS accesses each in registers and SSLOTS more in dynamic shared memory (cp.async).
 
 // Every shared-memory slot a row kernel's thread holds, as fn(j, lo, hi), j its slot: on the window path each one is a
@@ -664,12 +668,14 @@ __device__ __forceinline__ void row_slots(int lim, int jt, int lo_last, int N, c
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int C, int P, int DTO>
 __device__ __forceinline__ void row_body(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
-                                         int N, long long sa, long long sb, long long so, const ce_args& ce = {}) {
+                                         int N, long long sa, long long sb, long long so, const ce_args& ce = {},
+                                         const os_group& grp = {}) {
     typedef op_traits<OP, DT, W, DTO> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
     static_assert(SSLOTS == 0 || W > 1, "shared-memory slots need 16-byte accesses");
-    static_assert(C >= 1 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16");
+    static_assert(C >= 0 && C <= 16 && (C & (C - 1)) == 0, "cluster: power of 2 <= 16 (0: a group, grp)");
+    static_assert(C != 0 || (P <= 1 && OP != OP_CE), "a group: the aligned rows and the window (P <= 1), softmax ops");
     static_assert(THREADS % 32 == 0 && THREADS <= ROW_MAX_THREADS, "threads: warps, <= 512");
     static_assert(P != 2 || (W > 1 && DTO == DT && THREADS >= 64),
                   "the out rows' own window: 16-byte accesses, the inputs' type, xch read after a block barrier");
@@ -681,12 +687,18 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     extern __shared__ uint4 smem_slots[];  // [SSLOTS][IN][THREADS] vectors: x; or y then dy
     long long row;
     int rank;
-    os_cluster_item<C>(row, rank);
+    if constexpr (C == 0) {
+        row = grp.row;
+        rank = grp.rank;
+    } else {
+        os_cluster_item<C>(row, rank);
+    }
+    const int CS = C == 0 ? grp.size : C;  // CTAs a row
     const int t = threadIdx.x;
     // A cluster's CTAs share the row evenly: CH accesses each (the last one the rest), CH the accesses of the
     // longest window a row of N can take (N + W - 1 elements) over C; the plan sizes the shared memory for CH (a
     // CTA filled to CAP before the next one starts left the last CTAs idle and the cluster waiting on the first).
-    const int CH = C == 1 ? CAP : ((P ? N + 2 * W - 2 : N) / W + C - 1) / C;
+    const int CH = C == 1 ? CAP : ((P ? N + 2 * W - 2 : N) / W + CS - 1) / CS;
     const int first = rank * CH + t;  // the thread's first access in the row; slot k is at first + k * THREADS
     // the window path (P): the row starts sh elements into its first access; element j of the access i accesses
     // past `first` is the row's iff lo <= j < hi (BOUNDS; the constants 0 and W on the aligned path)
@@ -997,6 +1009,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     }
     os_block_reduce<op::RED, (THREADS & (THREADS - 1)) == 0>(pa, pb, red_a, red_b);
     if constexpr (C > 1) os_cluster_reduce<op::RED, C>(pa, pb, part);
+    if constexpr (C == 0) os_group_reduce<op::RED>(pa, pb, part, grp);
 
     const typename op::out_params o(pa, pb);
     float f;  // softmax: y = e * f, e = exp(x - mt) in v
@@ -1216,6 +1229,41 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long M, int N,
         long long sa, long long sb, long long so) {
     row_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, C, P, DTO>(a, b, out, N, sa, sb, so);
+}
+
+// ---- group: a row per group of G CTAs anywhere on the chip ----------------------------------------------------------
+// Rows longer than a cluster holds: G CTAs share each row as a cluster's do (row_body with C = 0), their pairs meeting
+// through global memory (os_group_reduce) instead of DSMEM, so a group is as wide as a row needs and its CTAs sit on
+// any SM. One read and one write an element, where the split regime reads twice (its second read from L2 at best).
+// A group's CTAs wait for one another, so each takes its item (row * G + rank) from a ticket counter in the order
+// the CTAs start, not from blockIdx: every group but the last begun then has all of its CTAs started, and completes,
+// whatever order the CTAs are scheduled in, as long as G CTAs fit the device at once (plan.group_form, run.py's
+// occupancy check). The grid is M * G CTAs, streamed as the row kernels' are (a cooperative launch in waves of
+// what the chip holds, each wave's reads then its writes, ran at 58-69% of copy: session 68, an H100). ws: the
+// ticket (2 words), then each row's block of 2 * (G + 1) floats (os_group); zeroed before the launch.
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
+__device__ __forceinline__ void grp_body(const void* a, const void* b, float* ws, void* out, int N, long long sa,
+                                         long long sb, long long so, int G) {
+    __shared__ unsigned ticket;
+    if (threadIdx.x == 0) ticket = atomicAdd(reinterpret_cast<unsigned*>(ws), 1u);
+    __syncthreads();
+    const long long row = ticket / (unsigned)G;
+    row_body<OP, DT, W, THREADS, SLOTS, SSLOTS, 0, P, DT>(
+        a, b, out, N, sa, sb, so, ce_args{}, os_group{row, (int)(ticket % (unsigned)G), G, ws + 2 + 2 * (G + 1) * row});
+}
+
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
+__global__ void __launch_bounds__(THREADS, (fwd_row_ctas<OP, DT, W, THREADS, SLOTS, SSLOTS, 0, P>()))
+fwd_grp(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+        long long M, int N, long long sa, long long sb, long long so, int G) {
+    grp_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, P>(a, b, ws, out, N, sa, sb, so, G);
+}
+
+template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+bwd_grp(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+        long long M, int N, long long sa, long long sb, long long so, int G) {
+    grp_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, P>(a, b, ws, out, N, sa, sb, so, G);
 }
 
 // Cross-entropy on the row kernel (one row per CTA or per cluster): x the logits (a), the gradient (out; it may be x
