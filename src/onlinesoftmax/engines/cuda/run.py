@@ -196,18 +196,18 @@ class _Entry:
         if self.single is not None:
             self.single(a, b, out)
         else:
-            self._waves(self.M, a, b, out, x)
+            self._with_workspace(self.M, a, b, out, x)
 
     def rows(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         """The call for M rows, for any M whose plan has this entry's geometry (_rows_entry keys it so)."""
         if self.single is None:
-            self._waves(M, a, b, out, x)
+            self._with_workspace(M, a, b, out, x)
         elif M == self.M:
             self.single(a, b, out)
         else:
             self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
 
-    def _waves(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
+    def _with_workspace(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         (self._group if self.plan.regime == "group" else self._split)(M, a, b, out, x)
 
     def _group(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
