@@ -45,7 +45,8 @@ def regime_cases(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         # wide clusters (16 for fp32 backward), aligned and an odd row through the window
         "cluster": [(2, cap + W), (3, 100003), (1, 262144), (4, 65537)],
         "split": [(3, 3001), (2, 20000)],
-        # one CTA a row; groups of several CTAs holding rows in registers and shared memory, more CTAs than fit
+        # one CTA a row; groups of several CTAs holding rows in registers and shared memory, 350 CTAs in fp32 (more
+        # than an H100 or H200 holds at once: the tickets)
         "group": [(3, 3001), (70, 140001)],
         "columns": [(3, 5), (2, 301)],
         "strided": [(3, 5), (2, 301)],

@@ -33,9 +33,6 @@ class FakeLoadedKernel:
     def allow_smem(self, smem):
         self.smem.append(smem)
 
-    def max_active_blocks(self, threads, smem=0):
-        return 2
-
 
 def cuobjdump() -> pathlib.Path:
     """The cuobjdump Triton ships (the SASS tests' disassembler; CI installs Triton), or the test skipped."""

@@ -411,6 +411,14 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
     assert len(entries) <= 48, len(entries)
 
 
+def test_row_entries_launch_what_plan_gives_each_row_count_with_groups(monkeypatch):
+    """The same where automatic plans take the group regime (plan.GROUP_AUTOMATIC): the few-row Ms split, the others
+    zero their workspace and launch the group kernel once."""
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
+    test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, 300007, torch.float32, "softmax_backward", 1)
+    assert P.plan(4096, 300007, torch.float32, "softmax_backward", vec=False, window=1, sms=SMS).regime == "group"
+
+
 def _launched(p) -> list:
     """(grid, row count) of each launch plan p makes: the split regime's two kernels once per wave of p.wave rows
     (the last wave the rest) where it goes in waves, every other launch once for all M rows; the group regime's

@@ -76,6 +76,13 @@ FEWER = {"group": 2, "group_log": 2, "bwd_group_log": 2}
 _evidence: dict = {}
 
 
+@pytest.fixture(autouse=True)
+def _groups(monkeypatch):
+    """Automatic plans take the group regime where it applies (plan.GROUP_AUTOMATIC, off by default): the storm's
+    group cases. Their shapes are this module's own, so their cached plans stay its own."""
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
+
+
 def _input(shape, dtype, dim, view, device, gen):
     """Fresh N(0, 3) data with a fully masked line and an outlier line along `dim`."""
     x = torch.randn(shape, device=device, generator=gen, dtype=torch.float32) * 3

@@ -55,9 +55,9 @@ def _shapes(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "cluster": [(2, 100 * W), (2, cap + W), (1, 262144)],
         # one element, odd N, several chunks per row
         "split": [(1, 1), (3, 3001), (2, 70000)],
-        # one CTA a row, few rows on groups of many CTAs (registers alone), and rows past the chip's wave whose
-        # groups hold them in registers and shared memory (two launches where the chip holds 2 CTAs an SM)
-        "group": [(1, 1), (3, 3001), (2, 70000), (70, 140001)],
+        # one CTA a row (G = 1), groups of a few CTAs with shared-memory slots, more CTAs than fit at once (70 rows
+        # of 140001: the tickets), and fp32 groups of more than 32 CTAs (warp 0 folds two pairs a lane or more)
+        "group": [(1, 1), (3, 3001), (2, 70000), (70, 140001), (2, 1200001)],
         # the strided kernels on (M, N) as (outer = M, N, inner = 1): the columns one up to a cluster of 8
         "columns": [(3, 5), (2, 300), (2, 20000), (1, 30000)],
         "strided": [(3, 5), (2, 300), (2, 5000)],
@@ -276,7 +276,7 @@ def test_forward_backward_layouts(dtype, log):
     ((32, 131072), 1, torch.float32, "cluster", "cluster"),  # few rows: clusters of 8 in registers
     ((3, 100001), 1, torch.float16, "cluster", "cluster"),  # few rows, odd N: the window path
     ((1, 1 << 20), 1, torch.float32, "split", "split"),
-    ((40, 1 << 20), 1, torch.float32, "group", "group"),  # rows enough for groups of CTAs to fill the chip
+    ((40, 1 << 20), 1, torch.float32, "group", "group"),  # rows enough for groups to fill the chip (GROUP_AUTOMATIC)
     ((2048, 2048), 0, torch.float32, "strided", "strided"),  # columns would hold it in registers: strided is faster
     ((4096, 2048), 0, torch.float32, "columns", "strided"),  # the band needs shared memory: columns
     ((8192, 8192), 0, torch.float32, "columns", "strided"),  # the brief's dim-0 case: clusters of 8 per strip
@@ -287,10 +287,12 @@ def test_forward_backward_layouts(dtype, log):
     ((4, 21, 4097), 1, torch.float16, "chan", "chan"),  # odd inner: one element an access
     ((2, 150, 64, 64), 1, torch.bfloat16, "chan", "chan"),  # C = 150: 8 threads a column
 ])
-def test_automatic_plans(shape, dim, dtype, regime, bwd_regime):
+def test_automatic_plans(shape, dim, dtype, regime, bwd_regime, monkeypatch):
     """The plans the shapes get (forward and backward: the aligned 16-bit backward of one CTA's rows takes the
     smallest cluster whose registers hold them, the columns forward's backward the strided kernel; a cluster that
-    could not be resident would have fallen back to split or strided), NaN-poisoned outputs against float64."""
+    could not be resident would have fallen back to split or strided; groups of CTAs where automatic plans take them,
+    plan.GROUP_AUTOMATIC), NaN-poisoned outputs against float64."""
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)  # (a shape only this test plans: its cached plan stays its own)
     x = torch.randn(shape, device="cuda").to(dtype) * 4
     for log in (False, True):
         op = "log_softmax" if log else "softmax"
@@ -409,15 +411,15 @@ def test_side_stream_and_workspace():
 def test_split_and_group_regimes_in_a_cuda_graph(monkeypatch):
     """The split and group regimes captured in a CUDA graph and replayed on new inputs: the split's two launches (the
     second a programmatic one, which starts while the first runs), one row (plan.few_rows_split) and in waves (32
-    rows of 1000007 fp32, groups turned off: four waves reusing the workspace, from the graph's pool); the group's
-    zeroed workspace (a memset node: the tickets and counters start from zero on every replay) and launch (32 rows of
-    1000003 fp32), forward and backward; NaN-poisoned outputs against float64 on every replay."""
+    rows of 1000007 fp32, groups off: four waves reusing the workspace, from the graph's pool); the group's zeroed
+    workspace (a memset node: the tickets and counters start from zero on every replay) and launch (32 rows of 1000003
+    fp32, plan.GROUP_AUTOMATIC), forward and backward; NaN-poisoned outputs against float64 on every replay."""
     g = torch.Generator(device="cuda").manual_seed(13)
     failures = []
     for M, N, dtype, regime in ((1, 262144, torch.bfloat16, "split"), (32, 1000003, torch.float32, "group"),
                                 (32, 1000007, torch.float32, "split")):
-        if M > 1 and regime == "split":  # a length no other test plans: its cached plans stay split
-            monkeypatch.setattr(P, "group_form", lambda *a: False)
+        # (lengths no other test plans at these row counts: their cached plans stay as made here)
+        monkeypatch.setattr(P, "GROUP_AUTOMATIC", regime == "group")
         x = torch.randn(M, N, device="cuda", dtype=dtype)
         dy = torch.randn(M, N, device="cuda", dtype=dtype)
         y, dx = torch.empty_like(x), torch.empty_like(x)
@@ -447,12 +449,13 @@ def test_split_and_group_regimes_in_a_cuda_graph(monkeypatch):
     assert not failures, "\n".join(failures)
 
 
-def test_split_and_group_regimes_in_place():
+def test_split_and_group_regimes_in_place(monkeypatch):
     """The split and group regimes in place (out is x forward, dx is dy backward). The split's second kernel, a
     programmatic launch, reads its first inputs while the first kernel may still read the row, and writes only after
     the wait: one row (plan.few_rows_split), a row through the window (an odd N, 2 elements into the buffer). A
     group's CTAs write only after every CTA of the row has read its share: 32 rows of 1000003 fp32, aligned and
-    through the window (3 elements in). Against float64 of copies taken before."""
+    through the window (3 elements in; plan.GROUP_AUTOMATIC). Against float64 of copies taken before."""
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
     g = torch.Generator(device="cuda").manual_seed(14)
     failures = []
     for M, N, dtype, off, regime in ((1, 262144, torch.bfloat16, 0, "split"), (2, 262143, torch.float16, 2, "split"),
@@ -479,7 +482,7 @@ def test_split_waves(dtype, monkeypatch):
     here keep the cut budget, and no groups), forward and backward, the fewest waves both take and a short last one;
     NaN-poisoned outputs against float64."""
     monkeypatch.setattr(P, "SPLIT_L2_BUDGET", 4 << 20)
-    monkeypatch.setattr(P, "group_form", lambda *a: False)
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", False)
     g = torch.Generator(device="cuda").manual_seed(11)
     failures = []
     for N, off in ((1000013, 3), (1000016, 0)):
@@ -575,7 +578,7 @@ def _dy_like(x, kind, x_off, g):
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
-def test_window_path_any_n_any_offset(dtype, log):
+def test_window_path_any_n_any_offset(dtype, log, monkeypatch):
     """Odd N and unaligned rows take the 16-byte window kernels (P = 1: out rows start as the inputs'; P = 2: out
     rows elsewhere, before and after them: realigned 16-byte stores), forward and backward, every regime (one CTA,
     shared-memory slots, clusters: the accesses a warp's last lane takes from the next warp or CTA; split rows past
@@ -585,7 +588,8 @@ def test_window_path_any_n_any_offset(dtype, log):
     dy that starts differently from y (after it, before it, rows at other distances) takes dy's own window realigned
     to y's (P = 3) where the out rows start as y's, aligned y included (fp32: where plan.dy_window picks it), and the
     scalar path otherwise: beyond one CTA's registers a cluster of CTAs holding the row in registers (asserted at
-    300 x 50257, a padded vocabulary's gradient)."""
+    300 x 50257, a padded vocabulary's gradient). Automatic plans take groups here (plan.GROUP_AUTOMATIC)."""
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
     g = torch.Generator(device="cuda").manual_seed(7)
     op = "log_softmax" if log else "softmax"
     bop = op + "_backward"

@@ -221,3 +221,28 @@ def test_no_cluster_kernel_fits_without_cuLaunchKernelEx(monkeypatch):
     monkeypatch.setattr(launch, "_libcuda_entry", lambda name: object())
     monkeypatch.setattr(launch, "_CU_LAUNCH", object())
     assert K.ShapedKernel("fwd_row<...>", 0, (512,), 0, 4).fits is True and ("allow", 4) in asked
+
+
+def test_resident_ctas_from_the_occupancy_query(monkeypatch):
+    """ShapedKernel.resident_ctas (the group regime's residency check, run._group_runs): the occupancy query's CTAs an
+    SM for the launch's threads and dynamic shared memory, times the SMs, asked once on first use; None for a
+    cluster kernel (its count is `resident`, in clusters) and where the query fails."""
+    from onlinesoftmax.engines.cuda import compiled as K
+
+    asked = []
+    lk = _Loaded()
+    lk.allow_cluster = lambda c: None
+    lk.max_active_blocks = lambda threads, smem: asked.append((threads, smem)) or 2
+    monkeypatch.setattr(K, "module", lambda name, arch: None)
+    monkeypatch.setattr(K, "_arch_of", lambda device: "sm_90")
+    monkeypatch.setattr(launch, "kernel", lambda module, name, device: lk)
+    monkeypatch.setattr(launch, "on_device", lambda device, fn, *a: fn(*a))
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
+    k = K.ShapedKernel("fwd_grp<...>", 0, (512,), 73728, 1)
+    assert asked == [] and k.resident_ctas == 264 and k.resident_ctas == 264 and asked == [(512, 73728)]
+    lk.max_active_blocks = lambda threads, smem: None
+    assert K.ShapedKernel("fwd_grp<...>", 0, (512,), 0, 1).resident_ctas is None
+    monkeypatch.setattr(launch, "_libcuda_entry", lambda name: object())
+    monkeypatch.setattr(launch, "_CU_LAUNCH", object())
+    lk.max_active_clusters = lambda *a: 3
+    assert K.ShapedKernel("fwd_row<...>", 0, (512,), 0, 4).resident_ctas is None

@@ -221,11 +221,10 @@ def test_regime_thresholds(op, dtype):
     assert p.regime == "block" and p.launches[0].cluster == 1
     p = P.plan(many, one + W, dtype, op, sms=SMS)
     assert p.regime == "cluster" and p.launches[0].cluster == 2
-    # the largest cluster, then a group of CTAs (split where the rows are too few for groups to fill the chip)
+    # the largest cluster, then split (groups of CTAs only where GROUP_AUTOMATIC: test_group_rules)
     p = P.plan(4096, cmax * cap, dtype, op, sms=SMS)
     assert p.regime == "cluster" and p.launches[0].cluster == cmax
-    assert _regime(op, dtype, 4096, cmax * cap + W) == "group"
-    assert _regime(op, dtype, 2 * SMS // (cmax + 1) - 1, cmax * cap + W) == "split"
+    assert _regime(op, dtype, 4096, cmax * cap + W) == "split"
     assert cmax * cap >= 262144  # the brief: large N up to at least 262144 for every dtype
     # few rows (M x CTAs per row < SMs, N >= FEW_ROWS_MIN_N): wider clusters on the 16-byte path, split on the
     # scalar one and beyond the cluster capacity
@@ -381,9 +380,6 @@ def test_window_rules():
             assert P.plan(4096, wmax - W + 2, dtype, op, window=1, vec=False, sms=SMS).regime == "block"
             big = P.max_cluster(op, dtype) * P.row_capacity(op, dtype, W)
             p = P.plan(4096, big - W + 2, dtype, op, window=1, vec=False, sms=SMS)
-            assert (p.regime, p.W, p.window) == ("group", W, 1)
-            assert p.kernels[0].endswith(",1>"), p.kernels
-            p = P.plan(1, big - W + 2, dtype, op, window=1, vec=False, sms=SMS)
             assert (p.regime, p.W, p.window) == ("split", W, 1)
             assert all(k.endswith(f",{W},1>") for k in p.kernels), p.kernels
             for window in (2, 3) if opdefs.OPS[op].backward else (2,):
@@ -659,7 +655,8 @@ def test_group_rules(op, dtype, monkeypatch):
     dy starting elsewhere (P 2, 3), the fused cast and cross-entropy keep the split. Each CTA holds its share
     (softmax.cu's CH) and its slots are those the share fills; the workspace is the ticket and a counter and G pairs
     a row; Plan.at moves a group plan as plan() makes it. run._fitted_plan takes the split where the device does not
-    hold twice G CTAs at once, or cannot tell."""
+    hold twice G CTAs at once, or cannot tell. All of it only where GROUP_AUTOMATIC (ONLINESOFTMAX_GROUPS=1): the
+    split otherwise, the group regime when forced."""
     from types import SimpleNamespace
 
     from onlinesoftmax.runtime.bounded import BoundedCache
@@ -668,6 +665,10 @@ def test_group_rules(op, dtype, monkeypatch):
     N = P.max_cluster(op, dtype) * P.row_capacity(op, dtype, W) + 3 * W
     G = P.group_config(op, dtype, W, N)[0]
     rows = -(-P.GROUP_CTAS_PER_SM * SMS // G)
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", False)
+    assert P.plan(4096, N, dtype, op, sms=SMS).regime == "split"
+    assert P.plan(4096, N, dtype, op, sms=SMS, regime="group").regime == "group"
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
     for window, vec in ((0, True), (1, False)):
         p = P.plan(rows, N, dtype, op, vec=vec, window=window, sms=SMS)
         Nc = N + (W - 1 if window else 0)

@@ -19,8 +19,9 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              aligned backward spreads its row over CTAs holding it in registers where they fill 7/8 of them; on
              the scalar path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
     group    rows beyond the cluster capacity on the 16-byte path where the out rows start as the inputs' (P < 2),
-             enough of them to fill the chip (group_form): G CTAs a row (up to one an SM), each holding its share as
-             a cluster's CTA does, their pairs through global memory (group_config)
+             enough of them to fill the chip (group_form), where GROUP_AUTOMATIC (ONLINESOFTMAX_GROUPS=1) or forced:
+             G CTAs a row (G at most the SMs), each holding its share as a cluster's CTA does, their pairs through
+             global memory (group_config)
     split    few rows on the scalar path, or N beyond the cluster capacity where no group takes it: (m, d) per chunk into an fp32
              workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write; 16-byte
              accesses on aligned rows and through the window where the out rows start as the inputs' (P = 1)
@@ -48,6 +49,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -75,6 +77,11 @@ SPLIT_THREADS = 256
 GROUP_THREADS = 512  # group: the row kernels' CTA (a cluster's, reg_slots + smem_slots accesses a thread)
 GROUP_CTAS_PER_SM = 2  # group: the CTAs an SM holds (<= 64 registers, <= 106 KB of slots); a group takes at most
 #                        one an SM (half the device: run.py checks the occupancy query's count against twice G)
+# group: whether automatic plans take the group regime (group_form), or only a forced regime does. Off unless the
+# environment asks (ONLINESOFTMAX_GROUPS=1): a group's CTAs wait for one another, and several group kernels running
+# at once (threads on streams of their own) can each hold a partly started group, G - 1 waiting CTAs, until no slot
+# is left for any group to complete: a hang (docs/tuning.md, "the group regime"). One stream at a time is safe.
+GROUP_AUTOMATIC = os.environ.get("ONLINESOFTMAX_GROUPS", "0").strip().lower() in ("1", "on", "true", "yes")
 SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
 CHAN_THREADS = 256
@@ -506,7 +513,7 @@ def group_form(op: str, dtype, W: int, M: int, N: int, sms: int, P: int, split_f
     454.1 (425.9); 16 x 1000003 fp32 softmax 73.3 -> 68.0, backward 115.6 -> 90.4. Where the groups leave CTA slots
     empty the split won by 2-12% (7 x 1000003 bf16 softmax 19.8 against 22.1, 1 x 1000003 fp32 12.1 against 13.5).
     Within the clusters' reach they stay (call 3: at M x N = 2^27, N = 50001 ... 262144, the clusters 2-5% ahead in
-    every op and dtype)."""
+    every op and dtype). choose_regime asks it only where GROUP_AUTOMATIC."""
     if W == 1 or P >= 2 or not split_form:
         return False
     G = group_config(op, dtype, W, N)[0]
@@ -669,7 +676,7 @@ def choose_regime(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0, 
         if c <= max_cluster(op, dtype):
             ctas_per_row = c
     if ctas_per_row is None:
-        return "group" if group_form(op, dtype, W, M, N, sms, P, split_form) else "split"
+        return "group" if GROUP_AUTOMATIC and group_form(op, dtype, W, M, N, sms, P, split_form) else "split"
     if N >= FEW_ROWS_MIN_N and M * ctas_per_row < sms:
         if W == 1 or (split_form and P < 2 and few_rows_split(op, dtype, W, M, N, sms)):  # (P 2, 3: scalar split)
             return "split"

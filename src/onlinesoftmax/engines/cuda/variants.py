@@ -73,9 +73,9 @@ _RUNG = {
               "merge, 16-byte stores"),
     "cluster": ("cluster per row", "a cluster of C CTAs per row (Hopper DSMEM): each holds N/C in registers + "
                 "smem, partial states exchanged through distributed shared memory; 1 read + 1 write"),
-    "group": ("group of CTAs per row", "G CTAs anywhere on the chip per row (a cooperative launch, in waves): "
-              "each holds N/G in registers + smem as a cluster's CTA does, partial states met through global memory "
-              "(a counter per row); 1 read + 1 write"),
+    "group": ("group of CTAs per row", "G CTAs anywhere on the chip per row, each taking its row from a ticket in "
+              "the order CTAs start: each holds N/G in registers + smem as a cluster's CTA does, partial states met "
+              "through global memory (a counter per row); 1 read + 1 write"),
     "split": ("split rows", "each row cut into P chunks: partial states to an fp32 workspace, then merge + "
               "re-read (L2) + write: two launches"),
     "columns": ("columns on chip (non-last dim)", "(outer, N, inner) forward: a cluster of C CTAs per strip of "

@@ -1238,9 +1238,11 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
 // A group's CTAs wait for one another, so each takes its item (row * G + rank) from a ticket counter in the order
 // the CTAs start, not from blockIdx: every group but the last begun then has all of its CTAs started, and completes,
 // whatever order the CTAs are scheduled in, as long as G CTAs fit the device at once (plan.group_form, run.py's
-// occupancy check). The grid is M * G CTAs, streamed as the row kernels' are (a cooperative launch in waves of
-// what the chip holds, each wave's reads then its writes, ran at 58-69% of copy: session 68, an H100). ws: the
-// ticket (2 words), then each row's block of 2 * (G + 1) floats (os_group); zeroed before the launch.
+// occupancy check) -- for one group kernel: several running at once (streams of their own) can each hold G - 1
+// waiting CTAs until none can complete, which is why automatic plans take groups only where asked
+// (plan.GROUP_AUTOMATIC). The grid is M * G CTAs, streamed as the row kernels' are (the first form, a cooperative
+// launch in waves of what the chip holds, each wave's reads then its writes, ran at 58-69% of copy: session 68, an
+// H100). ws: the ticket (2 words), then each row's block of 2 * (G + 1) floats (os_group); zeroed before the launch.
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
 __device__ __forceinline__ void grp_body(const void* a, const void* b, float* ws, void* out, int N, long long sa,
                                          long long sb, long long so, int G) {
