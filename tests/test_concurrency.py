@@ -191,11 +191,10 @@ def test_interleaving_check_catches_a_workspace_freed_before_its_launches(monkey
 # ---- the group regime's workspace: each call's zeroed before its own launch ---------------------------------------
 
 
-class _SharedGroupEntry(E._Entry):
-    """Known wrong: one group workspace for every call, zeroed by each before its launch."""
+class _SharedGroupEntry(_SharedWorkspaceEntry):
+    """Known wrong: the shared workspace for group calls, zeroed by each before its launch."""
 
     __slots__ = ()
-    _shared = torch.empty(64)
 
     def _group(self, M, a, b, out, x):
         E.memset32(self.device, self._shared.data_ptr(), 0, 64)

@@ -74,7 +74,7 @@ ROW_MIN_THREADS = 128
 FWD_ROW_SLOTS = 3  # the forward's row kernels on the 16-byte path: accesses per thread (block_threads)
 VEC_ROW_MIN_THREADS = 64  # the 16-byte path's one-CTA-a-row kernels: the fewest threads (block_threads)
 SPLIT_THREADS = 256
-GROUP_THREADS = 512  # group: the row kernels' CTA (a cluster's, reg_slots + smem_slots accesses a thread)
+GROUP_THREADS = ROW_MAX_THREADS  # group: the row kernels' CTA (a cluster's: row_capacity elements)
 GROUP_CTAS_PER_SM = 2  # group: the CTAs an SM holds (<= 64 registers, <= 106 KB of slots); a group takes at most
 #                        one an SM (half the device: run.py checks the occupancy query's count against twice G)
 # group: whether automatic plans take the group regime (group_form), or only a forced regime does. Off unless the
@@ -494,12 +494,11 @@ def cluster_config(op: str, dtype, W: int, M: int, N: int, sms: int, P: int = 0,
 
 
 def group_config(op: str, dtype, W: int, N: int) -> tuple[int, int]:
-    """(G, sslots) of the group regime: G CTAs a row, as few as hold it at a cluster CTA's capacity (GROUP_THREADS
-    threads holding reg_slots accesses in registers and smem_slots in shared memory), sharing it evenly (softmax.cu's
-    CH), each filling sslots of shared memory. N as the rules see it (N + W - 1 on the window path)."""
-    ss = smem_slots(op, dtype, W)
-    G = cdiv(cdiv(N, W), GROUP_THREADS * (reg_slots(op, dtype, W) + ss))
-    return G, used_smem_slots(op, dtype, W, N, G, GROUP_THREADS, ss)
+    """(G, sslots) of the group regime: G CTAs a row, as few as hold it at a cluster CTA's capacity (row_capacity:
+    smem_cluster's count before its power of 2), sharing it evenly (softmax.cu's CH), each filling sslots of shared
+    memory. N as the rules see it (N + W - 1 on the window path)."""
+    G = cdiv(N, row_capacity(op, dtype, W))
+    return G, used_smem_slots(op, dtype, W, N, G, GROUP_THREADS, smem_slots(op, dtype, W))
 
 
 def group_form(op: str, dtype, W: int, M: int, N: int, sms: int, P: int, split_form: bool) -> bool:
