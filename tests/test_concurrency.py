@@ -198,14 +198,15 @@ class _SharedGroupEntry(_SharedWorkspaceEntry):
 
     def _group(self, M, a, b, out, x):
         E.memset32(self.device, self._shared.data_ptr(), 0, 64)
-        self.calls[0].rows(1, M, a, b, self._shared.data_ptr(), out)
+        for call in self.calls:
+            call.rows(1, M, a, b, self._shared.data_ptr(), out)
 
 
 def _interleaved_group(cls, monkeypatch) -> list:
-    """Two threads, one group call each, on one fake stream: both memsets before either launch (a barrier in the
-    fake memset), the workspaces from a recycling allocator. Replays the stream: between a launch and the zeroing of
-    its workspace no other call may zero or use it (its tickets and counters would count twice). Returns the
-    launches that shared theirs."""
+    """Two threads, one group call each, on one fake stream: both memsets before either call's launches (a barrier
+    in the fake memset), the workspaces from a recycling allocator. Replays the stream: between a launch (the group
+    kernel, then the one for its abandoned shares) and the zeroing of its workspace no other call may zero or use it
+    (its tickets and counters would count twice). Returns the launches that shared theirs."""
     monkeypatch.setattr(E.torch, "empty", _Recycling())
     stream, lock = [], threading.Lock()
     both = threading.Barrier(2, timeout=5)
@@ -222,10 +223,10 @@ def _interleaved_group(cls, monkeypatch) -> list:
     monkeypatch.setattr(E, "memset32", memset)
     e = object.__new__(cls)
     e.plan, e.contig, e.single, e.M = SimpleNamespace(parts=3, regime="group"), False, None, 2
-    e.pers, e.steps, e.device = ((3, 1, 0),), (0, 0, 0), 0
-    e.calls = (SimpleNamespace(rows=group),)
+    e.pers, e.steps, e.device = ((3, 1, 0), (1, 1, 0)), (0, 0, 0), 0
+    e.calls = (SimpleNamespace(rows=group), SimpleNamespace(rows=group))
     run_threads(e, [(call, 0, 0, SimpleNamespace(device="cpu")) for call in (1, 2)])
-    assert len(stream) == 4
+    assert len(stream) == 6
     wrong = []
     for i, (kind, who, ws) in enumerate(stream):
         if kind == "launch":
@@ -475,10 +476,12 @@ class _Named:
         return p
 
 
-def test_split_apply_is_a_programmatic_launch(monkeypatch):
-    """The split regime's phase 2 (apply) is bound as a programmatic launch: it may start as phase 1's CTAs exit,
-    and waits in the kernel for their partials (os_grid_wait). Phase 1 and the other regimes' launches are plain:
-    phase 1 of a wave reuses the workspace the wave before's phase 2 reads."""
+def test_split_apply_and_group_fix_are_programmatic_launches(monkeypatch):
+    """The split regime's phase 2 (apply) and the group regime's second kernel (fix: the shares a group's CTAs
+    abandoned) are bound as programmatic launches: each may start as the kernel before's CTAs exit (or, the fix,
+    once they have all started), and waits in the kernel for what that one wrote (os_grid_wait). Phase 1, the group
+    kernel and the other regimes' launches are plain: phase 1 of a wave reuses the workspace the wave before's phase
+    2 reads; the group kernel's workspace was zeroed just before it."""
     bound = []
 
     class Kernel:
@@ -496,8 +499,8 @@ def test_split_apply_is_a_programmatic_launch(monkeypatch):
         p = P.plan(M, N, dtype, op, vec=N % 8 == 0, window=1, sms=SMS)
         bound.clear()
         E._Entry(p, 0, False, (N,) * len(opdefs.OPS[op].inputs), N)
-        want = [(k, l.sig == "apply") for k, l in zip(p.kernels, p.launches)]
-        assert bound == want and (p.regime == "split") == any(pdl for _, pdl in bound), (p.regime, bound)
+        want = [(k, l.sig in ("apply", "fix")) for k, l in zip(p.kernels, p.launches)]
+        assert bound == want and (p.regime in ("split", "group")) == any(pdl for _, pdl in bound), (p.regime, bound)
 
 
 def _at(M, N, dtype, offset):

@@ -304,6 +304,44 @@ def test_new_row_counts_reuse_one_entry_correctly(N, dtype, log):
     assert sum(k[1] == N and k[-1] == 0 for k in E._fwd_rows._d) == 1  # one entry serves every M >= lo
 
 
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_group_kernels_on_streams_of_their_own_all_complete(log):
+    """Eight group kernels at once, each on a stream of its own (the softmax backward of 8 rows of 1000003 fp32: 55
+    CTAs a row in fp32, 440 a kernel, more than the chip's slots for all of them): each can hold CTAs of a partly
+    started group while the others hold the remaining slots. The waits are bounded (a CTA abandons its share to
+    grp_fix after plan.GROUP_WAIT_NS): every kernel completes, within a deadline, over several rounds, and every
+    dx matches float64. (Without the bound this could hang: the deadline fails the test, the process then may hang.)"""
+    import time
+
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    M, N, K, rounds = 8, 1000003, 8, 4
+    x = torch.randn(M, N, device="cuda", generator=gen) * 3
+    y = (torch.log_softmax if log else torch.softmax)(x, -1)
+    cases = [(y, torch.randn(M, N, device="cuda", generator=gen)) for _ in range(K)]
+    assert E.plan_for("log_softmax_backward" if log else "softmax_backward", y, cases[0][1]).regime == "group"
+    E.backward(y, cases[0][1], torch.empty_like(y), 1, log)  # compiled and planned before the streams
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in range(K)]
+    for r in range(rounds):
+        outs, events = [], []
+        for s, (yy, dy) in zip(streams, cases):
+            dx = torch.full_like(yy, float("nan"))
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                E.backward(yy, dy, dx, 1, log)
+                events.append(torch.cuda.Event())
+                events[-1].record(s)
+            outs.append(dx)
+        deadline = time.monotonic() + 60
+        while not all(e.query() for e in events):
+            assert time.monotonic() < deadline, f"round {r}: group kernels on {K} streams still running after 60 s"
+            time.sleep(0.01)
+        for (yy, dy), dx in zip(cases, outs):
+            rep = compare_to_reference("log_softmax_backward" if log else "softmax_backward", (yy, dy), dx,
+                                       torch.float32, -1)
+            assert rep.ok, f"round {r}: {rep.message}"
+
+
 def test_write_evidence():
     out = os.environ.get("ONLINESOFTMAX_EVIDENCE")
     if not out or not _evidence:

@@ -111,6 +111,46 @@ def _check_rounded(v, M, N, dtype, kind, seed):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("name", V.VARIANT_NAMES)
 def test_variant_matches_reference(name, dtype, seed):
+    failures, ran = _variant_failures(name, dtype, seed)
+    assert ran and not failures, "\n".join(failures)
+
+
+def _abandoning_at_once(monkeypatch):
+    """Group plans made from here on with no wait (plan.GROUP_WAIT_NS = 0): every CTA of a group but those whose
+    count completes it, or which find it complete at their first look, abandons its share to the kernel after
+    (grp_fix). Fresh plan and entry caches, so that nothing planned before is reused."""
+    from onlinesoftmax.runtime.bounded import BoundedCache
+
+    monkeypatch.setattr(P, "GROUP_WAIT_NS", 0)
+    monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
+    monkeypatch.setattr(E, "_entries", BoundedCache(E.ENTRY_CACHE))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("name", [n for n in V.VARIANT_NAMES if n.endswith("_group")])
+def test_group_shares_abandoned_at_once_match_reference(name, dtype, seed, monkeypatch):
+    """The group variants' checks with no wait: the shares written by grp_fix from the inputs and the row's pairs."""
+    _abandoning_at_once(monkeypatch)
+    failures, ran = _variant_failures(name, dtype, seed)
+    assert ran and not failures, "\n".join(failures)
+
+
+def test_check_catches_abandoned_shares_left_unwritten(monkeypatch):
+    """Known wrong: with no wait, a group call that never launches grp_fix leaves the abandoned shares as the
+    poison: the check fails (and the abandoning happens: the test above is not vacuous)."""
+    _abandoning_at_once(monkeypatch)
+
+    def group_only(self, M, a, b, out, x):
+        ws = torch.zeros(P.group_workspace(M, self.plan.parts), dtype=torch.float32, device=x.device)
+        self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
+
+    monkeypatch.setattr(E._Entry, "_group", group_only)
+    rep = check_variant(registry.get("cuda.softmax_group"), 70, 140001, torch.float32, "normal", 5)
+    assert not rep.skipped and not rep.ok, rep.message
+
+
+def _variant_failures(name, dtype, seed):
+    """check_variant of variant `name` on its regime's shapes (_shapes) and every input kind: (failures, checks run)."""
     v = registry.get(name)
     regime = name.rsplit("_", 1)[1]
     failures, ran = [], 0
@@ -126,7 +166,7 @@ def test_variant_matches_reference(name, dtype, seed):
             ran += 1
             if not rep.ok:
                 failures.append(f"({M}, {N}) {kind}: {rep.message}")
-    assert ran and not failures, "\n".join(failures)
+    return failures, ran
 
 
 # ---- the public entry points ----------------------------------------------------------------------------
@@ -449,13 +489,17 @@ def test_split_and_group_regimes_in_a_cuda_graph(monkeypatch):
     assert not failures, "\n".join(failures)
 
 
-def test_split_and_group_regimes_in_place(monkeypatch):
+@pytest.mark.parametrize("wait", ["planned", "none"])
+def test_split_and_group_regimes_in_place(wait, monkeypatch):
     """The split and group regimes in place (out is x forward, dx is dy backward). The split's second kernel, a
     programmatic launch, reads its first inputs while the first kernel may still read the row, and writes only after
     the wait: one row (plan.few_rows_split), a row through the window (an odd N, 2 elements into the buffer). A
     group's CTAs write only after every CTA of the row has read its share: 32 rows of 1000003 fp32, aligned and
-    through the window (3 elements in; plan.GROUP_AUTOMATIC). Against float64 of copies taken before."""
+    through the window (3 elements in; plan.GROUP_AUTOMATIC); with no wait ("none"), the shares abandoned are
+    written by grp_fix from inputs no CTA has written. Against float64 of copies taken before."""
     monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
+    if wait == "none":
+        _abandoning_at_once(monkeypatch)
     g = torch.Generator(device="cuda").manual_seed(14)
     failures = []
     for M, N, dtype, off, regime in ((1, 262144, torch.bfloat16, 0, "split"), (2, 262143, torch.float16, 2, "split"),

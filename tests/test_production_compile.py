@@ -63,6 +63,8 @@ def _block_of(name: str) -> int:
     args = [int(a) for a in name[name.index("<") + 1:-1].split(",")]
     if fam.endswith("_warp"):
         return P.WARP_THREADS
+    if fam.endswith("_grp_fix"):
+        return P.GROUP_FIX_THREADS
     if fam.endswith("_row") or fam.endswith("_grp"):
         return args[2] if fam == "ce_row" else args[3]  # ce_row has no op code
     if "split" in fam:
@@ -653,10 +655,10 @@ def test_group_rules(op, dtype, monkeypatch):
     """plan.group_form: rows beyond the widest cluster take groups of G CTAs (as few as hold the row, one an SM at
     most) where M x G fills the chip's CTA slots (GROUP_CTAS_PER_SM an SM); fewer rows, the scalar path, out rows or
     dy starting elsewhere (P 2, 3), the fused cast and cross-entropy keep the split. Each CTA holds its share
-    (softmax.cu's CH) and its slots are those the share fills; the workspace is the ticket and a counter and G pairs
-    a row; Plan.at moves a group plan as plan() makes it. run._fitted_plan takes the split where the device does not
-    hold twice G CTAs at once, or cannot tell. All of it only where GROUP_AUTOMATIC (ONLINESOFTMAX_GROUPS=1): the
-    split otherwise, the group regime when forced."""
+    (softmax.cu's CH) and its slots are those the share fills; a second launch, a CTA a row, writes what a group's
+    CTAs abandoned; the workspace is the ticket and, a row, an arrival word, G pairs and G ranks; Plan.at moves a group plan as plan() makes it. run._fitted_plan takes the split where the device does not
+    hold twice G CTAs at once, or cannot tell. All of it only where GROUP_AUTOMATIC (on unless
+    ONLINESOFTMAX_GROUPS=0): the split otherwise, the group regime when forced."""
     from types import SimpleNamespace
 
     from onlinesoftmax.runtime.bounded import BoundedCache
@@ -673,13 +675,17 @@ def test_group_rules(op, dtype, monkeypatch):
         p = P.plan(rows, N, dtype, op, vec=vec, window=window, sms=SMS)
         Nc = N + (W - 1 if window else 0)
         assert p.regime == "group" and p.parts == P.group_config(op, dtype, W, Nc)[0] <= SMS, p
-        (l,) = p.launches
+        l, fix = p.launches
         assert l.grid == rows * p.parts and l.block == (P.GROUP_THREADS,) and l.cluster == 1 and l.sig == "group"
-        _, _, w, threads, slots, sslots, pw = (int(a) for a in l.kernel[l.kernel.index("<") + 1:-1].split(","))
+        assert (fix.grid, fix.block, fix.cluster, fix.sig) == (rows, (P.GROUP_FIX_THREADS,), 1, "fix")
+        assert p.wait == P.GROUP_WAIT_NS > 0
+        o, dt, w, threads, slots, sslots, pw = (int(a) for a in l.kernel[l.kernel.index("<") + 1:-1].split(","))
+        assert fix.kernel == l.kernel.split("<")[0] + f"_fix<{o},{dt},{w},{pw}>"
         assert (w, threads, slots, pw) == (W, P.GROUP_THREADS, P.reg_slots(op, dtype, W), window)
         share = -(-(-(-Nc // W)) // p.parts)
         assert share <= threads * (slots + sslots) and sslots == max(0, -(-share // threads) - slots)
-        assert l.smem == P.smem_bytes(op, W, threads, sslots) and p.workspace == 2 + 2 * (p.parts + 1) * rows
+        words = 2 + 2 * p.parts + 2 * ((p.parts + 1) // 2)  # the arrival word, G pairs, G abandoned ranks
+        assert l.smem == P.smem_bytes(op, W, threads, sslots) and p.workspace == 2 + words * rows
         assert P.plan(rows - 1, N, dtype, op, vec=vec, window=window, sms=SMS).regime == "split"
         big = P.plan(5 * P.stable_rows(SMS), N, dtype, op, vec=vec, window=window, sms=SMS)
         assert big.at(P.stable_rows(SMS) + 7) == P.plan(P.stable_rows(SMS) + 7, N, dtype, op, vec=vec,

@@ -75,13 +75,18 @@ FWD_ROW_SLOTS = 3  # the forward's row kernels on the 16-byte path: accesses per
 VEC_ROW_MIN_THREADS = 64  # the 16-byte path's one-CTA-a-row kernels: the fewest threads (block_threads)
 SPLIT_THREADS = 256
 GROUP_THREADS = ROW_MAX_THREADS  # group: the row kernels' CTA (a cluster's: row_capacity elements)
+GROUP_FIX_THREADS = 256  # group: the kernel after the group kernel's (a CTA a row: the shares abandoned)
 GROUP_CTAS_PER_SM = 2  # group: the CTAs an SM holds (<= 64 registers, <= 106 KB of slots); a group takes at most
 #                        one an SM (half the device: run.py checks the occupancy query's count against twice G)
-# group: whether automatic plans take the group regime (group_form), or only a forced regime does. Off unless the
-# environment asks (ONLINESOFTMAX_GROUPS=1): a group's CTAs wait for one another, and several group kernels running
-# at once (threads on streams of their own) can each hold a partly started group, G - 1 waiting CTAs, until no slot
-# is left for any group to complete: a hang (docs/tuning.md, "the group regime"). One stream at a time is safe.
-GROUP_AUTOMATIC = os.environ.get("ONLINESOFTMAX_GROUPS", "0").strip().lower() in ("1", "on", "true", "yes")
+# group: whether automatic plans take the group regime (group_form), or only a forced regime does. On unless the
+# environment says otherwise (ONLINESOFTMAX_GROUPS=0).
+GROUP_AUTOMATIC = os.environ.get("ONLINESOFTMAX_GROUPS", "1").strip().lower() not in ("0", "off", "false", "no")
+# group: how long (ns) a CTA waits for the rest of its group before it abandons its share to the group's last CTA
+# (softmax.cu's os_group_reduce). Several group kernels at once (threads on streams of their own, a graph's branches)
+# can each hold G - 1 waiting CTAs of a partly started group until no slot is left for any: without a bound, a hang.
+# Alone on the device a CTA waits for CTAs of its group that start as earlier groups' CTAs exit, a share's time
+# (microseconds); 200 us is well above it, and a tenth of a millisecond lost where the groups do block one another.
+GROUP_WAIT_NS = 200_000
 SPLIT_UNROLL = 4
 STRIDED_THREADS = 512  # __launch_bounds__(512, 2)
 CHAN_THREADS = 256
@@ -520,9 +525,9 @@ def group_form(op: str, dtype, W: int, M: int, N: int, sms: int, P: int, split_f
 
 
 def group_workspace(M: int, G: int) -> int:
-    """The group regime's fp32 workspace: the CTAs' ticket (2 words), then for each row an arrival counter (2 words)
-    and G pairs (softmax.cu's grp_body, os_group)."""
-    return 2 + 2 * (G + 1) * M
+    """The group regime's fp32 workspace: the CTAs' ticket (2 words), then for each row its arrival word (2 words), G
+    pairs and G words of abandoned ranks, rounded to pairs (softmax.cu's grp_body, production.cuh's os_group_words)."""
+    return 2 + (2 + 2 * G + 2 * ((G + 1) // 2)) * M
 
 
 def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:
@@ -707,7 +712,7 @@ class Launch:
     block: tuple  # (x,) or (x, y)
     cluster: int = 1
     smem: int = 0  # dynamic shared memory bytes
-    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row) | group
+    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row) | group | fix
     per: tuple = (1, 1, 0)  # the grid rule: grid = grid_for(M, per)
 
 
@@ -736,6 +741,7 @@ class Plan:
     workspace: int = 0  # split: fp32 elements (2 per chunk of a wave's rows); group: group_workspace
     wave: int = 0  # split: rows per wave (split_wave), the two kernels launched wave by wave; 0: all rows at once
     rows: int = 0  # flat: rows per CTA
+    wait: int = 0  # group: GROUP_WAIT_NS when planned (the kernels' wait_ns)
 
     @property
     def kernels(self) -> tuple:
@@ -959,8 +965,9 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         _check_holds(Nc, W, G, GROUP_THREADS, slots, sslots)
         name = f"{pre}_grp<{o},{dt},{W},{GROUP_THREADS},{slots},{sslots},{P}>"
         launch = _launch(M, name, (G, 1, 0), (GROUP_THREADS,), 1, smem_bytes(op, W, GROUP_THREADS, sslots), "group")
-        return Plan("group", op, dtype, M, N, W, (launch,), P, parts=G, chunk=cdiv(cdiv(Nc, W), G),
-                    workspace=group_workspace(M, G))
+        fix = _launch(M, f"{pre}_grp_fix<{o},{dt},{W},{P}>", (1, 1, 0), (GROUP_FIX_THREADS,), 1, 0, "fix")
+        return Plan("group", op, dtype, M, N, W, (launch, fix), P, parts=G, chunk=cdiv(cdiv(Nc, W), G),
+                    workspace=group_workspace(M, G), wait=GROUP_WAIT_NS)
     if chosen == "split":
         # aligned rows; the window path where the out rows start as the inputs' (P = 1); scalars otherwise
         W, P, Nc = (W, P, Nc) if P < 2 else (1, 0, N)

@@ -179,13 +179,14 @@ class _Entry:
             elif l.sig == "apply":
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts), i32(p.chunk))
                 pointers = 4
-            elif l.sig == "group":
+            elif l.sig in ("group", "fix"):
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts))
+                tail += (i32(p.wait),) if l.sig == "group" else ()
                 pointers = 4
             else:  # strided
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
             calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers,
-                                                                                    l.sig == "apply"))
+                                                                                    l.sig in ("apply", "fix")))
         self.calls = tuple(calls)
         if len(calls) == 1 and p.regime != "group":
             self.single = calls[0]
@@ -211,12 +212,14 @@ class _Entry:
         (self._group if self.plan.regime == "group" else self._split)(M, a, b, out, x)
 
     def _group(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
-        # the ticket and each row's arrival counter and pairs (plan.group_workspace) in a workspace of this call,
+        # the ticket and each row's arrival word, pairs and abandoned ranks (plan.group_workspace) in a workspace of this call,
         # zeroed on the current stream before the launch (as the split's, from torch's caching allocator: see _split)
         n = group_workspace(M, self.plan.parts)
         ws = torch.empty(n, dtype=torch.float32, device=x.device)
         memset32(self.device, ws.data_ptr(), 0, n)
-        self.calls[0].rows(grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
+        (group, fix), (pg, pf), w = self.calls, self.pers, ws.data_ptr()
+        group.rows(grid_for(M, pg), M, a, b, w, out)
+        fix.rows(grid_for(M, pf), M, a, b, w, out)  # the shares abandoned (a programmatic launch: starts as it ends)
 
     def _split(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # the partial states go to a workspace of this call (2 floats per chunk of a wave), from torch's caching

@@ -526,47 +526,89 @@ template <int RED, int C> __device__ __forceinline__ void os_cluster_reduce(floa
 }
 
 // A group of G CTAs anywhere on the chip sharing a row (the group regime: softmax.cu's grp_body), and the row's
-// block of the call's workspace: an arrival counter (zeroed before the launch; 2 words), then a pair of floats for
-// each of its G CTAs.
+// block of the call's workspace (zeroed before the launch; os_group_words): its arrival word (the CTAs counted in,
+// low 16 bits, and the shares abandoned, high 16; then a word unused), a pair of floats for each of its G CTAs, then
+// the ranks of the abandoned shares (+ 1) in the order they were abandoned.
+struct os_group_shared {  // the CTA's: its ticket, then what os_group_reduce gives every thread
+    unsigned ticket, own;
+    float a, b;
+};
 struct os_group {
     long long row;
     int rank;
     int size;  // G
     float* ws;  // the row's block
+    unsigned wait_ns;  // how long a CTA waits for its group before it abandons its share (plan.GROUP_WAIT_NS)
+    os_group_shared* s;
 };
+__host__ __device__ constexpr long long os_group_words(int G) { return 2 + 2 * G + 2 * ((G + 1) / 2); }
+// The global timer's low 32 bits (ns): differences modulo 2^32 measure waits up to 4 s, in one register.
+__device__ __forceinline__ unsigned os_globaltimer_lo() {
+    unsigned t;
+    asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(t));
+    return t;
+}
+// The G pairs of a group's row block, folded by a warp: lane-strided relaxed loads (after the caller's acquire of the
+// completed count), then a butterfly, in the same order wherever it runs: the same bits.
+template <int RED> __device__ __forceinline__ void os_group_fold(const float* blk, int G, float& a, float& b) {
+    a = os_id_a<RED>();
+    b = 0.0f;
+    for (int j = threadIdx.x & 31; j < G; j += 32) {
+        float a2, b2;
+        asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(a2), "=f"(b2) : "l"(blk + 2 + 2 * j) : "memory");
+        os_combine<RED>(a, b, a2, b2);
+    }
+    os_xor_reduce<RED, 32>(a, b);
+}
 // The row's state from each CTA's block state through global memory: thread 0 stores its pair at its rank and counts
-// it in (a release: the pair is visible before the count); warp 0 waits for the G-th count (an acquire by each lane)
-// and folds the G pairs from L2 (relaxed loads after the acquire, lane-strided, then a butterfly, in the same order
-// in every CTA: all end with the same bits), then shares them through `sh`.
-template <int RED>
-__device__ __forceinline__ void os_group_reduce(float& a, float& b, float* sh, const os_group& g) {
+// it in (acq_rel: the pair is visible before the count). The CTA whose count completes the group goes on; every
+// other one's thread 0 waits, at most wait_ns, for the G-th count (an acquire), then abandons its share: a
+// compare-and-swap that counts it abandoned while the group is still incomplete, and its rank into the row's list
+// (no share is abandoned once the group is complete). A group's CTAs may wait on one another for want of room
+// (several group kernels at once, each holding CTAs of a partly started group): an abandoned CTA exits, its slot
+// goes to a CTA not yet started, and no CTA waits without bound; the kernel after (grp_fix) writes the abandoned
+// shares. Returns false to an abandoning CTA (it writes nothing). Every CTA that goes on folds the G pairs (warp 0,
+// each lane after its own acquire of the completed count: all end with the same bits).
+template <int RED> __device__ __forceinline__ bool os_group_reduce(float& a, float& b, const os_group& g) {
     unsigned* const cnt = reinterpret_cast<unsigned*>(g.ws);
-    float* const pairs = g.ws + 2;
+    const unsigned G = g.size;
     if (threadIdx.x < 32) {
         if (threadIdx.x == 0) {
-            asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(pairs + 2 * g.rank), "f"(a), "f"(b) : "memory");
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(cnt) : "memory");
+            unsigned c, own = 1;
+            asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(g.ws + 2 + 2 * g.rank), "f"(a), "f"(b) : "memory");
+            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(c) : "l"(cnt) : "memory");
+            if ((c & 0xffffu) + 1 < G) {
+                const unsigned t0 = os_globaltimer_lo();
+                for (;;) {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt) : "memory");
+                    if ((c & 0xffffu) == G) break;
+                    if (os_globaltimer_lo() - t0 >= g.wait_ns && atomicCAS(cnt, c, c + 0x10000u) == c) {
+                        unsigned* const gone = reinterpret_cast<unsigned*>(g.ws + 2 + 2 * G) + (c >> 16);
+                        asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(gone), "r"(g.rank + 1) : "memory");
+                        own = 0;
+                        break;
+                    }
+                }
+            }
+            g.s->own = own;
         }
-        unsigned c;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt) : "memory");
-        } while (c < (unsigned)g.size);
-        a = os_id_a<RED>();
-        b = 0.0f;
-        for (int j = threadIdx.x; j < g.size; j += 32) {
-            float a2, b2;
-            asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(a2), "=f"(b2) : "l"(pairs + 2 * j) : "memory");
-            os_combine<RED>(a, b, a2, b2);
-        }
-        os_xor_reduce<RED, 32>(a, b);
-        if (threadIdx.x == 0) {
-            sh[0] = a;
-            sh[1] = b;
+        __syncwarp();
+        if (g.s->own) {
+            unsigned c;
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt) : "memory");
+            } while ((c & 0xffffu) < G);
+            os_group_fold<RED>(g.ws, g.size, a, b);
+            if (threadIdx.x == 0) {
+                g.s->a = a;
+                g.s->b = b;
+            }
         }
     }
     __syncthreads();
-    a = sh[0];
-    b = sh[1];
+    a = g.s->a;
+    b = g.s->b;
+    return g.s->own;
 }
 
 // The row's P partial states, folded by every warp (lane-strided, then a butterfly): every thread of every CTA

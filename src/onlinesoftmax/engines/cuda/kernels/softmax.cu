@@ -28,6 +28,7 @@
 // fwd_grp<OP,DT,W,THREADS,SLOTS,SSLOTS,P> rows beyond a cluster: a group of G CTAs per row (row_body's C = 0), each
 //                                        holding its share as a cluster's CTA does, the partial (m, d) through global
 //                                        memory; each CTA takes its item from a ticket (the order CTAs start)
+// fwd_grp_fix<OP,DT,W,P>                 after it (a programmatic launch): the shares a group's CTAs abandoned
 // fwd_flat<OP,DT,SLOTS,LG,SURE>          contiguous aligned rows of any N (not whole accesses): a CTA stages R rows in
 //                                        shared memory with 16-byte copies, 2^LG lanes per row (4..32; SLOTS elements
 //                                        a lane, the first SURE of them inside every row) compute there, 16-byte stores
@@ -81,6 +82,7 @@ enum {
     FLAT_THREADS = 256,     // threads per CTA of the flat kernels (4..32 lanes per row)
     ROW_MAX_THREADS = 512,  // the largest CTA of the row and columns kernels
     SPLIT_THREADS = 256,
+    GROUP_FIX_THREADS = 256,  // grp_fix: a CTA a row (it writes only what a group's CTAs abandoned)
     SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
     SPLIT_CTAS_PER_SM = 4,  // split: CTAs an SM the grid aims for (the window kernels' launch bound)
     STRIDED_THREADS = 512,
@@ -1009,7 +1011,9 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     }
     os_block_reduce<op::RED, (THREADS & (THREADS - 1)) == 0>(pa, pb, red_a, red_b);
     if constexpr (C > 1) os_cluster_reduce<op::RED, C>(pa, pb, part);
-    if constexpr (C == 0) os_group_reduce<op::RED>(pa, pb, part, grp);
+    if constexpr (C == 0) {
+        if (!os_group_reduce<op::RED>(pa, pb, grp)) return;  // its share abandoned: the completer writes it
+    }
 
     const typename op::out_params o(pa, pb);
     float f;  // softmax: y = e * f, e = exp(x - mt) in v
@@ -1238,34 +1242,104 @@ bwd_row(const void* __restrict__ a, const void* __restrict__ b, void* __restrict
 // A group's CTAs wait for one another, so each takes its item (row * G + rank) from a ticket counter in the order
 // the CTAs start, not from blockIdx: every group but the last begun then has all of its CTAs started, and completes,
 // whatever order the CTAs are scheduled in, as long as G CTAs fit the device at once (plan.group_form, run.py's
-// occupancy check) -- for one group kernel: several running at once (streams of their own) can each hold G - 1
-// waiting CTAs until none can complete, which is why automatic plans take groups only where asked
-// (plan.GROUP_AUTOMATIC). The grid is M * G CTAs, streamed as the row kernels' are (the first form, a cooperative
-// launch in waves of what the chip holds, each wave's reads then its writes, ran at 58-69% of copy: session 68, an
-// H100). ws: the ticket (2 words), then each row's block of 2 * (G + 1) floats (os_group); zeroed before the launch.
+// occupancy check). Several group kernels running at once (streams of their own, a graph's branches) can each hold
+// G - 1 waiting CTAs of a partly started group until no slot is left for any: the waits are bounded (wait_ns,
+// os_group_reduce), a CTA that waited that long abandons its share and exits, and the kernel after (grp_fix) writes
+// the abandoned shares. (Written by the group's last CTA at its end, they made ptxas spill 4-8 bytes in a few
+// log-softmax backward kernels, whichever way the values were kept apart.) The grid is M * G CTAs, streamed as the row kernels' are (the first form, a
+// cooperative launch in waves of what the chip holds, each wave's reads then its writes, ran at 58-69% of copy:
+// session 68, an H100). ws: the ticket (2 words), then each row's block of os_group_words(G); zeroed before the launch.
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
 __device__ __forceinline__ void grp_body(const void* a, const void* b, float* ws, void* out, int N, long long sa,
-                                         long long sb, long long so, int G) {
-    __shared__ unsigned ticket;
-    if (threadIdx.x == 0) ticket = atomicAdd(reinterpret_cast<unsigned*>(ws), 1u);
+                                         long long sb, long long so, int G, int wait_ns) {
+    os_launch_dependents();  // grp_fix may be scheduled once every CTA has started: none then waits for a slot
+    __shared__ os_group_shared gs;
+    if (threadIdx.x == 0) gs.ticket = atomicAdd(reinterpret_cast<unsigned*>(ws), 1u);
     __syncthreads();
+    const unsigned ticket = gs.ticket;
     const long long row = ticket / (unsigned)G;
     row_body<OP, DT, W, THREADS, SLOTS, SSLOTS, 0, P, DT>(
-        a, b, out, N, sa, sb, so, ce_args{}, os_group{row, (int)(ticket % (unsigned)G), G, ws + 2 + 2 * (G + 1) * row});
+        a, b, out, N, sa, sb, so, ce_args{},
+        os_group{row, (int)(ticket % (unsigned)G), G, ws + 2 + os_group_words(G) * row, (unsigned)wait_ns, &gs});
 }
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
 __global__ void __launch_bounds__(THREADS, (fwd_row_ctas<OP, DT, W, THREADS, SLOTS, SSLOTS, 0, P>()))
 fwd_grp(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-        long long M, int N, long long sa, long long sb, long long so, int G) {
-    grp_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, P>(a, b, ws, out, N, sa, sb, so, G);
+        long long M, int N, long long sa, long long sb, long long so, int G, int wait_ns) {
+    grp_body<fwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, P>(a, b, ws, out, N, sa, sb, so, G, wait_ns);
 }
 
 template <int OP, int DT, int W, int THREADS, int SLOTS, int SSLOTS, int P>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 bwd_grp(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-        long long M, int N, long long sa, long long sb, long long so, int G) {
-    grp_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, P>(a, b, ws, out, N, sa, sb, so, G);
+        long long M, int N, long long sa, long long sb, long long so, int G, int wait_ns) {
+    grp_body<bwd_op<OP>::value, DT, W, THREADS, SLOTS, SSLOTS, P>(a, b, ws, out, N, sa, sb, so, G, wait_ns);
+}
+
+// The shares of a group kernel's rows that their CTAs abandoned (os_group_reduce), written from the inputs, which no
+// CTA has written (in place too), and the row's pair folded from the workspace: a programmatic launch after the
+// group kernel (it starts once every group CTA has, then waits for the kernel's end), a CTA a row, which returns at
+// once where no share was abandoned (alone on the device, none is). Rank r's accesses as row_body cuts the row (CH a
+// CTA), an access a thread at a time.
+template <int OP, int DT, int W, int P>
+__device__ __forceinline__ void grp_fix_body(const void* a, const void* b, const float* ws, void* out, int N,
+                                             long long sa, long long sb, long long so, int G) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    const long long row = blockIdx.x;
+    const float* const blk = ws + 2 + os_group_words(G) * row;
+    os_grid_wait();  // the group kernel's end: every count, pair and abandoned rank written
+    const unsigned gone = __float_as_uint(os_ld_after_wait(blk)) >> 16;
+    if (gone == 0) return;
+    __shared__ float pair[2];
+    if (threadIdx.x < 32) {
+        float pa, pb;
+        os_group_fold<op::RED>(blk, G, pa, pb);
+        if (threadIdx.x == 0) {
+            pair[0] = pa;
+            pair[1] = pb;
+        }
+    }
+    __syncthreads();
+    const float pa = pair[0], pb = pair[1];
+    const typename op::out_params o(pa, pb);
+    const elem* in_a = static_cast<const elem*>(a) + row * sa;
+    const int sh = P ? os_shift<DT, W>(in_a) : 0;  // the row's offset in its first access (dy's and out's the same)
+    const int end = P ? (sh + N + W - 1) / W : N / W;
+    const int CH = ((P ? N + 2 * W - 2 : N) / W + G - 1) / G;
+    in_a -= sh;
+    const elem* in_b = static_cast<const elem*>(b) + row * sb - sh;
+    elem* dst = static_cast<elem*>(out) + row * so - sh;
+    for (unsigned k = 0; k < gone; k++) {
+        const int r = (int)__float_as_uint(os_ld_after_wait(blk + 2 + 2 * G + k)) - 1;
+        for (int i = r * CH + (int)threadIdx.x; i < min(end, r * CH + CH); i += blockDim.x) {
+            raw ra, rb;
+            float y[W];
+            op::load(ra, rb, in_a, in_b, i);
+            op::out_of(ra, rb, pa, pb, [&](float x) {
+                if constexpr (op::FWD) return o.of_x(x);
+                else return x;
+            }, y);
+            if (P && (i == 0 || i == end - 1)) op::io::store_part(dst, i, y, sh - i * W, sh - i * W + N);
+            else op::io::store(dst, i, y);
+        }
+    }
+}
+
+template <int OP, int DT, int W, int P>
+__global__ void __launch_bounds__(GROUP_FIX_THREADS)
+fwd_grp_fix(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
+            void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int G) {
+    grp_fix_body<fwd_op<OP>::value, DT, W, P>(a, b, ws, out, N, sa, sb, so, G);
+}
+
+template <int OP, int DT, int W, int P>
+__global__ void __launch_bounds__(GROUP_FIX_THREADS)
+bwd_grp_fix(const void* __restrict__ a, const void* __restrict__ b, const float* __restrict__ ws,
+            void* __restrict__ out, long long M, int N, long long sa, long long sb, long long so, int G) {
+    grp_fix_body<bwd_op<OP>::value, DT, W, P>(a, b, ws, out, N, sa, sb, so, G);
 }
 
 // Cross-entropy on the row kernel (one row per CTA or per cluster): x the logits (a), the gradient (out; it may be x
