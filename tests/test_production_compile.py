@@ -223,10 +223,11 @@ def test_regime_thresholds(op, dtype):
     assert p.regime == "block" and p.launches[0].cluster == 1
     p = P.plan(many, one + W, dtype, op, sms=SMS)
     assert p.regime == "cluster" and p.launches[0].cluster == 2
-    # the largest cluster, then split (groups of CTAs only where GROUP_AUTOMATIC: test_group_rules)
+    # the largest cluster, then groups of CTAs (their rules: test_group_rules), the scalar path split
     p = P.plan(4096, cmax * cap, dtype, op, sms=SMS)
     assert p.regime == "cluster" and p.launches[0].cluster == cmax
-    assert _regime(op, dtype, 4096, cmax * cap + W) == "split"
+    assert _regime(op, dtype, 4096, cmax * cap + W) == "group"
+    assert P.plan(4096, cmax * cap + 1, dtype, op, vec=False, sms=SMS).regime == "split"
     assert cmax * cap >= 262144  # the brief: large N up to at least 262144 for every dtype
     # few rows (M x CTAs per row < SMs, N >= FEW_ROWS_MIN_N): wider clusters on the 16-byte path, split on the
     # scalar one and beyond the cluster capacity
@@ -369,7 +370,8 @@ def test_few_row_clusters_run_in_one_round(monkeypatch):
 def test_window_rules():
     """The window path sizes the rules for N + W - 1 (a row may start W - 1 elements into its first access): its
     capacities are the aligned path's less W - 1; the split regime beyond them keeps the window where the out rows
-    start as the inputs' (P = 1, its own kernels) and falls back to scalar accesses where they do not (P = 2, 3)."""
+    start as the inputs' (P = 1, its own kernels; and the group regime's) and falls back to scalar accesses where they
+    do not (P = 2, 3)."""
     for op in P.ENGINE_OPS:
         for dtype in opdefs.GPU_DTYPES:
             W = P.vec_width(dtype)
@@ -381,9 +383,10 @@ def test_window_rules():
             assert P.plan(4096, wmax - W + 1, dtype, op, window=1, vec=False, sms=SMS).regime == "warp"
             assert P.plan(4096, wmax - W + 2, dtype, op, window=1, vec=False, sms=SMS).regime == "block"
             big = P.max_cluster(op, dtype) * P.row_capacity(op, dtype, W)
-            p = P.plan(4096, big - W + 2, dtype, op, window=1, vec=False, sms=SMS)
-            assert (p.regime, p.W, p.window) == ("split", W, 1)
-            assert all(k.endswith(f",{W},1>") for k in p.kernels), p.kernels
+            for regime in ("group", "split"):  # beyond the clusters (groups where the rows fill the chip)
+                p = P.plan(4096 if regime == "group" else 1, big - W + 2, dtype, op, window=1, vec=False, sms=SMS)
+                assert (p.regime, p.W, p.window) == (regime, W, 1)
+                assert all(f",{W}," in k and k.endswith(",1>") for k in p.kernels), p.kernels
             for window in (2, 3) if opdefs.OPS[op].backward else (2,):
                 p = P.plan(4096, big - W + 2, dtype, op, window=window, vec=False, sms=SMS)
                 assert (p.regime, p.W, p.window) == ("split", 1, 0), (window, p)
