@@ -1,7 +1,8 @@
 """How many shares the group regime's CTAs abandon (softmax.cu's os_group_reduce: a CTA that waited
 plan.GROUP_WAIT_NS for the rest of its group leaves its share to grp_fix), alone on the device and with K group
 kernels at once on streams of their own, and what a call then costs. Each call's workspace is kept and read after
-it: a row's arrival word holds its abandoned shares in its high 16 bits. Every output checked against float64.
+it: a row's arrival word holds its abandoned shares in its high 16 bits. Each stream's last output is checked
+against float64; ms_per_call is the wall time of all the calls over their number (the streams overlap).
 
     PYTHONPATH=src python benchmarks/group_waits.py [--streams 1 4 8] [--calls 20] [--out FILE.csv] [MxN ...]
 """
@@ -55,7 +56,10 @@ def main():
     print(f"{env['device']}: GROUP_WAIT_NS {P.GROUP_WAIT_NS}")
     keep = _KeepWorkspaces()
     E.torch = keep
-    rows = []
+    sink = open(args.out, "w", newline="") if args.out else None  # each row as it is measured: a cut run keeps them
+    if sink:
+        sink.write("# " + ", ".join(f"{k}={v}" for k, v in env.items()) + f", GROUP_WAIT_NS={P.GROUP_WAIT_NS}\n")
+    writer = None
     for shape in args.shapes or SHAPES:
         M, N = parse_shape(shape)
         for op in OPS:
@@ -96,15 +100,16 @@ def main():
                 row = dict(op=op, M=M, N=N, G=p.parts, streams=k, calls=len(gone), ms_per_call=round(ms, 4),
                            calls_abandoning=sum(1 for a in gone if a), shares_abandoned=sum(gone),
                            shares=len(gone) * M * p.parts, wrong_outputs=bad)
-                rows.append(row)
                 print(", ".join(f"{a}={b}" for a, b in row.items()), flush=True)
+                if sink:
+                    if writer is None:
+                        writer = csv.DictWriter(sink, fieldnames=list(row))
+                        writer.writeheader()
+                    writer.writerow(row)
+                    sink.flush()
     E.torch = torch
-    if args.out and rows:
-        with open(args.out, "w", newline="") as fh:
-            fh.write("# " + ", ".join(f"{k}={v}" for k, v in env.items()) + f", GROUP_WAIT_NS={P.GROUP_WAIT_NS}\n")
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+    if sink:
+        sink.close()
 
 
 if __name__ == "__main__":

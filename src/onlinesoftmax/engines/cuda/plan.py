@@ -19,9 +19,10 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              aligned backward spreads its row over CTAs holding it in registers where they fill 7/8 of them; on
              the scalar path (a backward whose y and dy start unalike) the CTAs hold the row in registers only
     group    rows beyond the cluster capacity on the 16-byte path where the out rows start as the inputs' (P < 2),
-             enough of them to fill the chip (group_form), where GROUP_AUTOMATIC (ONLINESOFTMAX_GROUPS=1) or forced:
+             enough of them to fill the chip (group_form; GROUP_AUTOMATIC, ONLINESOFTMAX_GROUPS=0 turns it off):
              G CTAs a row (G at most the SMs), each holding its share as a cluster's CTA does, their pairs through
-             global memory (group_config)
+             global memory (group_config); a second kernel writes the shares whose CTAs stopped waiting
+             (GROUP_WAIT_NS)
     split    few rows on the scalar path, or N beyond the cluster capacity where no group takes it: (m, d) per chunk into an fp32
              workspace (allocated per call), then merge + re-read (an L2 hit for these sizes) + write; 16-byte
              accesses on aligned rows and through the window where the out rows start as the inputs' (P = 1)
@@ -517,7 +518,7 @@ def group_form(op: str, dtype, W: int, M: int, N: int, sms: int, P: int, split_f
     454.1 (425.9); 16 x 1000003 fp32 softmax 73.3 -> 68.0, backward 115.6 -> 90.4. Where the groups leave CTA slots
     empty the split won by 2-12% (7 x 1000003 bf16 softmax 19.8 against 22.1, 1 x 1000003 fp32 12.1 against 13.5).
     Within the clusters' reach they stay (call 3: at M x N = 2^27, N = 50001 ... 262144, the clusters 2-5% ahead in
-    every op and dtype). choose_regime asks it only where GROUP_AUTOMATIC."""
+    every op and dtype). choose_regime asks it only where GROUP_AUTOMATIC (on unless ONLINESOFTMAX_GROUPS=0)."""
     if W == 1 or P >= 2 or not split_form:
         return False
     G = group_config(op, dtype, W, N)[0]
