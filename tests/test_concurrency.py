@@ -503,6 +503,35 @@ def test_split_apply_and_group_fix_are_programmatic_launches(monkeypatch):
         assert bound == want and (p.regime in ("split", "group")) == any(pdl for _, pdl in bound), (p.regime, bound)
 
 
+def test_group_entries_bind_the_plans_wait(monkeypatch):
+    """The group kernel's last argument is its plan's wait (plan.GROUP_WAIT_NS when planned; grp_fix takes the rest
+    of its arguments), and a plan made under another wait gets an entry of its own (run._shared_entry keys on it):
+    a GPU test that sets the wait to 0 then runs kernels bound with 0, not an entry cached before with 200 us."""
+    tails = []
+
+    class Kernel:
+        fits, resident = True, None
+
+        def __init__(self, name):
+            self.name = name
+
+        def bind(self, grid, tail, pointers, pdl=False):
+            tails.append((self.name, tail))
+
+    monkeypatch.setattr(E, "kernel", lambda name, *a: Kernel(name))
+    monkeypatch.setattr(E, "_geometries", BoundedCache(E.ENTRY_CACHE))
+    N, entries = 1000003, []
+    for wait in (P.GROUP_WAIT_NS, 0):
+        monkeypatch.setattr(P, "GROUP_WAIT_NS", wait)
+        p = P.plan(64, N, torch.float32, "softmax", vec=False, window=1, sms=SMS)
+        assert p.regime == "group" and p.wait == wait
+        tails.clear()
+        entries.append(E._shared_entry("softmax", (p, 0, False, (N,), N)))
+        (g, gt), (f, ft) = tails
+        assert "_grp<" in g and int(gt[-1]) == wait and "_grp_fix<" in f and tuple(ft) == tuple(gt[:-1])
+    assert entries[0] is not entries[1]
+
+
 def _at(M, N, dtype, offset):
     """A contiguous (M, N) tensor `offset` elements into a 16-byte aligned buffer."""
     return torch.zeros(M * N + 16, dtype=dtype)[offset:offset + M * N].view(M, N)

@@ -82,8 +82,8 @@ GROUP_CTAS_PER_SM = 2  # group: the CTAs an SM holds (<= 64 registers, <= 106 KB
 # group: whether automatic plans take the group regime (group_form), or only a forced regime does. On unless the
 # environment says otherwise (ONLINESOFTMAX_GROUPS=0).
 GROUP_AUTOMATIC = os.environ.get("ONLINESOFTMAX_GROUPS", "1").strip().lower() not in ("0", "off", "false", "no")
-# group: how long (ns) a CTA waits for the rest of its group before it abandons its share to the group's last CTA
-# (softmax.cu's os_group_reduce). Several group kernels at once (threads on streams of their own, a graph's branches)
+# group: how long (ns) a CTA waits for the rest of its group before it abandons its share to the kernel after
+# (softmax.cu's os_group_reduce, grp_fix). Several group kernels at once (threads on streams of their own, a graph's branches)
 # can each hold G - 1 waiting CTAs of a partly started group until no slot is left for any: without a bound, a hang.
 # Alone on the device a CTA waits for CTAs of its group that start as earlier groups' CTAs exit, a share's time
 # (microseconds); 200 us is well above it, and a tenth of a millisecond lost where the groups do block one another.

@@ -491,7 +491,7 @@ def _rows_entry(op: str, ins: tuple, out: torch.Tensor, dim: int, cache: Bounded
 
 def _shared_entry(op: str, call: tuple) -> _Entry:
     p = call[0]
-    key = (op, p.dtype, p.N, p.W, call[1:], p.lg, p.parts, p.chunk, p.wave,
+    key = (op, p.dtype, p.N, p.W, call[1:], p.lg, p.parts, p.chunk, p.wave, p.wait,
            tuple((l.kernel, l.block, l.smem, l.cluster, l.per) for l in p.launches))
     return _geometries.get(key) or _geometries.get_or_make(key, lambda: _Entry(*call))
 

@@ -1012,7 +1012,7 @@ __device__ __forceinline__ void row_body(const void* __restrict__ a, const void*
     os_block_reduce<op::RED, (THREADS & (THREADS - 1)) == 0>(pa, pb, red_a, red_b);
     if constexpr (C > 1) os_cluster_reduce<op::RED, C>(pa, pb, part);
     if constexpr (C == 0) {
-        if (!os_group_reduce<op::RED>(pa, pb, grp)) return;  // its share abandoned: the completer writes it
+        if (!os_group_reduce<op::RED>(pa, pb, grp)) return;  // its share abandoned: grp_fix writes it
     }
 
     const typename op::out_params o(pa, pb);
