@@ -23,28 +23,6 @@ SHAPES = ("64x1000003", "8x1000003", "528x300007")
 OPS = ("softmax", "softmax_backward")
 
 
-class _KeepWorkspaces:
-    """run.py's torch with `empty` recording the group workspaces it allocates (fp32, 1-D), so they outlive the call."""
-
-    def __init__(self):
-        self.kept = []
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    def empty(self, *a, **k):
-        t = torch.empty(*a, **k)
-        if t.dim() == 1 and t.dtype == torch.float32:
-            self.kept.append(t)
-        return t
-
-
-def abandoned(ws: torch.Tensor, M: int, G: int) -> int:
-    words = 2 + 2 * G + 2 * ((G + 1) // 2)
-    arrival = ws.view(torch.int32)[2::words][:M]
-    return int((arrival >> 16).sum())
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shapes", nargs="*")
@@ -54,8 +32,6 @@ def main():
     args = ap.parse_args()
     env = results.environment("cuda")
     print(f"{env['device']}: GROUP_WAIT_NS {P.GROUP_WAIT_NS}")
-    keep = _KeepWorkspaces()
-    E.torch = keep
     sink = open(args.out, "w", newline="") if args.out else None  # each row as it is measured: a cut run keeps them
     if sink:
         sink.write("# " + ", ".join(f"{k}={v}" for k, v in env.items()) + f", GROUP_WAIT_NS={P.GROUP_WAIT_NS}\n")
@@ -82,17 +58,17 @@ def main():
             for k in args.streams:
                 streams = [torch.cuda.Stream() for _ in range(k)]
                 outs = [torch.full_like(x, float("nan")) for _ in range(k)]
-                keep.kept.clear()
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                for _ in range(args.calls):
-                    for s, out in zip(streams, outs):
-                        s.wait_stream(torch.cuda.current_stream())
-                        with torch.cuda.stream(s):
-                            call(out)
+                with E.KeptWorkspaces() as keep:
+                    for _ in range(args.calls):
+                        for s, out in zip(streams, outs):
+                            s.wait_stream(torch.cuda.current_stream())
+                            with torch.cuda.stream(s):
+                                call(out)
                 torch.cuda.synchronize()
                 ms = (time.perf_counter() - t0) * 1e3 / (args.calls * k)
-                gone = [abandoned(ws, M, p.parts) for ws in keep.kept]
+                gone = [P.group_abandoned(ws, M, p.parts) for ws in keep.kept]
                 bad = 0
                 for out in outs:
                     rep = compare_to_reference(op, ins, out, torch.float32, -1)
@@ -107,7 +83,6 @@ def main():
                         writer.writeheader()
                     writer.writerow(row)
                     sink.flush()
-    E.torch = torch
     if sink:
         sink.close()
 

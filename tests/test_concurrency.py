@@ -476,12 +476,8 @@ class _Named:
         return p
 
 
-def test_split_apply_and_group_fix_are_programmatic_launches(monkeypatch):
-    """The split regime's phase 2 (apply) and the group regime's second kernel (fix: the shares a group's CTAs
-    abandoned) are bound as programmatic launches: each may start as the kernel before's CTAs exit (or, the fix,
-    once they have all started), and waits in the kernel for what that one wrote (os_grid_wait). Phase 1, the group
-    kernel and the other regimes' launches are plain: phase 1 of a wave reuses the workspace the wave before's phase
-    2 reads; the group kernel's workspace was zeroed just before it."""
+def _binds(monkeypatch) -> list:
+    """run.kernel replaced by fakes that record each bind as (kernel name, scalar tail, pdl), into the list returned."""
     bound = []
 
     class Kernel:
@@ -491,34 +487,34 @@ def test_split_apply_and_group_fix_are_programmatic_launches(monkeypatch):
             self.name = name
 
         def bind(self, grid, tail, pointers, pdl=False):
-            bound.append((self.name, pdl))
+            bound.append((self.name, tuple(tail), pdl))
 
     monkeypatch.setattr(E, "kernel", lambda name, *a: Kernel(name))
+    return bound
+
+
+def test_split_apply_and_group_fix_are_programmatic_launches(monkeypatch):
+    """The split regime's phase 2 (apply) and the group regime's second kernel (fix: the shares a group's CTAs
+    abandoned) are bound as programmatic launches: each may start as the kernel before's CTAs exit (or, the fix,
+    once they have all started), and waits in the kernel for what that one wrote (os_grid_wait). Phase 1, the group
+    kernel and the other regimes' launches are plain: phase 1 of a wave reuses the workspace the wave before's phase
+    2 reads; the group kernel's workspace was zeroed just before it."""
+    bound = _binds(monkeypatch)
     for M, N, dtype, op in ((2, 1000003, torch.float32, "softmax"), (64, 1000000, torch.bfloat16, "softmax_backward"),
                             (4, 4096, torch.float32, "log_softmax"), (9, 131072, torch.bfloat16, "softmax")):
         p = P.plan(M, N, dtype, op, vec=N % 8 == 0, window=1, sms=SMS)
         bound.clear()
         E._Entry(p, 0, False, (N,) * len(opdefs.OPS[op].inputs), N)
         want = [(k, l.sig in ("apply", "fix")) for k, l in zip(p.kernels, p.launches)]
-        assert bound == want and (p.regime in ("split", "group")) == any(pdl for _, pdl in bound), (p.regime, bound)
+        got = [(k, pdl) for k, _, pdl in bound]
+        assert got == want and (p.regime in ("split", "group")) == any(pdl for _, pdl in got), (p.regime, got)
 
 
 def test_group_entries_bind_the_plans_wait(monkeypatch):
     """The group kernel's last argument is its plan's wait (plan.GROUP_WAIT_NS when planned; grp_fix takes the rest
     of its arguments), and a plan made under another wait gets an entry of its own (run._shared_entry keys on it):
     a GPU test that sets the wait to 0 then runs kernels bound with 0, not an entry cached before with 200 us."""
-    tails = []
-
-    class Kernel:
-        fits, resident = True, None
-
-        def __init__(self, name):
-            self.name = name
-
-        def bind(self, grid, tail, pointers, pdl=False):
-            tails.append((self.name, tail))
-
-    monkeypatch.setattr(E, "kernel", lambda name, *a: Kernel(name))
+    tails = _binds(monkeypatch)
     monkeypatch.setattr(E, "_geometries", BoundedCache(E.ENTRY_CACHE))
     N, entries = 1000003, []
     for wait in (P.GROUP_WAIT_NS, 0):
@@ -527,9 +523,25 @@ def test_group_entries_bind_the_plans_wait(monkeypatch):
         assert p.regime == "group" and p.wait == wait
         tails.clear()
         entries.append(E._shared_entry("softmax", (p, 0, False, (N,), N)))
-        (g, gt), (f, ft) = tails
-        assert "_grp<" in g and int(gt[-1]) == wait and "_grp_fix<" in f and tuple(ft) == tuple(gt[:-1])
+        (g, gt, _), (f, ft, _) = tails
+        assert "_grp<" in g and int(gt[-1]) == wait and "_grp_fix<" in f and ft == gt[:-1]
     assert entries[0] is not entries[1]
+
+
+def test_kept_workspaces_and_the_abandoned_shares_read_from_them():
+    """run.KeptWorkspaces keeps the fp32 vectors run.py allocates while it is active (and nothing after it);
+    plan.group_abandoned sums the high 16 bits of each row's arrival word, at the block stride of group_words."""
+    M, G = 3, 5
+    with E.KeptWorkspaces() as keep:
+        ws = E.torch.empty(P.group_workspace(M, G), dtype=torch.float32)
+        E.torch.empty(4, dtype=torch.int32)  # not a workspace: not kept
+    assert E.torch is torch and keep.kept == [ws] and ws.numel() == 2 + M * P.group_words(G)
+    words = ws.view(torch.int32)
+    words.zero_()
+    for row, (arrived, gone) in enumerate(((5, 0), (5, 3), (2, 2))):
+        words[2 + row * P.group_words(G)] = arrived | (gone << 16)
+        words[3 + row * P.group_words(G)] = 7 << 16  # the word after it, unused: not read
+    assert P.group_abandoned(ws, M, G) == 5
 
 
 def _at(M, N, dtype, offset):

@@ -130,27 +130,6 @@ def _abandoning_at_once(monkeypatch, wait=0):
         monkeypatch.setattr(E, name, BoundedCache(old.limit, old.on_drop))
 
 
-class _KeptWorkspaces:
-    """run.py's torch with `empty` keeping the fp32 vectors it allocates (the group workspaces), read after the call:
-    a row's arrival word holds its abandoned shares in its high 16 bits."""
-
-    def __init__(self):
-        self.kept = []
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    def empty(self, *a, **k):
-        t = torch.empty(*a, **k)
-        if t.dim() == 1 and t.dtype == torch.float32:
-            self.kept.append(t)
-        return t
-
-    def abandoned(self, M, G):
-        words = 2 + 2 * G + 2 * ((G + 1) // 2)  # production.cuh's os_group_words
-        return [int((ws.view(torch.int32)[2::words][:M] >> 16).sum()) for ws in self.kept]
-
-
 def test_group_shares_abandoned_after_a_short_wait(monkeypatch):
     """A wait of 2 us (plan.GROUP_WAIT_NS): CTAs wait, time out and abandon while others of their group still
     arrive (the timed path and the compare-and-swap racing the arrivals, which a wait of 0 skips), on one stream and
@@ -158,8 +137,6 @@ def test_group_shares_abandoned_after_a_short_wait(monkeypatch):
     up), and every output matches float64 (64 rows of 1000003 fp32, softmax and its backward, G = 29 and 55)."""
     _abandoning_at_once(monkeypatch, wait=2000)
     monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
-    keep = _KeptWorkspaces()
-    monkeypatch.setattr(E, "torch", keep)
     g = torch.Generator(device="cuda").manual_seed(17)
     M, N = 64, 1000003
     x = torch.randn(M, N, device="cuda", generator=g) * 3
@@ -170,18 +147,18 @@ def test_group_shares_abandoned_after_a_short_wait(monkeypatch):
         for bwd in (False, True):
             p = E.plan_for("softmax_backward", y, dy) if bwd else E.plan_for("softmax", x)
             assert p.regime == "group" and p.wait == 2000, p
-            keep.kept.clear()
             outs = [torch.full_like(x, float("nan")) for _ in range(streams)]
             ss = [torch.cuda.Stream() for _ in range(streams)]
-            for s, out in zip(ss, outs):
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    if bwd:
-                        E.backward(y, dy, out, 1, False)
-                    else:
-                        E.forward(x, out, 1, False)
+            with E.KeptWorkspaces() as keep:
+                for s, out in zip(ss, outs):
+                    s.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(s):
+                        if bwd:
+                            E.backward(y, dy, out, 1, False)
+                        else:
+                            E.forward(x, out, 1, False)
             torch.cuda.synchronize()
-            gone = keep.abandoned(M, p.parts)
+            gone = [P.group_abandoned(ws, M, p.parts) for ws in keep.kept]
             label = f"{'backward' if bwd else 'forward'} on {streams} streams"
             if len(gone) != streams or not 0 < sum(gone) < streams * M * (p.parts - 1):
                 failures.append(f"{label}: shares abandoned per call {gone} of {M * p.parts}")

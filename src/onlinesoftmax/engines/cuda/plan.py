@@ -525,10 +525,22 @@ def group_form(op: str, dtype, W: int, M: int, N: int, sms: int, P: int, split_f
     return G <= sms and M * G >= GROUP_CTAS_PER_SM * sms
 
 
+def group_words(G: int) -> int:
+    """fp32 words of a row's block in the group regime's workspace: its arrival word (2 words), G pairs and G words
+    of abandoned ranks, rounded to pairs (production.cuh's os_group_words)."""
+    return 2 + 2 * G + 2 * ((G + 1) // 2)
+
+
 def group_workspace(M: int, G: int) -> int:
-    """The group regime's fp32 workspace: the CTAs' ticket (2 words), then for each row its arrival word (2 words), G
-    pairs and G words of abandoned ranks, rounded to pairs (softmax.cu's grp_body, production.cuh's os_group_words)."""
-    return 2 + (2 + 2 * G + 2 * ((G + 1) // 2)) * M
+    """The group regime's fp32 workspace: the CTAs' ticket (2 words), then each row's block (group_words; softmax.cu's
+    grp_body)."""
+    return 2 + group_words(G) * M
+
+
+def group_abandoned(ws: torch.Tensor, M: int, G: int) -> int:
+    """The shares abandoned in a group call's workspace, read after the call (diagnostics: run.KeptWorkspaces): the
+    high 16 bits of each row's arrival word (os_group_reduce)."""
+    return int((ws.view(torch.int32)[2::group_words(G)][:M] >> 16).sum())
 
 
 def split_parts(M: int, N: int, W: int, sms: int, min_parts: int = 1) -> tuple[int, int]:

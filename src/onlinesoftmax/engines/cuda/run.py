@@ -236,6 +236,35 @@ class _Entry:
             apply.rows(grid_for(g, pa), g, a + r * sa, b + r * sb, w, out + r * so)
 
 
+class KeptWorkspaces:
+    """Diagnostics (benchmarks/group_waits.py, the GPU tests): within `with KeptWorkspaces() as keep:`, the fp32
+    vectors this module allocates (the split and group workspaces) are kept in keep.kept, to be read after the calls
+    (plan.group_abandoned). The module's `torch` is a proxy meanwhile, whose `empty` keeps them; nothing is added to
+    a call outside such a block."""
+
+    def __init__(self):
+        self.kept = []
+
+    def __getattr__(self, name):
+        return getattr(_torch, name)
+
+    def empty(self, *a, **k):
+        t = _torch.empty(*a, **k)
+        if t.dim() == 1 and t.dtype == _torch.float32:
+            self.kept.append(t)
+        return t
+
+    def __enter__(self) -> "KeptWorkspaces":
+        globals()["torch"] = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        globals()["torch"] = _torch
+
+
+_torch = torch
+
+
 def _device_index(x: torch.Tensor, op: str) -> int:
     if not x.is_cuda:
         raise OnlineSoftmaxError(f"{op}: CUDA tensors expected (got {x.device})")
