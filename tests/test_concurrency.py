@@ -510,6 +510,17 @@ def test_split_apply_and_group_fix_are_programmatic_launches(monkeypatch):
         assert got == want and (p.regime in ("split", "group")) == any(pdl for _, pdl in got), (p.regime, got)
 
 
+def test_bands_entries_bind_both_kernels(monkeypatch):
+    """The bands regime's two launches: the bands kernel with (outer, N, inner, strips, G, wait) plain, bands_fix with
+    the same but the wait as a programmatic launch (it may start once every bands CTA has, and waits for their end)."""
+    bound = _binds(monkeypatch)
+    p = P.plan(8, 1000, torch.bfloat16, "softmax_backward", inner=4096, layout="strided", regime="bands", sms=SMS)
+    E._Entry(p, 0, False, (0, 0), 0)
+    (b, bt, bpdl), (f, ft, fpdl) = bound
+    assert (b, f) == p.kernels and not bpdl and fpdl
+    assert [int(v) for v in bt] == [8, 1000, 4096, p.strips, p.parts, P.GROUP_WAIT_NS] and ft == bt[:-1]
+
+
 def test_group_entries_bind_the_plans_wait(monkeypatch):
     """The group kernel's last argument is its plan's wait (plan.GROUP_WAIT_NS when planned; grp_fix takes the rest
     of its arguments), and a plan made under another wait gets an entry of its own (run._shared_entry keys on it):

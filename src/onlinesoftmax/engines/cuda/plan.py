@@ -66,7 +66,7 @@ FILE = "softmax.cu"  # the kernels' source, in SOURCES
 SOURCES = "onlinesoftmax/engines/cuda/kernels"
 ENGINE_OPS = tuple(op.name for op in SOFTMAX_OPS)
 DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the kernels
-REGIMES = ("warp", "block", "cluster", "group", "split", "columns", "strided", "chan", "flat")
+REGIMES = ("warp", "block", "cluster", "group", "split", "columns", "strided", "bands", "chan", "flat")
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
 WARP_THREADS = 256  # the same names in softmax.cu (an enum); the warp kernels' largest CTA
@@ -131,6 +131,9 @@ COLUMNS_SMEM_SLOTS_16BIT = 8  # (64 KB: the 16-bit kernel's static tree arrays a
 STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM
 STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip) the second pass finds in L2
 STRIDED_PIECE = 128  # strided: bytes of a row the lanes of a thread row read side by side (strided_tile)
+BANDS_THREADS = 256  # bands: the CTA (lanes x rows threads); softmax.cu's enum
+BANDS_CTAS_PER_SM = 2  # bands: the kernels' launch bound (<= 128 registers)
+BANDS_WORDS = 32  # bands: 32-bit registers of data a thread holds (16-byte path; half on the scalar path)
 INT_MAX = 2**31 - 1
 
 
@@ -594,6 +597,35 @@ def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -
     return lanes, rows, cdiv(need, lanes), min(STRIDED_CTAS_PER_SM * sms, max(sms, STRIDED_L2_BUDGET // per_cta))
 
 
+def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, int, int, int]:
+    """(lanes, rows, U, strips, G) of the bands kernels on (outer, N, inner): a CTA of BANDS_THREADS = lanes x rows
+    threads, lanes across `inner` (W columns each: row pieces of STRIDED_PIECE bytes, fewer lanes for narrower
+    columns), each thread U accesses down N in registers (BANDS_WORDS 32-bit words of data, both inputs backward; half
+    as many on the scalar path, whose every access has its own 64-bit address); a band of rows x U rows a CTA, G bands
+    (CTAs) a strip, the group that meets through global memory."""
+    size = _SIZES[dtype]
+    need = cdiv(inner, W)
+    lanes = min(pow2ceil(need), STRIDED_PIECE // (W * size))
+    rows = BANDS_THREADS // lanes
+    words = (BANDS_WORDS if W > 1 else BANDS_WORDS // 2) // len(OPS[op].inputs)
+    U = max(1, words // max(1, W * size // 4))
+    return lanes, rows, U, cdiv(need, lanes), cdiv(N, rows * U)
+
+
+def bands_workspace(items: int, G: int, cols: int) -> tuple[int, int]:
+    """(words, zeroed) of the bands regime's fp32 workspace for `items` strips (outer x strips) of `cols` columns in
+    G bands: the ticket and each item's arrival word first (the `zeroed` words: softmax.cu's os_bands_head), then each
+    item's pairs and abandoned ranks (os_bands_block)."""
+    head = 2 + 2 * cdiv(items, 2)
+    return head + (2 * G * cols + 2 * cdiv(G, 2)) * items, head
+
+
+def bands_abandoned(ws: torch.Tensor, items: int) -> int:
+    """The bands abandoned in a bands call's workspace, read after the call (diagnostics: run.KeptWorkspaces): the
+    high 16 bits of each item's arrival word."""
+    return int((ws.view(torch.int32)[2:2 + items] >> 16).sum())
+
+
 def columns_slots(op: str, dtype, W: int) -> int:
     """Rows per thread the columns kernel holds in registers: half the row kernels' (each thread also carries W
     (m, d) pairs, one per column), a quarter on the scalar path (every row has its own address)."""
@@ -725,7 +757,7 @@ class Launch:
     block: tuple  # (x,) or (x, y)
     cluster: int = 1
     smem: int = 0  # dynamic shared memory bytes
-    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row) | group | fix
+    sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row) | group | fix | bands | bandsfix
     per: tuple = (1, 1, 0)  # the grid rule: grid = grid_for(M, per)
 
 
@@ -747,14 +779,14 @@ class Plan:
     out_dtype: Optional[torch.dtype] = None  # fp32 outputs of 16-bit data (fused_cast); None: the data's dtype
     inner: int = 1
     lg: int = 0  # warp: log2 lanes per row
-    parts: int = 0  # split: chunks per row; group: CTAs per row (G)
-    chunk: int = 0  # split: accesses per chunk; group: per CTA
+    parts: int = 0  # split: chunks per row; group: CTAs per row (G); bands: CTAs (bands) per strip (G)
+    chunk: int = 0  # split: accesses per chunk; group: per CTA; bands: rows per band
     strips: int = 0  # strided: column strips per outer index
     items: int = 0  # strided: outer * strips
-    workspace: int = 0  # split: fp32 elements (2 per chunk of a wave's rows); group: group_workspace
+    workspace: int = 0  # split: fp32 elements (2 per chunk of a wave's rows); group: group_workspace; bands: bands_workspace
     wave: int = 0  # split: rows per wave (split_wave), the two kernels launched wave by wave; 0: all rows at once
     rows: int = 0  # flat: rows per CTA
-    wait: int = 0  # group: GROUP_WAIT_NS when planned (the kernels' wait_ns)
+    wait: int = 0  # group, bands: GROUP_WAIT_NS when planned (the kernels' wait_ns)
 
     @property
     def kernels(self) -> tuple:
@@ -770,7 +802,12 @@ class Plan:
         for l in launches:
             if l.grid * l.cluster > INT_MAX:
                 raise Unsupported(f"{self.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
-        ws = group_workspace(M, self.parts) if self.regime == "group" else 2 * (self.wave or M) * self.parts
+        if self.regime == "group":
+            ws = group_workspace(M, self.parts)
+        elif self.regime == "bands":
+            ws = bands_workspace(M * self.strips, self.parts, self.launches[0].block[0] * self.W)[0]
+        else:
+            ws = 2 * (self.wave or M) * self.parts
         return replace(self, M=M, launches=launches, items=M * self.strips, workspace=ws)
 
 
@@ -882,7 +919,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     pre = "fwd" if fwd else "bwd"
     if window == 3 and fwd:
         raise Unsupported(f"{op}: window 3 (dy's rows unlike y's) is the backward's")
-    if layout == "strided" or regime in ("columns", "strided", "chan"):
+    if layout == "strided" or regime in ("columns", "strided", "bands", "chan"):
         if layout == "rows":  # a (M, N) row input through the strided kernels: (outer=M, N, inner=1)
             inner = 1
         chan = chan_config(dtype, N, inner, vec) if regime in (None, "chan") else None
@@ -909,6 +946,16 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         if regime == "columns":
             cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + columns_smem_slots(dtype, W))
             raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
+        if regime == "bands":
+            lanes, rows, U, strips, G = bands_config(op, dtype, W, N, inner)
+            if G > BANDS_CTAS_PER_SM * sms // 2:
+                raise Unsupported(f"N = {N} needs {G} bands of {rows * U} rows a strip: more than half of the CTAs "
+                                  f"{sms} SMs hold at once")
+            launch = _launch(M, f"{pre}_bands<{o},{dt},{W},{U}>", (strips * G, 1, 0), (lanes, rows), sig="bands")
+            fix = _launch(M, f"{pre}_bands_fix<{o},{dt},{W},{U}>", (strips, 1, 0), (lanes, rows), sig="bandsfix")
+            return Plan("bands", op, dtype, M, N, W, (launch, fix), inner=inner, strips=strips, items=M * strips,
+                        parts=G, chunk=rows * U, workspace=bands_workspace(M * strips, G, lanes * W)[0],
+                        wait=GROUP_WAIT_NS)
         lanes, rows, strips, cap = strided_tile(op, dtype, W, M, N, inner, sms)
         name = f"{pre}_strided<{o},{dt},{W}>"
         launch = _launch(M, name, (strips, 1, cap), (lanes, rows), sig="strided")
@@ -1080,6 +1127,6 @@ def _probe_instantiations() -> dict[str, set]:
                 # every N the chan kernels take (their bands step by CHAN_CAP_STEP within each group count), a third
                 # of the probe beyond
                 ns = sorted(set(_probe_ns(W)[::3]) | set(range(1, CHAN_MAX_N + 1)))
-                for inner, N, regime in itertools.product((1, 3, W, 64 * W), ns, (None, "strided")):
+                for inner, N, regime in itertools.product((1, 3, W, 64 * W), ns, (None, "strided", "bands")):
                     add(4, N, dtype, op, vec=vec, inner=inner, layout="strided", regime=regime)
     return seen

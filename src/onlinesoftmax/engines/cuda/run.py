@@ -34,8 +34,8 @@ from ...runtime import native
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from ...runtime.launch import memset32
 from .compiled import kernel, sms
-from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, group_workspace, plan,
-                   stable_rows, vec_width)
+from .plan import (DT_CODE, Plan, Unsupported, bands_workspace, cross_entropy_plan, flat_from, grid_for,
+                   group_workspace, plan, stable_rows, vec_width)
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
 PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
@@ -97,7 +97,7 @@ def _fitted_plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: 
 
     def make() -> Plan:
         p = planned(regime=regime, flat=flat)
-        if regime is None and p.regime == "group" and not _group_runs(p, device):
+        if regime is None and p.regime in ("group", "bands") and not _group_runs(p, device):
             return planned(regime=fallback)
         if regime is not None or all(l.cluster == 1 for l in p.launches):
             return p
@@ -183,12 +183,16 @@ class _Entry:
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts))
                 tail += (i32(p.wait),) if l.sig == "group" else ()
                 pointers = 4
+            elif l.sig in ("bands", "bandsfix"):
+                tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i32(p.parts))
+                tail += (i32(p.wait),) if l.sig == "bands" else ()
+                pointers = 4
             else:  # strided
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
             calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers,
-                                                                                    l.sig in ("apply", "fix")))
+                                                                                    l.sig in ("apply", "fix", "bandsfix")))
         self.calls = tuple(calls)
-        if len(calls) == 1 and p.regime != "group":
+        if len(calls) == 1 and p.regime not in ("group", "bands"):
             self.single = calls[0]
 
     def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
@@ -209,7 +213,7 @@ class _Entry:
             self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
 
     def _with_workspace(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
-        (self._group if self.plan.regime == "group" else self._split)(M, a, b, out, x)
+        {"group": self._group, "bands": self._bands}.get(self.plan.regime, self._split)(M, a, b, out, x)
 
     def _group(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # the ticket and each row's arrival word, pairs and abandoned ranks (plan.group_workspace) in a workspace of this call,
@@ -220,6 +224,16 @@ class _Entry:
         (group, fix), (pg, pf), w = self.calls, self.pers, ws.data_ptr()
         group.rows(grid_for(M, pg), M, a, b, w, out)
         fix.rows(grid_for(M, pf), M, a, b, w, out)  # the shares abandoned (a programmatic launch: starts as it ends)
+
+    def _bands(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
+        # as _group: the ticket and each strip's arrival word zeroed (plan.bands_workspace's head), then the pairs
+        p = self.plan
+        n, head = bands_workspace(M * p.strips, p.parts, p.launches[0].block[0] * p.W)
+        ws = torch.empty(n, dtype=torch.float32, device=x.device)
+        memset32(self.device, ws.data_ptr(), 0, head)
+        (bands, fix), (pb, pf), w = self.calls, self.pers, ws.data_ptr()
+        bands.rows(grid_for(M, pb), M, a, b, w, out)
+        fix.rows(grid_for(M, pf), M, a, b, w, out)  # the bands abandoned (a programmatic launch)
 
     def _split(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # the partial states go to a workspace of this call (2 floats per chunk of a wave), from torch's caching
@@ -303,7 +317,7 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     N = shape[dim] if shape else 1
     strides = [tuple(t.stride()) for t in ins]
     rows = [_row_layout(shape, s, dim) for s in strides]
-    column_kernels = regime in ("columns", "strided", "chan")
+    column_kernels = regime in ("columns", "strided", "bands", "chan")
     if not column_kernels and all(r is not None for r in rows):
         M = rows[0][0]
         rss = tuple(r[2] for r in rows)

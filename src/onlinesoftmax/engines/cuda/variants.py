@@ -36,7 +36,7 @@ def _supports(op: str, regime: str):
 def _algo_bytes(op: str, regime: str):
     def algo_bytes(M: int, N: int, s: int) -> int:
         ideal = OPS[op].ideal_bytes(M, N, s)
-        if regime in ("warp", "block", "cluster", "group", "columns", "chan", "flat"):
+        if regime in ("warp", "block", "cluster", "group", "bands", "columns", "chan", "flat"):
             return ideal
         reads = len(OPS[op].inputs)
         total = ideal + reads * M * N * s  # the second pass re-reads the inputs (from L2 when the plan works)
@@ -83,6 +83,9 @@ _RUNG = {
                 "(M, N) as inner = 1"),
     "strided": ("strided (non-last dim)", "(outer, N, inner) with threads along inner: states down N, tree "
                 "merge, second pass over the strip (L2); here on (M, N) as inner = 1"),
+    "bands": ("bands of columns (non-last dim)", "(outer, N, inner) with threads along inner: a group of G CTAs "
+              "per strip of columns, each a band of its rows in registers, per-column states by a tree and through "
+              "global memory (a counter per strip); 1 read + 1 write; here on (M, N) as inner = 1"),
     "flat": ("rows staged in shared memory", "contiguous aligned rows of any N: a CTA copies R rows (whole 16-byte "
              "accesses) to shared memory, 4-32 lanes a row compute there, 16-byte stores; 1 read + 1 write"),
     "chan": ("columns in registers (short non-last dim)", "(outer, N <= 256, inner): per 4-byte access of inner, "

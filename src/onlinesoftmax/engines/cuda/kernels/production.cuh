@@ -560,6 +560,31 @@ template <int RED> __device__ __forceinline__ void os_group_fold(const float* bl
     }
     os_xor_reduce<RED, 32>(a, b);
 }
+// A group's CTA counted in by one thread, after the CTA's pairs are stored: an acq_rel add on the arrival word cnt
+// (the pairs visible before the count), then, unless this count completes the group, a wait of at most wait_ns for
+// the G-th count (an acquire). Past the wait the CTA abandons its share: a compare-and-swap that counts it abandoned
+// while the group is still incomplete (none is abandoned once the group is complete), then its rank + 1 into the
+// list `gone` at the abandoned count before it. 1 where the group completed, 0 where the share was abandoned
+// (1 or 0: unsigned, one exit, as os_group_reduce had it inline; a bool with early returns changed the group
+// kernels' SASS, their fold duplicated in some.)
+__device__ __forceinline__ unsigned os_group_arrive(unsigned* cnt, unsigned* gone, unsigned G, int rank,
+                                                    unsigned wait_ns) {
+    unsigned c, own = 1;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(c) : "l"(cnt) : "memory");
+    if ((c & 0xffffu) + 1 < G) {
+        const unsigned t0 = os_globaltimer_lo();
+        for (;;) {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt) : "memory");
+            if ((c & 0xffffu) == G) break;
+            if (os_globaltimer_lo() - t0 >= wait_ns && atomicCAS(cnt, c, c + 0x10000u) == c) {
+                asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(gone + (c >> 16)), "r"(rank + 1) : "memory");
+                own = 0;
+                break;
+            }
+        }
+    }
+    return own;
+}
 // The row's state from each CTA's block state through global memory: thread 0 stores its pair at its rank and counts
 // it in (acq_rel: the pair is visible before the count). The CTA whose count completes the group goes on; every
 // other one's thread 0 waits, at most wait_ns, for the G-th count (an acquire), then abandons its share: a
@@ -574,23 +599,8 @@ template <int RED> __device__ __forceinline__ bool os_group_reduce(float& a, flo
     const unsigned G = g.size;
     if (threadIdx.x < 32) {
         if (threadIdx.x == 0) {
-            unsigned c, own = 1;
             asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(g.ws + 2 + 2 * g.rank), "f"(a), "f"(b) : "memory");
-            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(c) : "l"(cnt) : "memory");
-            if ((c & 0xffffu) + 1 < G) {
-                const unsigned t0 = os_globaltimer_lo();
-                for (;;) {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt) : "memory");
-                    if ((c & 0xffffu) == G) break;
-                    if (os_globaltimer_lo() - t0 >= g.wait_ns && atomicCAS(cnt, c, c + 0x10000u) == c) {
-                        unsigned* const gone = reinterpret_cast<unsigned*>(g.ws + 2 + 2 * G) + (c >> 16);
-                        asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(gone), "r"(g.rank + 1) : "memory");
-                        own = 0;
-                        break;
-                    }
-                }
-            }
-            g.s->own = own;
+            g.s->own = os_group_arrive(cnt, reinterpret_cast<unsigned*>(g.ws + 2 + 2 * G), G, g.rank, g.wait_ns);
         }
         __syncwarp();
         if (g.s->own) {

@@ -88,6 +88,8 @@ enum {
     STRIDED_THREADS = 512,
     STRIDED_UNROLL = 4,
     CHAN_THREADS = 256,
+    BANDS_THREADS = 256,
+    BANDS_CTAS_PER_SM = 2,  // the bands kernels' launch bound: <= 128 registers (U accesses of 16 bytes a thread)
     OP_CE = 4  // the cross-entropy loss and gradient (ce_row): a forward op on the row kernel
 };
 
@@ -2193,4 +2195,251 @@ __global__ void __launch_bounds__(STRIDED_THREADS, 2)
 bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
     strided_body<bwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
+}
+
+// ---- bands: a non-last dim read once, each strip's rows in bands of a group of CTAs ---------------------------------
+// The middle dim of a contiguous (outer, N, inner) tensor, with one read and one write an element where the strided
+// kernel reads twice (its second read from DRAM wherever the grid's strips outgrow the L2). A CTA of (lanes, rows)
+// threads holds a band of rows * U rows of a strip of lanes * W columns in registers: thread (tx, ty) columns [col,
+// col + W), the band's rows ty + u * rows (u < U). The G = ceil(N / (rows * U)) bands of a strip are a group, whose
+// item is (outer index, strip). Per column: the thread's pair over its U rows, a tree over the CTA's rows in shared
+// memory (the band's pair), the G bands' pairs through global memory (os_group_arrive: the group regime's bounded
+// wait), folded by every CTA of the group in one order (the same bits), then the outputs from the registers. As in
+// grp_body, each CTA takes its (item, rank) from a ticket in the order CTAs start, and a CTA that waited wait_ns
+// abandons its band to bands_fix, launched after it. ws: the ticket (2 words), each item's arrival word (zeroed
+// before the launch: os_bands_head words in all), then each item's block of os_bands_block(G, cols) words: G x cols
+// pairs (rank-major) and the abandoned ranks (+ 1).
+__host__ __device__ constexpr long long os_bands_head(long long items) { return 2 + 2 * ((items + 1) / 2); }
+__host__ __device__ constexpr long long os_bands_block(int G, int cols) { return 2LL * G * cols + 2 * ((G + 1) / 2); }
+
+// Per column, the pairs of the CTA's thread rows merged down a tree in shared memory: row 0's slots end with the
+// CTA's pair of each of its columns (slot tx * W + j). rows is a power of 2.
+template <int RED, int W>
+__device__ __forceinline__ void bands_tree(float (&pa)[W], float (&pb)[W], float* sh_a, float* sh_b, int lanes,
+                                           int rows) {
+    const int me = threadIdx.y * lanes + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        sh_a[me * W + j] = pa[j];
+        sh_b[me * W + j] = pb[j];
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int h = rows >> 1; h > 0; h >>= 1) {
+        if ((int)threadIdx.y < h) {
+            const int other = (me + h * lanes) * W;
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                os_combine<RED>(pa[j], pb[j], sh_a[other + j], sh_b[other + j]);
+                sh_a[me * W + j] = pa[j];
+                sh_b[me * W + j] = pb[j];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// The group's pair of each of the thread's columns: thread row ty folds ranks ty, ty + rows, ... of the block's pairs
+// (after the completed count's acquire, ordered before by the caller's barrier), then the tree; every thread ends with
+// its columns' pairs, and the shared memory is free again. The same in every CTA of the group and in bands_fix.
+template <int RED, int W>
+__device__ __forceinline__ void bands_group_pairs(float (&pa)[W], float (&pb)[W], const float* blk, int G, int cols,
+                                                  float* sh_a, float* sh_b, int lanes, int rows) {
+    const int tx = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        pa[j] = os_id_a<RED>();
+        pb[j] = 0.0f;
+    }
+#pragma unroll 1
+    for (int r = threadIdx.y; r < G; r += rows) {
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            float a2, b2;
+            asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];"
+                         : "=f"(a2), "=f"(b2) : "l"(blk + 2 * ((long long)r * cols + tx * W + j)) : "memory");
+            os_combine<RED>(pa[j], pb[j], a2, b2);
+        }
+    }
+    bands_tree<RED, W>(pa, pb, sh_a, sh_b, lanes, rows);
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        pa[j] = sh_a[tx * W + j];
+        pb[j] = sh_b[tx * W + j];
+    }
+    __syncthreads();  // the slots are read before anyone reuses them
+}
+
+// The outputs of the band's rows n0 + u * rows from its accesses (ra, rb) and the group's pairs of its columns.
+template <class op, int OP, int DT, int W, int U>
+__device__ __forceinline__ void bands_store(const typename op::raw (&ra)[U], const typename op::raw (&rb)[U],
+                                            typename op::elem* dst, bool active, int n0, int rows, int N,
+                                            long long inner, const float (&pa)[W], const float (&pb)[W]) {
+    float s[W], inv[W], sh[W], ld[W];
+    if constexpr (op::FWD) {
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            const fwd_out<OP, DT != 0> q(pa[j], pb[j]);
+            s[j] = q.s;
+            inv[j] = q.inv;
+            sh[j] = q.sh;
+            ld[j] = q.ld;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int n = n0 + u * rows;
+        if (active && n < N) {
+            float x[W], y[W];
+            op::io::unpack(ra[u], x);  // x, or y for the backward
+            if constexpr (op::FWD) {
+#pragma unroll
+                for (int j = 0; j < W; j++) y[j] = fwd_out<OP, DT != 0>::y_of_x(x[j], s[j], inv[j], sh[j], ld[j]);
+            } else {
+                float dy[W];
+                op::io::unpack(rb[u], dy);
+#pragma unroll
+                for (int j = 0; j < W; j++) y[j] = bwd_out<OP>(x[j], dy[j], pa[j], pb[j]);
+            }
+            op::io::store_stream(dst + n * inner, 0, y);
+        }
+    }
+}
+
+// FIX false: the group kernel (fwd_bands / bwd_bands); FIX true: bands_fix, a CTA an item, after it.
+template <int OP, int DT, int W, int U, bool FIX>
+__device__ __forceinline__ void bands_body(const void* __restrict__ a, const void* __restrict__ b, float* ws,
+                                           void* __restrict__ out, int N, long long inner, long long strips,
+                                           long long items, int G, int wait_ns) {
+    typedef op_traits<OP, DT, W> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    __shared__ float sh_a[BANDS_THREADS * W], sh_b[BANDS_THREADS * W];
+    __shared__ os_group_shared gs;
+    const int lanes = blockDim.x, rows = blockDim.y, cols = lanes * W;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    long long item;
+    unsigned rank = 0, gone = 0;
+    if constexpr (FIX) {
+        item = blockIdx.x;
+        os_grid_wait();  // the group kernel's end: every count, pair and abandoned rank written
+        gone = __float_as_uint(os_ld_after_wait(ws + 2 + item)) >> 16;
+        if (gone == 0) return;
+    } else {
+        os_launch_dependents();  // bands_fix may be scheduled once every CTA has started
+        if (tx == 0 && ty == 0) gs.ticket = atomicAdd(reinterpret_cast<unsigned*>(ws), 1u);
+        __syncthreads();
+        item = gs.ticket / (unsigned)G;
+        rank = gs.ticket % (unsigned)G;
+    }
+    float* const blk = ws + os_bands_head(items) + os_bands_block(G, cols) * item;
+    const long long o = item / strips;
+    const long long col = ((item - o * strips) * lanes + tx) * W;
+    const bool active = col < inner;
+    const long long base = o * (long long)N * inner + col;
+    const elem* in_a = static_cast<const elem*>(a) + base;
+    const elem* in_b = static_cast<const elem*>(b) + base;
+    elem* dst = static_cast<elem*>(out) + base;
+    float pa[W], pb[W];
+    raw ra[U], rb[U];
+    if constexpr (!FIX) {
+        const int n0 = (int)rank * rows * U + ty;
+        strided_trip<true, op>(ra, rb, in_a, in_b, active, n0, rows, N, inner);
+        // the thread's pair of each column over its U rows: forward (m, d) from the rows' max; backward the sum (and
+        // log-softmax's alive flag)
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            pa[j] = os_id_a<op::RED>();
+            pb[j] = 0.0f;
+        }
+        if constexpr (op::FWD) {
+            float x[U][W];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (active && n0 + u * rows < N) {
+                    op::io::unpack(ra[u], x[u]);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                float m = x[0][j];
+#pragma unroll
+                for (int u = 1; u < U; u++) m = fmaxf(m, x[u][j]);
+                const float st = os_safe_shift(m);
+                float d = 0.0f;
+#pragma unroll
+                for (int u = 0; u < U; u++) d += os_exp_diff(x[u][j], st);
+                pa[j] = m;
+                pb[j] = d;
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (active && n0 + u * rows < N) {
+                    float y[W], dy[W];
+                    op::io::unpack(ra[u], y);
+                    op::io::unpack(rb[u], dy);
+#pragma unroll
+                    for (int j = 0; j < W; j++) bwd_acc<OP>(y[j], dy[j], pa[j], pb[j]);
+                }
+            }
+        }
+        bands_tree<op::RED, W>(pa, pb, sh_a, sh_b, lanes, rows);
+        if (ty == 0) {  // the band's pairs at its rank
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                asm volatile("st.global.v2.f32 [%0], {%1, %2};"
+                             ::"l"(blk + 2 * ((long long)rank * cols + tx * W + j)), "f"(pa[j]), "f"(pb[j]) : "memory");
+            }
+        }
+        __syncthreads();  // every pair stored before thread 0's release
+        if (tx == 0 && ty == 0) {
+            gs.own = os_group_arrive(reinterpret_cast<unsigned*>(ws + 2 + item),
+                                     reinterpret_cast<unsigned*>(blk + 2LL * G * cols), G, (int)rank, wait_ns);
+        }
+        __syncthreads();
+        if (!gs.own) return;  // abandoned: bands_fix writes the band
+    }
+    bands_group_pairs<op::RED, W>(pa, pb, blk, G, cols, sh_a, sh_b, lanes, rows);
+    if constexpr (FIX) {
+        for (unsigned k = 0; k < gone; k++) {
+            const int r = (int)__float_as_uint(os_ld_after_wait(blk + 2LL * G * cols + k)) - 1;
+            const int n0 = r * rows * U + ty;
+            strided_trip<true, op>(ra, rb, in_a, in_b, active, n0, rows, N, inner);
+            bands_store<op, OP, DT, W, U>(ra, rb, dst, active, n0, rows, N, inner, pa, pb);
+        }
+    } else {
+        bands_store<op, OP, DT, W, U>(ra, rb, dst, active, (int)rank * rows * U + ty, rows, N, inner, pa, pb);
+    }
+}
+
+template <int OP, int DT, int W, int U>
+__global__ void __launch_bounds__(BANDS_THREADS, BANDS_CTAS_PER_SM)
+fwd_bands(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+          long long outer, int N, long long inner, long long strips, int G, int wait_ns) {
+    bands_body<fwd_op<OP>::value, DT, W, U, false>(a, b, ws, out, N, inner, strips, outer * strips, G, wait_ns);
+}
+
+template <int OP, int DT, int W, int U>
+__global__ void __launch_bounds__(BANDS_THREADS, BANDS_CTAS_PER_SM)
+bwd_bands(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+          long long outer, int N, long long inner, long long strips, int G, int wait_ns) {
+    bands_body<bwd_op<OP>::value, DT, W, U, false>(a, b, ws, out, N, inner, strips, outer * strips, G, wait_ns);
+}
+
+template <int OP, int DT, int W, int U>
+__global__ void __launch_bounds__(BANDS_THREADS)
+fwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+              long long outer, int N, long long inner, long long strips, int G) {
+    bands_body<fwd_op<OP>::value, DT, W, U, true>(a, b, ws, out, N, inner, strips, outer * strips, G, 0);
+}
+
+template <int OP, int DT, int W, int U>
+__global__ void __launch_bounds__(BANDS_THREADS)
+bwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+              long long outer, int N, long long inner, long long strips, int G) {
+    bands_body<bwd_op<OP>::value, DT, W, U, true>(a, b, ws, out, N, inner, strips, outer * strips, G, 0);
 }
