@@ -384,12 +384,29 @@ def test_bands_layouts(dtype, wait, monkeypatch):
             rep = _backward_report(dx, y, dy, dim, log, dtype)
             if not rep.ok:
                 failures.append(f"{op}_backward {label}: {rep.message}")
+    if wait == "none":  # more CTAs than fit at once: groups whose CTAs start apart, and abandon (a small grid's
+        #                 CTAs all arrive within one load of the first: none is abandoned there)
+        x = _bands_abandoning_case(dtype)
+        out = torch.full_like(x, float("nan"))
+        with E.KeptWorkspaces() as keep:
+            E.run_regime("softmax", (x,), out, 1, "bands")
+        torch.cuda.synchronize()
+        p = E.plan_for("softmax", x, dim=1, regime="bands")
+        gone = P.bands_abandoned(keep.kept[0], p.items)
+        rep = _forward_report(out, x, 1, False, dtype)
+        if not gone or not rep.ok:
+            failures.append(f"{tuple(x.shape)}: {gone} bands abandoned; {rep.message}")
     assert not failures, "\n".join(failures)
+
+
+def _bands_abandoning_case(dtype):
+    """(16, 3000, 256): 16 x 8 strips (16-bit: 4) of several bands, more CTAs than an H100 or H200 holds at once."""
+    return torch.randn(16, 3000, 256, device="cuda", generator=torch.Generator(device="cuda").manual_seed(3)).to(dtype)
 
 
 def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
     """Known wrong: with no wait, a bands call that never launches bands_fix leaves the abandoned bands as the
-    poison, and the check fails (so the test above abandons bands: it is not vacuous)."""
+    poison, and the check fails."""
     _abandoning_at_once(monkeypatch)
 
     def bands_only(self, M, a, b, out, x):
@@ -399,7 +416,7 @@ def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
         self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
 
     monkeypatch.setattr(E._Entry, "_bands", bands_only)
-    x = torch.randn(2, 3000, 64, device="cuda")
+    x = _bands_abandoning_case(torch.float32)
     out = torch.full_like(x, float("nan"))
     E.run_regime("softmax", (x,), out, 1, "bands")
     torch.cuda.synchronize()

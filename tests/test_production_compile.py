@@ -747,27 +747,27 @@ def test_strided_rules():
 
 def test_bands_rules():
     f32, bf16 = torch.float32, torch.bfloat16
-    # dim 0 of 8192 x 8192: 128-byte row pieces (8 lanes of 16 bytes), 32 rows of threads, 8 accesses a thread
-    # forward (32 registers of data), 4 backward (y and dy): bands of 256 / 128 rows, 32 / 64 CTAs a strip
-    assert P.bands_config("softmax", f32, 4, 8192, 8192) == (8, 32, 8, 256, 32)
-    assert P.bands_config("softmax_backward", bf16, 8, 8192, 8192) == (8, 32, 4, 128, 64)
-    # one element an access (an odd width): 32 fp32 / 64 16-bit lanes, half the registers (16 / 8 accesses)
+    # dim 0 of 8192 x 8192: 128-byte row pieces (8 lanes of 16 bytes), 32 rows of threads, 16 accesses a thread
+    # forward (64 registers of data), 8 backward (y and dy): bands of 512 / 256 rows, 16 / 32 CTAs a strip
+    assert P.bands_config("softmax", f32, 4, 8192, 8192) == (8, 32, 16, 256, 16)
+    assert P.bands_config("softmax_backward", bf16, 8, 8192, 8192) == (8, 32, 8, 128, 32)
+    # one element an access (an odd width): 32 fp32 / 64 16-bit lanes, a quarter of the registers (16 / 8 accesses)
     assert P.bands_config("softmax", f32, 1, 4097, 1001) == (32, 8, 16, 32, 33)
     assert P.bands_config("log_softmax_backward", bf16, 1, 4097, 1001) == (64, 4, 8, 16, 129)
     # narrow columns: as many lanes as the columns need, the rest of the CTA down N
     assert P.bands_config("softmax", f32, 1, 5, 1)[:3] == (1, 256, 16)
     p = P.plan(8, 1000, f32, "softmax", inner=4096, layout="strided", regime="bands", sms=SMS)
     (l, fix), G = p.launches, p.parts
-    assert p.regime == "bands" and p.W == 4 and G == 4 and p.chunk == 256 and p.items == 8 * p.strips
+    assert p.regime == "bands" and p.W == 4 and G == 2 and p.chunk == 512 and p.items == 8 * p.strips
     assert (l.sig, fix.sig) == ("bands", "bandsfix") and l.block == fix.block == (8, 32)
-    assert l.grid == p.items * G and fix.grid == p.items and l.kernel == "fwd_bands<0,0,4,8>"
+    assert l.grid == p.items * G and fix.grid == p.items and l.kernel == "fwd_bands<0,0,4,16>"
     # the workspace: the ticket and the arrival words (zeroed), then per strip G x cols pairs and G ranks
     words, head = P.bands_workspace(p.items, G, 32)
     assert head == 2 + p.items + p.items % 2 and words == head + p.items * (2 * G * 32 + 2 * ((G + 1) // 2))
     assert p.workspace == words and p.at(3).workspace == P.bands_workspace(3 * p.strips, G, 32)[0]
     assert p.at(3).launches[0].grid == 3 * p.strips * G
     # a group must fit half of what the SMs hold at once (the occupancy query checks it again at run time)
-    longest = P.BANDS_CTAS_PER_SM * SMS // 2 * 256
+    longest = P.BANDS_CTAS_PER_SM * SMS // 2 * 512
     assert P.plan(1, longest, f32, "softmax", inner=64, layout="strided", regime="bands", sms=SMS).parts * 2 \
         == P.BANDS_CTAS_PER_SM * SMS
     with pytest.raises(P.Unsupported, match="bands"):

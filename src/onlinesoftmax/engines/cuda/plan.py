@@ -133,7 +133,7 @@ STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip
 STRIDED_PIECE = 128  # strided: bytes of a row the lanes of a thread row read side by side (strided_tile)
 BANDS_THREADS = 256  # bands: the CTA (lanes x rows threads); softmax.cu's enum
 BANDS_CTAS_PER_SM = 2  # bands: the kernels' launch bound (<= 128 registers)
-BANDS_WORDS = 32  # bands: 32-bit registers of data a thread holds (16-byte path; half on the scalar path)
+BANDS_WORDS = 64  # bands: 32-bit registers of data a thread holds (16-byte path; a quarter on the scalar path)
 INT_MAX = 2**31 - 1
 
 
@@ -600,14 +600,14 @@ def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -
 def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, int, int, int]:
     """(lanes, rows, U, strips, G) of the bands kernels on (outer, N, inner): a CTA of BANDS_THREADS = lanes x rows
     threads, lanes across `inner` (W columns each: row pieces of STRIDED_PIECE bytes, fewer lanes for narrower
-    columns), each thread U accesses down N in registers (BANDS_WORDS 32-bit words of data, both inputs backward; half
-    as many on the scalar path, whose every access has its own 64-bit address); a band of rows x U rows a CTA, G bands
+    columns), each thread U accesses down N in registers (BANDS_WORDS 32-bit words of data, both inputs backward; a
+    quarter on the scalar path, whose every access has its own 64-bit address); a band of rows x U rows a CTA, G bands
     (CTAs) a strip, the group that meets through global memory."""
     size = _SIZES[dtype]
     need = cdiv(inner, W)
     lanes = min(pow2ceil(need), STRIDED_PIECE // (W * size))
     rows = BANDS_THREADS // lanes
-    words = (BANDS_WORDS if W > 1 else BANDS_WORDS // 2) // len(OPS[op].inputs)
+    words = (BANDS_WORDS if W > 1 else BANDS_WORDS // 4) // len(OPS[op].inputs)
     U = max(1, words // max(1, W * size // 4))
     return lanes, rows, U, cdiv(need, lanes), cdiv(N, rows * U)
 

@@ -2352,28 +2352,27 @@ __device__ __forceinline__ void bands_body(const void* __restrict__ a, const voi
             pa[j] = os_id_a<op::RED>();
             pb[j] = 0.0f;
         }
-        if constexpr (op::FWD) {
-            float x[U][W];
+        if constexpr (op::FWD) {  // the max of the rows, then the sum of exponentials: each access unpacked twice
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (active && n0 + u * rows < N) {
-                    op::io::unpack(ra[u], x[u]);
-                } else {
+                    float x[W];
+                    op::io::unpack(ra[u], x);
 #pragma unroll
-                    for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
+                    for (int j = 0; j < W; j++) pa[j] = fmaxf(pa[j], x[j]);
                 }
             }
+            float st[W];
 #pragma unroll
-            for (int j = 0; j < W; j++) {
-                float m = x[0][j];
+            for (int j = 0; j < W; j++) st[j] = os_safe_shift(pa[j]);
 #pragma unroll
-                for (int u = 1; u < U; u++) m = fmaxf(m, x[u][j]);
-                const float st = os_safe_shift(m);
-                float d = 0.0f;
+            for (int u = 0; u < U; u++) {
+                if (active && n0 + u * rows < N) {
+                    float x[W];
+                    op::io::unpack(ra[u], x);
 #pragma unroll
-                for (int u = 0; u < U; u++) d += os_exp_diff(x[u][j], st);
-                pa[j] = m;
-                pb[j] = d;
+                    for (int j = 0; j < W; j++) pb[j] += os_exp_diff(x[j], st[j]);
+                }
             }
         } else {
 #pragma unroll
