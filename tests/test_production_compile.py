@@ -727,7 +727,8 @@ def test_strided_rules():
     # strips (2 MB each with y and dy) pass the L2 budget at any grid: one CTA per SM
     lanes, rows, strips, cap = P.strided_tile("softmax_backward", f32, 4, 1, 8192, 8192, SMS)
     assert (lanes, rows, strips, cap) == (8, 64, 256, SMS) and lanes * 4 * 4 == P.STRIDED_PIECE
-    assert P.plan(1, 8192, f32, "softmax_backward", inner=8192, layout="strided", sms=SMS).launches[0].grid == cap
+    assert P.plan(1, 8192, f32, "softmax_backward", inner=8192, layout="strided", sms=SMS,
+                  regime="strided").launches[0].grid == cap
     # channels C = 1000 forward: 128 KB strips, as many CTAs as the budget holds (up to 2 per SM)
     lanes, rows, strips, cap = P.strided_tile("softmax", f32, 4, 8, 1000, 4096, SMS)
     assert lanes == 8 and cap == P.STRIDED_L2_BUDGET // (1000 * 128) <= P.STRIDED_CTAS_PER_SM * SMS
@@ -772,6 +773,14 @@ def test_bands_rules():
         == P.BANDS_CTAS_PER_SM * SMS
     with pytest.raises(P.Unsupported, match="bands"):
         P.plan(1, longest + 1, f32, "softmax", inner=64, layout="strided", regime="bands", sms=SMS)
+    # the automatic plans: the fp32 backward on the 16-byte path where the strided strips overflow twice the L2
+    # budget at one CTA an SM (N above about 2000); not the forward, 16-bit data, one element an access or C = 1000
+    auto = lambda M, N, inner, dtype=f32, op="softmax_backward", vec=True: P.plan(  # noqa: E731
+        M, N, dtype, op, inner=inner, layout="strided", sms=SMS, vec=vec).regime
+    assert auto(1, 8192, 8192) == auto(4, 2000, 4096) == auto(1, 16384, 4096, op="log_softmax_backward") == "bands"
+    assert auto(8, 1000, 4096) == auto(1, 8192, 8192, bf16) == auto(1, 4097, 1001) == "strided"
+    assert auto(1, 8192, 8192, op="softmax") == "columns" and auto(4, 1900, 4096) == "strided"
+    assert auto(1, 70000, 64) == "strided"  # 137 bands: more than half of what the SMs hold
     assert registry.get("cuda.softmax_bands").algo_bytes(64, 1000, 4) == opdefs.OPS["softmax"].ideal_bytes(
         64, 1000, 4)
 
@@ -789,7 +798,7 @@ def test_columns_rules():
     assert P.columns_config("softmax", torch.float32, 4, 8, 4096) == (32, 1, 0)
     # the automatic plan takes it only where the band needs shared memory with 128-byte pieces; elsewhere the
     # strided kernel (C = 1000 fits registers; 16-bit dim 0 of 8192^2 would take 64-byte pieces; one element an
-    # access), as it does beyond a cluster of 8 and backward
+    # access), as it does beyond a cluster of 8 and backward (fp32 there: bands, test_bands_rules)
     assert P.columns_preferred(torch.float32, 4, P.columns_config("softmax", torch.float32, 4, 8192, 8192))
     for dtype, N, inner in ((torch.float32, 1000, 4096), (torch.bfloat16, 1000, 4096), (torch.bfloat16, 8192, 8192),
                             (torch.float32, 4097, 1001)):
@@ -797,7 +806,7 @@ def test_columns_rules():
         assert P.columns_config("softmax", dtype, W, N, inner) is not None
         assert P.plan(8, N, dtype, "softmax", vec=W > 1, inner=inner, layout="strided", sms=SMS).regime == "strided"
     assert P.plan(1, 1 << 17, torch.float32, "softmax", inner=64, layout="strided", sms=SMS).regime == "strided"
-    assert P.plan(1, 8192, torch.float32, "softmax_backward", inner=64, layout="strided", sms=SMS).regime == \
+    assert P.plan(1, 8192, torch.bfloat16, "softmax_backward", inner=64, layout="strided", sms=SMS).regime == \
         "strided"
     for dtype in opdefs.GPU_DTYPES:  # every dtype reaches N = 8192 with 64-byte pieces at least
         lanes, c, _ = P.columns_config("log_softmax", dtype, P.vec_width(dtype), 8192, 8192)

@@ -612,6 +612,22 @@ def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, 
     return lanes, rows, U, cdiv(need, lanes), cdiv(N, rows * U)
 
 
+def bands_preferred(op: str, dtype, W: int, N: int, inner: int, sms: int) -> bool:
+    """Does the automatic plan take the bands kernels rather than the strided one? For the fp32 backward on the
+    16-byte path whose strided strips, at one CTA an SM, hold more than twice STRIDED_L2_BUDGET (N above about 2000
+    rows), so that the strided kernel's second pass reads most of them from DRAM again, and where a group of bands
+    fits half the CTAs the SMs hold. Measured on an H100 (session 70, benchmarks/layout_regimes.py, % of copy, strided
+    -> bands): dim 0 of 8192^2 fp32 backward 55-56 -> 67-70; channels C = 1000 (strips within the budget) 71-72 ->
+    69-71; the fp32 forward and every 16-bit op lost or tied against the rules' plan (8192^2 fp32 forward 81% on the
+    columns kernel, 68 on bands; bf16 49-54 against 51-56), as did one element an access (dim 0 of 4097 x 1001, 28-30
+    against 30-35): a CTA meets its group once a band, and the 16-bit bands are issue-bound."""
+    if not OPS[op].backward or dtype != torch.float32 or W == 1:
+        return False
+    if sms * N * STRIDED_PIECE * len(OPS[op].inputs) <= 2 * STRIDED_L2_BUDGET:
+        return False
+    return bands_config(op, dtype, W, N, inner)[4] <= BANDS_CTAS_PER_SM * sms // 2
+
+
 def bands_workspace(items: int, G: int, cols: int) -> tuple[int, int]:
     """(words, zeroed) of the bands regime's fp32 workspace for `items` strips (outer x strips) of `cols` columns in
     G bands: the ticket and each item's arrival word first (the `zeroed` words: softmax.cu's os_bands_head), then each
@@ -946,7 +962,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         if regime == "columns":
             cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + columns_smem_slots(dtype, W))
             raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
-        if regime == "bands":
+        if regime == "bands" or (regime is None and bands_preferred(op, dtype, W, N, inner, sms)):
             lanes, rows, U, strips, G = bands_config(op, dtype, W, N, inner)
             if G > BANDS_CTAS_PER_SM * sms // 2:
                 raise Unsupported(f"N = {N} needs {G} bands of {rows * U} rows a strip: more than half of the CTAs "
