@@ -292,8 +292,7 @@ def _layouts(dtype):
         ("dim 0 of 70 x 64", rnd(70, 64), 0),
         ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
         ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
-        # adversarial columns through the columns kernel (forward) and the strided one (backward; fp32: bands), and an
-        # odd width
+        # adversarial columns through the columns kernel (forward) and the strided one (backward), and an odd width
         ("long columns, adversarial", adversarial(rnd(3, 3000, 2, 32) * 3), 1),
         ("dim 0 of an odd-width matrix", rnd(1537, 333), 0),
         # the chan kernels (one thread a column, N <= 32): channels of a segmentation map (2-element accesses in
@@ -331,7 +330,7 @@ def test_forward_backward_layouts(dtype, log):
     op, bop = ("log_softmax", "log_softmax_backward") if log else ("softmax", "softmax_backward")
     failures = []
     for label, x, dim in _layouts(dtype):
-        want = {"long columns, adversarial": ("columns", "strided" if dtype != torch.float32 else "bands")}.get(
+        want = {"long columns, adversarial": ("columns", "strided")}.get(
             label, ("chan", "chan") if label.startswith("channels") else None)
         out = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
         if want and E.plan_for(op, x, dim=dim, out=out).regime != want[0]:
@@ -442,7 +441,7 @@ def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
     ((1, 1 << 20), 1, torch.float32, "split", "split"),
     ((40, 1 << 20), 1, torch.float32, "group", "group"),  # rows enough for groups to fill the chip (GROUP_AUTOMATIC)
     ((2048, 2048), 0, torch.float32, "strided", "strided"),  # columns would hold it in registers: strided is faster
-    ((4096, 2048), 0, torch.float32, "columns", "bands"),  # the band needs shared memory: columns; 8 bands
+    ((4096, 2048), 0, torch.float32, "columns", "strided"),  # the band needs shared memory: columns
     ((8192, 8192), 0, torch.float32, "columns", "bands"),  # the brief's dim-0 case: clusters of 8 per strip; 32 bands
     ((16384, 4096), 0, torch.float32, "strided", "bands"),  # 64 bands a strip (backward)
     ((8192, 8192), 0, torch.bfloat16, "strided", "strided"),

@@ -612,20 +612,25 @@ def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, 
     return lanes, rows, U, cdiv(need, lanes), cdiv(N, rows * U)
 
 
-def bands_preferred(op: str, dtype, W: int, N: int, inner: int, sms: int) -> bool:
+def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -> bool:
     """Does the automatic plan take the bands kernels rather than the strided one? For the fp32 backward on the
-    16-byte path whose strided strips, at one CTA an SM, hold more than twice STRIDED_L2_BUDGET (N above about 2000
-    rows), so that the strided kernel's second pass reads most of them from DRAM again, and where a group of bands
-    fits half the CTAs the SMs hold. Measured on an H100 (session 70, benchmarks/layout_regimes.py, % of copy, strided
-    -> bands): dim 0 of 8192^2 fp32 backward 55-56 -> 67-70; channels C = 1000 (strips within the budget) 71-72 ->
-    69-71; the fp32 forward and every 16-bit op lost or tied against the rules' plan (8192^2 fp32 forward 81% on the
-    columns kernel, 68 on bands; bf16 49-54 against 51-56), as did one element an access (dim 0 of 4097 x 1001, 28-30
-    against 30-35): a CTA meets its group once a band, and the 16-bit bands are issue-bound."""
+    16-byte path whose strided strips in flight (one CTA an SM, or one a strip where there are fewer: the strided
+    kernel's smallest grid) hold more than twice STRIDED_L2_BUDGET, so that its second pass reads most of them from
+    DRAM again, and where a group of bands fits half the CTAs the SMs hold. Measured on an H100 (session 70,
+    benchmarks/layout_regimes.py, benchmarks/results/session70; % of copy, strided -> bands, softmax and log-softmax
+    backward): dim 0 of 8192^2 55-56 -> 67-70, of 16384 x 4096 56 -> 61-67, of 2048 x 8192 58-59 -> 63-66; dim 1
+    of (4, 2000, 4096) 61 -> 68-71. Left to strided: C = 1000 (strips within twice the budget) 70-72 against 69-72;
+    (3, 3000, 512), 48 strips of 37 MB in all, 47 against 46. The fp32 forward and every 16-bit op lost or tied
+    against the rules' plans (dim 0 of 8192^2 fp32 forward 81% on the columns kernel, 68 on bands; of 2048 x 8192
+    66 strided against 59; of 16384 x 4096 61 against 68, one shape; bf16 49-56 against 51-63), as did one element
+    an access (dim 0 of 4097 x 1001, 28-30 against 30-35): a CTA meets its group once a band, where the strided
+    kernel streams, and the 16-bit bands are issue-bound."""
     if not OPS[op].backward or dtype != torch.float32 or W == 1:
         return False
-    if sms * N * STRIDED_PIECE * len(OPS[op].inputs) <= 2 * STRIDED_L2_BUDGET:
+    _, _, _, strips, G = bands_config(op, dtype, W, N, inner)
+    if min(sms, M * strips) * N * STRIDED_PIECE * len(OPS[op].inputs) <= 2 * STRIDED_L2_BUDGET:
         return False
-    return bands_config(op, dtype, W, N, inner)[4] <= BANDS_CTAS_PER_SM * sms // 2
+    return G <= BANDS_CTAS_PER_SM * sms // 2
 
 
 def bands_workspace(items: int, G: int, cols: int) -> tuple[int, int]:
@@ -962,7 +967,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         if regime == "columns":
             cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + columns_smem_slots(dtype, W))
             raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
-        if regime == "bands" or (regime is None and bands_preferred(op, dtype, W, N, inner, sms)):
+        if regime == "bands" or (regime is None and bands_preferred(op, dtype, W, M, N, inner, sms)):
             lanes, rows, U, strips, G = bands_config(op, dtype, W, N, inner)
             if G > BANDS_CTAS_PER_SM * sms // 2:
                 raise Unsupported(f"N = {N} needs {G} bands of {rows * U} rows a strip: more than half of the CTAs "
