@@ -40,9 +40,14 @@
 //                                        of rows in registers (+ smem); per-column (m, d) by a tree, then through DSMEM
 // fwd_strided<OP,DT,W>                   the same when the columns do not fit on chip: a persistent CTA owns a strip
 //                                        of columns: (m, d) down N, tree merge, second pass (re-read in L2)
+// fwd_bands<OP,DT,W,U>                   the same read once: a group of G CTAs a strip, each a band of its rows (U
+//                                        accesses a thread) in registers, the bands' per-column pairs through global
+//                                        memory (a counter a strip, the group regime's bounded wait); fwd_bands_fix
+//                                        after it writes the bands abandoned
 // fwd_chan<OP,DT,W,CAP>                  a short non-last dim (N <= CAP <= 32: channels): a thread per access of W
 //                                        columns (4 bytes, or one 16-bit element) holds all N rows in registers
-// bwd_warp / bwd_flat / bwd_row / bwd_grp / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_chan: the same for OP 2, 3,
+// bwd_warp / bwd_flat / bwd_row / bwd_grp / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_bands / bwd_chan: the
+//                                        same for OP 2, 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
 // SASS: when the regimes were merged (issue 11), every instantiation compiled to the same sm_90 instructions as the
@@ -72,6 +77,8 @@
 //   split_apply:   (a, b, const float* ws, out, long long M, int N, long long sa, long long sb, long long so, int P,
 //                   int CH)
 //   cols, strided: (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
+//   bands:         (a, b, float* ws, out, long long outer, int N, long long inner, long long strips, int G, int wait_ns);
+//                  bands_fix the same without wait_ns
 //   chan:          the same, strips = inner / W (the accesses of one outer index); items unused (outer * strips)
 #include "production.cuh"
 
