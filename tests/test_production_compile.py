@@ -896,7 +896,7 @@ def test_row_layout_detection():
 
 def test_variants_registered():
     names = [v.name for v in registry.variants(backend="cuda") if v.name in V.VARIANT_NAMES]
-    assert len(names) == len(V.VARIANT_NAMES) == 34  # 4 ops x 8 regimes, and columns for the 2 forward ops
+    assert len(names) == len(V.VARIANT_NAMES) == 38  # 4 ops x 9 regimes, and columns for the 2 forward ops
     for op in P.ENGINE_OPS:
         for regime in P.REGIMES:
             if regime == "columns" and opdefs.OPS[op].backward:
