@@ -362,8 +362,9 @@ def _bands_layouts(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 def test_bands_layouts(dtype, wait, monkeypatch):
     """The bands regime forced (run_regime) on the non-last dims of _bands_layouts, every op, NaN-poisoned outputs
-    against float64; with the planned wait, and with none (GROUP_WAIT_NS = 0: every band but those that complete
-    their group or find it complete is abandoned to bands_fix, which writes it from the inputs and the pairs)."""
+    against float64; with the planned wait, and with none (GROUP_WAIT_NS = 0: a band whose group is not complete
+    when its CTA arrives is abandoned to bands_fix, which writes it from the inputs and the pairs; on these small
+    grids few are: test_bands_fix_writes_the_same_bits asserts bands abandoned)."""
     if wait == "none":
         _abandoning_at_once(monkeypatch)
     failures = []
@@ -384,24 +385,51 @@ def test_bands_layouts(dtype, wait, monkeypatch):
             rep = _backward_report(dx, y, dy, dim, log, dtype)
             if not rep.ok:
                 failures.append(f"{op}_backward {label}: {rep.message}")
-    if wait == "none":  # more CTAs than fit at once: groups whose CTAs start apart, and abandon (a small grid's
-        #                 CTAs all arrive within one load of the first: none is abandoned there)
-        x = _bands_abandoning_case(dtype)
-        out = torch.full_like(x, float("nan"))
-        with E.KeptWorkspaces() as keep:
-            E.run_regime("softmax", (x,), out, 1, "bands")
-        torch.cuda.synchronize()
-        p = E.plan_for("softmax", x, dim=1, regime="bands")
-        gone = P.bands_abandoned(keep.kept[0], p.items)
-        rep = _forward_report(out, x, 1, False, dtype)
-        if not gone or not rep.ok:
-            failures.append(f"{tuple(x.shape)}: {gone} bands abandoned; {rep.message}")
     assert not failures, "\n".join(failures)
 
 
 def _bands_abandoning_case(dtype):
-    """(16, 3000, 256): 16 x 8 strips (16-bit: 4) of several bands, more CTAs than an H100 or H200 holds at once."""
+    """(16, 3000, 256): 16 x 8 strips (16-bit: 4) of several bands, more CTAs than an H100 or H200 holds at once: the
+    CTAs of a group start apart, and with no wait they abandon (on a small grid every CTA arrives within one load of
+    the first, and none is abandoned)."""
     return torch.randn(16, 3000, 256, device="cuda", generator=torch.Generator(device="cuda").manual_seed(3)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+def test_bands_fix_writes_the_same_bits(op, dtype, monkeypatch):
+    """Every op on _bands_abandoning_case with the planned wait (no band abandoned alone on the device), then with
+    none (bands abandoned, read back from the workspace, and written by bands_fix from the inputs and the same folded
+    pairs): the outputs equal bit for bit, and match float64; then in place (out is x, or dx is dy), equal again."""
+    x = _bands_abandoning_case(dtype)
+    bwd = op.endswith("backward")
+    fwd_op = op.replace("_backward", "")
+    ins = (x,)
+    if bwd:
+        y = torch.empty_like(x)
+        E.run_regime(fwd_op, (x,), y, 1)
+        ins = (y, torch.randn(x.shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(4)).to(dtype))
+
+    def call(keep_ws):
+        out = torch.full_like(x, float("nan"))
+        with E.KeptWorkspaces() as keep:
+            E.run_regime(op, ins, out, 1, "bands")
+        torch.cuda.synchronize()
+        p = E.plan_for(op, *ins, dim=1, regime="bands")
+        return out, (P.bands_abandoned(keep.kept[0], p.items) if keep_ws else None)
+
+    planned, _ = call(False)
+    _abandoning_at_once(monkeypatch)
+    none, gone = call(True)
+    assert gone > 0
+    assert torch.equal(planned, none)
+    rep = (_backward_report(none, *ins, 1, fwd_op == "log_softmax", dtype) if bwd else
+           _forward_report(none, x, 1, op == "log_softmax", dtype))
+    assert rep.ok, rep.message
+    inplace = ins[-1].clone()  # x forward, dy backward: the kernels read it and write their outputs over it
+    E.run_regime(op, ins[:-1] + (inplace,), inplace, 1, "bands")
+    torch.cuda.synchronize()
+    assert torch.equal(inplace, planned)
 
 
 def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):

@@ -781,7 +781,7 @@ def test_bands_rules():
     assert auto(8, 1000, 4096) == auto(1, 8192, 8192, bf16) == auto(1, 4097, 1001) == "strided"
     assert auto(1, 8192, 8192, op="softmax") == "columns" and auto(4, 1900, 4096) == "strided"
     assert auto(3, 3000, 512) == auto(1, 2048, 2048) == "strided"  # 48 / 64 strips: within twice the budget
-    assert auto(1, 70000, 64) == "strided"  # 137 bands: more than half of what the SMs hold
+    assert auto(8, 70000, 64) == "strided"  # 274 bands of 256 rows: more than half of what the SMs hold
     assert registry.get("cuda.softmax_bands").algo_bytes(64, 1000, 4) == opdefs.OPS["softmax"].ideal_bytes(
         64, 1000, 4)
 
