@@ -1640,6 +1640,34 @@ bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const fl
     split_apply_body<bwd_op<OP>::value, DT, W, WIN>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
 
+// Per column, the pairs of a (lanes, rows) CTA's thread rows merged down a tree in shared memory (the columns and
+// bands kernels): row 0's slots end with the CTA's pair of each of its columns (slot tx * W + j), and each thread's
+// pa / pb with its subtree's. rows is a power of 2.
+template <int RED, int W>
+__device__ __forceinline__ void column_tree(float (&pa)[W], float (&pb)[W], float* sh_a, float* sh_b, int lanes,
+                                           int rows) {
+    const int me = threadIdx.y * lanes + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        sh_a[me * W + j] = pa[j];
+        sh_b[me * W + j] = pb[j];
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int h = rows >> 1; h > 0; h >>= 1) {
+        if ((int)threadIdx.y < h) {
+            const int other = (me + h * lanes) * W;
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                os_combine<RED>(pa[j], pb[j], sh_a[other + j], sh_b[other + j]);
+                sh_a[me * W + j] = pa[j];
+                sh_b[me * W + j] = pb[j];
+            }
+        }
+        __syncthreads();
+    }
+}
+
 // ---- columns: a non-last dim with the columns on chip (forward only) ------------------------------------------------
 // 1 read + 1 write. A cluster of C CTAs (C == 1: one CTA) owns item = (o, strip): the LANES * W columns
 // [strip * LANES * W, ...) of outer index o, all N rows of them. CTA `rank` holds the band of rows
@@ -1746,23 +1774,8 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     for (int j = 0; j < W; j++) {
         m[j] = mt[j];
         dd[j] = d[j];
-        red_m[t * W + j] = m[j];
-        red_d[t * W + j] = dd[j];
     }
-    __syncthreads();
-#pragma unroll 1
-    for (int h = rows >> 1; h > 0; h >>= 1) {
-        if (ty < h) {
-            const int other = (t + h * lanes) * W;
-#pragma unroll
-            for (int j = 0; j < W; j++) {
-                os_combine<OS_RED_MD>(m[j], dd[j], red_m[other + j], red_d[other + j]);
-                red_m[t * W + j] = m[j];
-                red_d[t * W + j] = dd[j];
-            }
-        }
-        __syncthreads();
-    }
+    column_tree<OS_RED_MD, W>(m, dd, red_m, red_d, lanes, rows);
     // the cluster's (m, d) per column: thread c < LANES * W folds column c's C partials (row 0 of each CTA's tree)
     const int ncols = lanes * W;
     if constexpr (C > 1) {
@@ -2219,33 +2232,6 @@ bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
 __host__ __device__ constexpr long long os_bands_head(long long items) { return 2 + 2 * ((items + 1) / 2); }
 __host__ __device__ constexpr long long os_bands_block(int G, int cols) { return 2LL * G * cols + 2 * ((G + 1) / 2); }
 
-// Per column, the pairs of the CTA's thread rows merged down a tree in shared memory: row 0's slots end with the
-// CTA's pair of each of its columns (slot tx * W + j). rows is a power of 2.
-template <int RED, int W>
-__device__ __forceinline__ void bands_tree(float (&pa)[W], float (&pb)[W], float* sh_a, float* sh_b, int lanes,
-                                           int rows) {
-    const int me = threadIdx.y * lanes + threadIdx.x;
-#pragma unroll
-    for (int j = 0; j < W; j++) {
-        sh_a[me * W + j] = pa[j];
-        sh_b[me * W + j] = pb[j];
-    }
-    __syncthreads();
-#pragma unroll 1
-    for (int h = rows >> 1; h > 0; h >>= 1) {
-        if ((int)threadIdx.y < h) {
-            const int other = (me + h * lanes) * W;
-#pragma unroll
-            for (int j = 0; j < W; j++) {
-                os_combine<RED>(pa[j], pb[j], sh_a[other + j], sh_b[other + j]);
-                sh_a[me * W + j] = pa[j];
-                sh_b[me * W + j] = pb[j];
-            }
-        }
-        __syncthreads();
-    }
-}
-
 // The group's pair of each of the thread's columns: thread row ty folds ranks ty, ty + rows, ... of the block's pairs
 // (after the completed count's acquire, ordered before by the caller's barrier), then the tree; every thread ends with
 // its columns' pairs, and the shared memory is free again. The same in every CTA of the group and in bands_fix.
@@ -2268,7 +2254,7 @@ __device__ __forceinline__ void bands_group_pairs(float (&pa)[W], float (&pb)[W]
             os_combine<RED>(pa[j], pb[j], a2, b2);
         }
     }
-    bands_tree<RED, W>(pa, pb, sh_a, sh_b, lanes, rows);
+    column_tree<RED, W>(pa, pb, sh_a, sh_b, lanes, rows);
 #pragma unroll
     for (int j = 0; j < W; j++) {
         pa[j] = sh_a[tx * W + j];
@@ -2393,7 +2379,7 @@ __device__ __forceinline__ void bands_body(const void* __restrict__ a, const voi
                 }
             }
         }
-        bands_tree<op::RED, W>(pa, pb, sh_a, sh_b, lanes, rows);
+        column_tree<op::RED, W>(pa, pb, sh_a, sh_b, lanes, rows);
         if (ty == 0) {  // the band's pairs at its rank
 #pragma unroll
             for (int j = 0; j < W; j++) {
