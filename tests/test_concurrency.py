@@ -150,7 +150,7 @@ def _interleaved_split(cls, monkeypatch) -> list:
             stream.append(("apply", a, ws))
 
     e = object.__new__(cls)
-    e.plan, e.contig, e.single, e.M = SimpleNamespace(parts=16, wave=0, regime="split"), False, None, 2
+    e.plan, e.contig, e.single, e.M = P.Plan("split", "softmax", torch.float32, 2, 10, 4, (), parts=16), False, None, 2
     e.pers, e.steps, e.device = ((1, 1, 0), (1, 1, 0)), (0, 0, 0), 0
     e.calls = (SimpleNamespace(rows=stats), SimpleNamespace(rows=apply))
     run_threads(e, [(call, 0, 0, SimpleNamespace(device="cpu")) for call in (1, 2)])
@@ -196,7 +196,7 @@ class _SharedGroupEntry(_SharedWorkspaceEntry):
 
     __slots__ = ()
 
-    def _group(self, M, a, b, out, x):
+    def _grouped(self, M, a, b, out, x):
         E.memset32(self.device, self._shared.data_ptr(), 0, 64)
         for call in self.calls:
             call.rows(1, M, a, b, self._shared.data_ptr(), out)
@@ -222,7 +222,7 @@ def _interleaved_group(cls, monkeypatch) -> list:
 
     monkeypatch.setattr(E, "memset32", memset)
     e = object.__new__(cls)
-    e.plan, e.contig, e.single, e.M = SimpleNamespace(parts=3, regime="group"), False, None, 2
+    e.plan, e.contig, e.single, e.M = P.Plan("group", "softmax", torch.float32, 2, 10, 4, (), parts=3), False, None, 2
     e.pers, e.steps, e.device = ((3, 1, 0), (1, 1, 0)), (0, 0, 0), 0
     e.calls = (SimpleNamespace(rows=group), SimpleNamespace(rows=group))
     run_threads(e, [(call, 0, 0, SimpleNamespace(device="cpu")) for call in (1, 2)])

@@ -191,7 +191,7 @@ def test_check_catches_abandoned_shares_left_unwritten(monkeypatch):
         ws = torch.zeros(P.group_workspace(M, self.plan.parts), dtype=torch.float32, device=x.device)
         self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
 
-    monkeypatch.setattr(E._Entry, "_group", group_only)
+    monkeypatch.setattr(E._Entry, "_grouped", group_only)
     rep = check_variant(registry.get("cuda.softmax_group"), 70, 140001, torch.float32, "normal", 5)
     assert not rep.skipped and not rep.ok, rep.message
 
@@ -443,7 +443,7 @@ def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
         ws = torch.zeros(n, dtype=torch.float32, device=x.device)
         self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
 
-    monkeypatch.setattr(E._Entry, "_bands", bands_only)
+    monkeypatch.setattr(E._Entry, "_grouped", bands_only)
     x = _bands_abandoning_case(torch.float32)
     out = torch.full_like(x, float("nan"))
     E.run_regime("softmax", (x,), out, 1, "bands")

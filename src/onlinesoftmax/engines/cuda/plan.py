@@ -823,13 +823,17 @@ class Plan:
         for l in launches:
             if l.grid * l.cluster > INT_MAX:
                 raise Unsupported(f"{self.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
+        return replace(self, M=M, launches=launches, items=M * self.strips, workspace=self.workspace_for(M)[0])
+
+    def workspace_for(self, M: int) -> tuple[int, int]:
+        """(fp32 words, the first of them zeroed before the launch) of a call's workspace for M rows (outer indices):
+        split, 2 a chunk of a wave's rows, none zeroed; group, group_workspace, all zeroed; bands, bands_workspace."""
         if self.regime == "group":
-            ws = group_workspace(M, self.parts)
-        elif self.regime == "bands":
-            ws = bands_workspace(M * self.strips, self.parts, self.launches[0].block[0] * self.W)[0]
-        else:
-            ws = 2 * (self.wave or M) * self.parts
-        return replace(self, M=M, launches=launches, items=M * self.strips, workspace=ws)
+            n = group_workspace(M, self.parts)
+            return n, n
+        if self.regime == "bands":
+            return bands_workspace(M * self.strips, self.parts, self.launches[0].block[0] * self.W)
+        return 2 * (self.wave or M) * self.parts, 0
 
 
 def plan(M: int, N: int, dtype, op: str = "softmax", *, vec: bool = True, window: int = 0, inner: int = 1,

@@ -34,8 +34,8 @@ from ...runtime import native
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from ...runtime.launch import memset32
 from .compiled import kernel, sms
-from .plan import (DT_CODE, Plan, Unsupported, bands_workspace, cross_entropy_plan, flat_from, grid_for,
-                   group_workspace, plan, stable_rows, vec_width)
+from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan, stable_rows,
+                   vec_width)
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
 PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
@@ -213,27 +213,19 @@ class _Entry:
             self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
 
     def _with_workspace(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
-        {"group": self._group, "bands": self._bands}.get(self.plan.regime, self._split)(M, a, b, out, x)
+        (self._grouped if self.plan.regime in ("group", "bands") else self._split)(M, a, b, out, x)
 
-    def _group(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
-        # the ticket and each row's arrival word, pairs and abandoned ranks (plan.group_workspace) in a workspace of this call,
-        # zeroed on the current stream before the launch (as the split's, from torch's caching allocator: see _split)
-        n = group_workspace(M, self.plan.parts)
+    def _grouped(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
+        # group and bands: the CTAs' ticket and each row's (strip's) arrival word, pairs and abandoned ranks
+        # (Plan.workspace_for) in a workspace of this call, its counters zeroed on the current stream before the
+        # launch (as the split's, from torch's caching allocator: see _split); then the kernel that writes what a
+        # CTA abandoned (grp_fix, bands_fix: a programmatic launch, it starts as the first one ends)
+        n, zeroed = self.plan.workspace_for(M)
         ws = torch.empty(n, dtype=torch.float32, device=x.device)
-        memset32(self.device, ws.data_ptr(), 0, n)
-        (group, fix), (pg, pf), w = self.calls, self.pers, ws.data_ptr()
-        group.rows(grid_for(M, pg), M, a, b, w, out)
-        fix.rows(grid_for(M, pf), M, a, b, w, out)  # the shares abandoned (a programmatic launch: starts as it ends)
-
-    def _bands(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
-        # as _group: the ticket and each strip's arrival word zeroed (plan.bands_workspace's head), then the pairs
-        p = self.plan
-        n, head = bands_workspace(M * p.strips, p.parts, p.launches[0].block[0] * p.W)
-        ws = torch.empty(n, dtype=torch.float32, device=x.device)
-        memset32(self.device, ws.data_ptr(), 0, head)
-        (bands, fix), (pb, pf), w = self.calls, self.pers, ws.data_ptr()
-        bands.rows(grid_for(M, pb), M, a, b, w, out)
-        fix.rows(grid_for(M, pf), M, a, b, w, out)  # the bands abandoned (a programmatic launch)
+        memset32(self.device, ws.data_ptr(), 0, zeroed)
+        (first, fix), (pg, pf), w = self.calls, self.pers, ws.data_ptr()
+        first.rows(grid_for(M, pg), M, a, b, w, out)
+        fix.rows(grid_for(M, pf), M, a, b, w, out)
 
     def _split(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # the partial states go to a workspace of this call (2 floats per chunk of a wave), from torch's caching
@@ -242,7 +234,7 @@ class _Entry:
         # pool. Wave by wave (plan.split_wave): each apply re-reads from L2 what its stats read just before. The
         # tensor is held until every launch is queued: let go sooner, another thread's call would get the block.
         wave = self.plan.wave or M
-        ws = torch.empty(2 * wave * self.plan.parts, dtype=torch.float32, device=x.device)
+        ws = torch.empty(self.plan.workspace_for(M)[0], dtype=torch.float32, device=x.device)
         (stats, apply), (ps, pa), (sa, sb, so), w = self.calls, self.pers, self.steps, ws.data_ptr()
         for r in range(0, M, wave):
             g = min(wave, M - r)
