@@ -612,6 +612,12 @@ def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, 
     return lanes, rows, U, cdiv(need, lanes), cdiv(N, rows * U)
 
 
+def bands_most(sms: int) -> int:
+    """The most bands a strip may have: half the CTAs the SMs hold at the kernels' launch bound (a group's CTAs wait
+    for one another, so all must fit at once, with room for other kernels; run._group_runs asks the device)."""
+    return BANDS_CTAS_PER_SM * sms // 2
+
+
 def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -> bool:
     """Does the automatic plan take the bands kernels rather than the strided one? For the fp32 backward on the
     16-byte path whose strided strips in flight (one CTA an SM, or one a strip where there are fewer: the strided
@@ -630,7 +636,7 @@ def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int
     _, _, _, strips, G = bands_config(op, dtype, W, N, inner)
     if min(sms, M * strips) * N * STRIDED_PIECE * len(OPS[op].inputs) <= 2 * STRIDED_L2_BUDGET:
         return False
-    return G <= BANDS_CTAS_PER_SM * sms // 2
+    return G <= bands_most(sms)
 
 
 def bands_workspace(items: int, G: int, cols: int) -> tuple[int, int]:
@@ -973,7 +979,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
             raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
         if regime == "bands" or (regime is None and bands_preferred(op, dtype, W, M, N, inner, sms)):
             lanes, rows, U, strips, G = bands_config(op, dtype, W, N, inner)
-            if G > BANDS_CTAS_PER_SM * sms // 2:
+            if G > bands_most(sms):
                 raise Unsupported(f"N = {N} needs {G} bands of {rows * U} rows a strip: more than half of the CTAs "
                                   f"{sms} SMs hold at once")
             launch = _launch(M, f"{pre}_bands<{o},{dt},{W},{U}>", (strips * G, 1, 0), (lanes, rows), sig="bands")
