@@ -182,16 +182,18 @@ def test_group_shares_abandoned_at_once_match_reference(name, dtype, seed, monke
     assert ran and not failures, "\n".join(failures)
 
 
+def _without_fix(self, M, a, b, out, x):
+    """Known wrong (E._Entry._grouped without its second kernel): the group or bands kernel alone, on a zeroed
+    workspace; what its CTAs abandon stays unwritten."""
+    ws = torch.zeros(self.plan.workspace_for(M)[0], dtype=torch.float32, device=x.device)
+    self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
+
+
 def test_check_catches_abandoned_shares_left_unwritten(monkeypatch):
     """Known wrong: with no wait, a group call that never launches grp_fix leaves the abandoned shares as the
     poison: the check fails (and the abandoning happens: the test above is not vacuous)."""
     _abandoning_at_once(monkeypatch)
-
-    def group_only(self, M, a, b, out, x):
-        ws = torch.zeros(P.group_workspace(M, self.plan.parts), dtype=torch.float32, device=x.device)
-        self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
-
-    monkeypatch.setattr(E._Entry, "_grouped", group_only)
+    monkeypatch.setattr(E._Entry, "_grouped", _without_fix)
     rep = check_variant(registry.get("cuda.softmax_group"), 70, 140001, torch.float32, "normal", 5)
     assert not rep.skipped and not rep.ok, rep.message
 
@@ -436,14 +438,7 @@ def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
     """Known wrong: with no wait, a bands call that never launches bands_fix leaves the abandoned bands as the
     poison, and the check fails."""
     _abandoning_at_once(monkeypatch)
-
-    def bands_only(self, M, a, b, out, x):
-        p = self.plan
-        n, _ = P.bands_workspace(M * p.strips, p.parts, p.launches[0].block[0] * p.W)
-        ws = torch.zeros(n, dtype=torch.float32, device=x.device)
-        self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
-
-    monkeypatch.setattr(E._Entry, "_grouped", bands_only)
+    monkeypatch.setattr(E._Entry, "_grouped", _without_fix)
     x = _bands_abandoning_case(torch.float32)
     out = torch.full_like(x, float("nan"))
     E.run_regime("softmax", (x,), out, 1, "bands")
