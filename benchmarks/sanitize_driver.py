@@ -50,6 +50,9 @@ def regime_cases(op: str, regime: str, dtype) -> list[tuple[int, int]]:
         "group": [(3, 3001), (70, 140001)],
         "columns": [(3, 5), (2, 301)],
         "strided": [(3, 5), (2, 301)],
+        # (M, N) as (outer = M, N, inner = 1): one band a strip; an odd N in several bands (a group meeting through
+        # global memory: G = 3 forward, 5 backward)
+        "bands": [(3, 5), (2, 9001)],
         # (M, N) as (outer = M, N, inner = 1): a thread a row; G = 8 threads a row, an empty last band
         "chan": [(37, 19), (2, 129)],
         # contiguous rows staged in shared memory: a row per lane group and a partial last CTA; rows sharing their

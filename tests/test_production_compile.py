@@ -786,6 +786,26 @@ def test_bands_rules():
         64, 1000, 4)
 
 
+def test_sanitizer_driver_covers_every_regime():
+    """benchmarks/sanitize_driver.py (compute-sanitizer's workload) forces every variant on its regime's cases: each
+    regime has cases (bands had none, and the driver stopped at its first bands variant), and the bands cases
+    include a strip of several bands, so the group's exchange runs under the sanitizer."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sanitize_driver.py"
+    spec = importlib.util.spec_from_file_location("sanitize_driver", path)
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    for name in V.VARIANT_NAMES:
+        op, regime = registry.get(name).op, name.rsplit("_", 1)[1]
+        assert regime in P.REGIMES
+        for dtype in opdefs.GPU_DTYPES:
+            assert driver.regime_cases(op, regime, dtype), (name, dtype)
+    for op in ("softmax", "softmax_backward"):
+        cases = driver.regime_cases(op, "bands", torch.float32)
+        assert max(P.bands_config(op, torch.float32, 1, N, 1)[4] for _, N in cases) > 1, (op, cases)
+
+
 def test_columns_rules():
     # softmax over dim 0 of 8192 x 8192 fp32 (the brief's case): 128-byte row pieces (8 lanes of float4), 64 rows
     # of threads x (4 in registers + 12 in smem), a band of 1024 rows per CTA, a cluster of 8 per strip
