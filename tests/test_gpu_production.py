@@ -465,9 +465,9 @@ def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
     ((40, 1 << 20), 1, torch.float32, "group", "group"),  # rows enough for groups to fill the chip (GROUP_AUTOMATIC)
     ((2048, 2048), 0, torch.float32, "strided", "strided"),  # columns would hold it in registers: strided is faster
     ((4096, 2048), 0, torch.float32, "columns", "strided"),  # the band needs shared memory: columns
-    ((8192, 8192), 0, torch.float32, "columns", "bands"),  # the brief's dim-0 case: clusters of 8 per strip; 32 bands
-    ((16384, 4096), 0, torch.float32, "strided", "bands"),  # 64 bands a strip (backward)
-    ((8192, 8192), 0, torch.bfloat16, "strided", "strided"),
+    ((8192, 8192), 0, torch.float32, "columns", "bands"),  # the brief's dim-0 case: clusters of 8 per strip; 18 bands
+    ((16384, 4096), 0, torch.float32, "strided", "bands"),  # 35 bands of 480 rows a strip (backward)
+    ((8192, 8192), 0, torch.bfloat16, "strided", "bands"),  # 16-bit strips overflowing the L2 four times
     ((3, 70000, 40), 1, torch.bfloat16, "strided", "strided"),  # columns beyond a cluster of 8: two passes
     ((4097, 1001), 0, torch.float32, "strided", "strided"),  # an odd width: one element an access, 8 lanes a strip
     ((8, 1000, 16, 16), 1, torch.bfloat16, "strided", "strided"),  # C = 1000: columns would hold it in registers

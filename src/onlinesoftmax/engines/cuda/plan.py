@@ -133,7 +133,9 @@ STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip
 STRIDED_PIECE = 128  # strided: bytes of a row the lanes of a thread row read side by side (strided_tile)
 BANDS_THREADS = 256  # bands: the CTA (lanes x rows threads); softmax.cu's enum
 BANDS_CTAS_PER_SM = 2  # bands: the kernels' launch bound (<= 128 registers)
-BANDS_WORDS = 64  # bands: 32-bit registers of data a thread holds (16-byte path; a quarter on the scalar path)
+BANDS_WORDS = 56  # bands: 32-bit registers of data a thread holds on the 16-byte path (64 spilled beside the slots)
+BANDS_SMEM_WORDS = 64  # bands: 32-bit words of data a thread stages in shared memory beyond them (16-byte path)
+BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every access its own 64-bit address)
 INT_MAX = 2**31 - 1
 
 
@@ -597,19 +599,27 @@ def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -
     return lanes, rows, cdiv(need, lanes), min(STRIDED_CTAS_PER_SM * sms, max(sms, STRIDED_L2_BUDGET // per_cta))
 
 
-def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, int, int, int]:
-    """(lanes, rows, U, strips, G) of the bands kernels on (outer, N, inner): a CTA of BANDS_THREADS = lanes x rows
+def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, int, int, int, int]:
+    """(lanes, rows, U, S, strips, G) of the bands kernels on (outer, N, inner): a CTA of BANDS_THREADS = lanes x rows
     threads, lanes across `inner` (W columns each: row pieces of STRIDED_PIECE bytes, fewer lanes for narrower
-    columns), each thread U accesses down N in registers (BANDS_WORDS 32-bit words of data, both inputs backward; a
-    quarter on the scalar path, whose every access has its own 64-bit address); a band of rows x U rows a CTA, G bands
-    (CTAs) a strip, the group that meets through global memory."""
+    columns), each thread U accesses down N in registers (BANDS_WORDS 32-bit words of data, both inputs backward;
+    BANDS_SCALAR_WORDS on the scalar path) and, on the 16-byte path, S more in shared memory (BANDS_SMEM_WORDS;
+    bands_smem bytes a CTA); a band of rows x (U + S) rows a CTA, G bands (CTAs) a strip, the group that meets
+    through global memory."""
     size = _SIZES[dtype]
     need = cdiv(inner, W)
     lanes = min(pow2ceil(need), STRIDED_PIECE // (W * size))
     rows = BANDS_THREADS // lanes
-    words = (BANDS_WORDS if W > 1 else BANDS_WORDS // 4) // len(OPS[op].inputs)
+    inputs = len(OPS[op].inputs)
+    words = (BANDS_WORDS if W > 1 else BANDS_SCALAR_WORDS) // inputs
     U = max(1, words // max(1, W * size // 4))
-    return lanes, rows, U, cdiv(need, lanes), cdiv(N, rows * U)
+    S = BANDS_SMEM_WORDS // inputs // 4 if W * size == 16 else 0
+    return lanes, rows, U, S, cdiv(need, lanes), cdiv(N, rows * (U + S))
+
+
+def bands_smem(op: str, S: int) -> int:
+    """Dynamic shared memory of a bands CTA: S 16-byte accesses a thread of each input."""
+    return S * len(OPS[op].inputs) * BANDS_THREADS * 16
 
 
 def bands_most(sms: int) -> int:
@@ -619,22 +629,26 @@ def bands_most(sms: int) -> int:
 
 
 def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -> bool:
-    """Does the automatic plan take the bands kernels rather than the strided one? For the fp32 backward on the
-    16-byte path whose strided strips in flight (one CTA an SM, or one a strip where there are fewer: the strided
-    kernel's smallest grid) hold more than twice STRIDED_L2_BUDGET, so that its second pass reads most of them from
-    DRAM again, and where a group of bands fits half the CTAs the SMs hold. Measured on an H100 (session 70,
-    benchmarks/layout_regimes.py, benchmarks/results/session70; % of copy, strided -> bands, softmax and log-softmax
-    backward): dim 0 of 8192^2 55-56 -> 67-70, of 16384 x 4096 56 -> 61-67, of 2048 x 8192 58-59 -> 63-66; dim 1
-    of (4, 2000, 4096) 61 -> 68-71. Left to strided: C = 1000 (strips within twice the budget) 70-72 against 69-72;
-    (3, 3000, 512), 48 strips of 37 MB in all, 47 against 46. The fp32 forward and every 16-bit op lost or tied
-    against the rules' plans (dim 0 of 8192^2 fp32 forward 81% on the columns kernel, 68 on bands; of 2048 x 8192
-    66 strided against 59; of 16384 x 4096 61 against 68, one shape; bf16 49-56 against 51-63), as did one element
-    an access (dim 0 of 4097 x 1001, 28-30 against 30-35): a CTA meets its group once a band, where the strided
-    kernel streams, and the 16-bit bands are issue-bound."""
-    if not OPS[op].backward or dtype != torch.float32 or W == 1:
+    """Does the automatic plan take the bands kernels rather than the strided one? For a backward on the 16-byte path
+    whose strided strips in flight (one CTA an SM, or one a strip where there are fewer: the strided kernel's
+    smallest grid) hold more than twice STRIDED_L2_BUDGET in fp32, four times in 16 bits, so that its second pass
+    reads most of them from DRAM again, and where a group of bands fits half the CTAs the SMs hold. Measured on an
+    H100 (benchmarks/layout_regimes.py; % of copy, softmax and log-softmax backward). Session 70, bands in registers
+    (benchmarks/results/session70), strided -> bands: fp32 dim 0 of 8192^2 55-56 -> 67-70, of 16384 x 4096 56 ->
+    61-67, of 2048 x 8192 58-59 -> 63-66; dim 1 of (4, 2000, 4096) 61 -> 68-71. Session 71, with shared-memory slots
+    (benchmarks/results/session71, call 2), bands in registers -> with slots: fp32 8192^2 67-70 -> 80-81, (4, 2000,
+    4096) 68-71 -> 79-81, 2048 x 8192 63-65 -> 70-72; bf16 8192^2 strided 56 -> 62-68 (268 MB in flight). Left to
+    strided: bf16 (4, 2000, 4096) and dim 0 of 2048 x 8192 (67-69 MB in flight: 58 / 58 against 62 / 57, 55 / 55
+    against 49 / 45), C = 1000 (34 MB; bf16 60-63 against 55-60; fp32 70-71 against 77-79 with the slots: a gain
+    the rule leaves, since (3, 3000, 512) and 2048^2 around it, 37 and 34 MB, were not timed with them and ran
+    46-47% either way without), the forward (dim 0 of 8192^2 fp32 81% on the columns kernel, 74 on bands; bf16 51
+    strided against 54-55, C = 1000 60 against 40), and one element an access (dim 0 of 4097 x 1001, 28-30 against
+    30-35, session 70): a CTA meets its group once a band, where the strided kernel streams."""
+    if not OPS[op].backward or W == 1:
         return False
-    _, _, _, strips, G = bands_config(op, dtype, W, N, inner)
-    if min(sms, M * strips) * N * STRIDED_PIECE * len(OPS[op].inputs) <= 2 * STRIDED_L2_BUDGET:
+    _, _, _, _, strips, G = bands_config(op, dtype, W, N, inner)
+    flight = min(sms, M * strips) * N * STRIDED_PIECE * len(OPS[op].inputs)
+    if flight <= (2 if dtype == torch.float32 else 4) * STRIDED_L2_BUDGET:
         return False
     return G <= bands_most(sms)
 
@@ -978,14 +992,17 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
             cap = PORTABLE_CLUSTER * ROW_MAX_THREADS * (columns_slots(op, dtype, W) + columns_smem_slots(dtype, W))
             raise Unsupported(f"{op}: the columns kernel is forward only, N up to {cap} here")
         if regime == "bands" or (regime is None and bands_preferred(op, dtype, W, M, N, inner, sms)):
-            lanes, rows, U, strips, G = bands_config(op, dtype, W, N, inner)
+            lanes, rows, U, S, strips, G = bands_config(op, dtype, W, N, inner)
             if G > bands_most(sms):
-                raise Unsupported(f"N = {N} needs {G} bands of {rows * U} rows a strip: more than half of the CTAs "
-                                  f"{sms} SMs hold at once")
-            launch = _launch(M, f"{pre}_bands<{o},{dt},{W},{U}>", (strips * G, 1, 0), (lanes, rows), sig="bands")
-            fix = _launch(M, f"{pre}_bands_fix<{o},{dt},{W},{U}>", (strips, 1, 0), (lanes, rows), sig="bandsfix")
+                raise Unsupported(f"N = {N} needs {G} bands of {rows * (U + S)} rows a strip: more than half of the "
+                                  f"CTAs {sms} SMs hold at once")
+            smem = bands_smem(op, S)
+            launch = _launch(M, f"{pre}_bands<{o},{dt},{W},{U},{S}>", (strips * G, 1, 0), (lanes, rows), smem=smem,
+                             sig="bands")
+            fix = _launch(M, f"{pre}_bands_fix<{o},{dt},{W},{U},{S}>", (strips, 1, 0), (lanes, rows), smem=smem,
+                          sig="bandsfix")
             return Plan("bands", op, dtype, M, N, W, (launch, fix), inner=inner, strips=strips, items=M * strips,
-                        parts=G, chunk=rows * U, workspace=bands_workspace(M * strips, G, lanes * W)[0],
+                        parts=G, chunk=rows * (U + S), workspace=bands_workspace(M * strips, G, lanes * W)[0],
                         wait=GROUP_WAIT_NS)
         lanes, rows, strips, cap = strided_tile(op, dtype, W, M, N, inner, sms)
         name = f"{pre}_strided<{o},{dt},{W}>"
