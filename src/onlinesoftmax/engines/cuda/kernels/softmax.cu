@@ -2223,10 +2223,10 @@ bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
 // threads holds a band of rows * (U + S) rows of a strip of lanes * W columns: thread (tx, ty) columns [col, col + W),
 // the band's rows ty + u * rows, u < U in registers and U <= u < U + S in shared memory (16-byte accesses copied by
 // cp.async, each thread's own: [S][IN][BANDS_THREADS] vectors, x; or y then dy). The G = ceil(N / (rows * (U + S)))
-// bands of a strip are a group, whose
-// item is (outer index, strip). Per column: the thread's pair over its U rows, a tree over the CTA's rows in shared
-// memory (the band's pair), the G bands' pairs through global memory (os_group_arrive: the group regime's bounded
-// wait), folded by every CTA of the group in one order (the same bits), then the outputs from the registers. As in
+// bands of a strip are a group, whose item is (outer index, strip). Per column: the thread's pair over its U + S
+// rows, a tree over the CTA's rows in shared memory (the band's pair), the G bands' pairs through global memory
+// (os_group_arrive: the group regime's bounded wait), folded by every CTA of the group in one order (the same bits),
+// then the outputs from the band's accesses. As in
 // grp_body, each CTA takes its (item, rank) from a ticket in the order CTAs start, and a CTA that waited wait_ns
 // abandons its band to bands_fix, launched after it. ws: the ticket (2 words), each item's arrival word (zeroed
 // before the launch: os_bands_head words in all), then each item's block of os_bands_block(G, cols) words: G x cols
