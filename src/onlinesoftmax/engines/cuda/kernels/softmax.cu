@@ -1640,6 +1640,18 @@ bwd_split_apply(const void* __restrict__ a, const void* __restrict__ b, const fl
     split_apply_body<bwd_op<OP>::value, DT, W, WIN>(a, b, ws, out, N, sa, sb, so, P, CH);
 }
 
+// Work item `item` of the kernels over a strip of lanes * W columns of a contiguous (outer, N, inner) tensor (columns,
+// strided, bands): outer index item / strips, strip item % strips. Thread tx's first column col: the element offset
+// of (outer index, row 0, col), and whether col < inner (the last strip's lanes past it hold nothing).
+template <int W>
+__device__ __forceinline__ long long os_strip_column(long long item, long long strips, int lanes, int tx, int N,
+                                                     long long inner, bool& active) {
+    const long long o = item / strips;
+    const long long col = ((item - o * strips) * lanes + tx) * W;
+    active = col < inner;
+    return o * (long long)N * inner + col;
+}
+
 // Per column, the pairs of a (lanes, rows) CTA's thread rows merged down a tree in shared memory (the columns and
 // bands kernels): row 0's slots end with the CTA's pair of each of its columns (slot tx * W + j), and each thread's
 // pa / pb with its subtree's. rows is a power of 2.
@@ -1693,14 +1705,13 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
     long long item;
     int rank;
     os_cluster_item<C>(item, rank);
-    const long long o = item / strips;
-    const long long col = ((item - o * strips) * lanes + tx) * W;
+    bool active;
+    const long long base = os_strip_column<W>(item, strips, lanes, tx, N, inner, active);
     // the CTA's band: ceil(N / C) rows rounded up to the thread rows (the plan makes SLOTS + SSLOTS cover it)
     const int band = ((N + C - 1) / C + rows - 1) / rows * rows;
     const int n_first = rank * band + ty;  // slot k holds row n_first + k * rows
     const int n_end = min(N, rank * band + band);
-    const bool active = col < inner;
-    const elem* src = static_cast<const elem*>(a) + o * (long long)N * inner + col;
+    const elem* src = static_cast<const elem*>(a) + base;
 
     raw r[SLOTS];
 #pragma unroll
@@ -1808,7 +1819,7 @@ fwd_cols(const void* __restrict__ a, const void* __restrict__ b, void* __restric
         ld[j] = q.ld;
         f[j] = os_exp_diff(mt[j], q.s) * q.inv;
     }
-    elem* dst = static_cast<elem*>(out) + o * (long long)N * inner + col;
+    elem* dst = static_cast<elem*>(out) + base;
 #pragma unroll
     for (int k = 0; k < SLOTS; k++) {
         const int n = n_first + k * rows;
@@ -2062,10 +2073,8 @@ __device__ __forceinline__ void strided_body(const void* __restrict__ a, const v
     const int me = ty * lanes + tx, slot = me * W;  // the thread's index and its columns' in the tree
 #pragma unroll 1
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-        const long long o = item / strips;
-        const long long col = ((item - o * strips) * lanes + tx) * W;
-        const bool active = col < inner;
-        const long long base = o * (long long)N * inner + col;
+        bool active;
+        const long long base = os_strip_column<W>(item, strips, lanes, tx, N, inner, active);
         const elem* in_a = static_cast<const elem*>(a) + base;
         const elem* in_b = static_cast<const elem*>(b) + base;
         // the thread's pair per column: forward (m, d) in (pa, pb); backward the sum in pa, and for log_softmax the
@@ -2372,10 +2381,8 @@ __device__ __forceinline__ void bands_body(const void* __restrict__ a, const voi
         rank = gs.ticket % (unsigned)G;
     }
     float* const blk = ws + os_bands_head(items) + os_bands_block(G, cols) * item;
-    const long long o = item / strips;
-    const long long col = ((item - o * strips) * lanes + tx) * W;
-    const bool active = col < inner;
-    const long long base = o * (long long)N * inner + col;
+    bool active;
+    const long long base = os_strip_column<W>(item, strips, lanes, tx, N, inner, active);
     const elem* in_a = static_cast<const elem*>(a) + base;
     const elem* in_b = static_cast<const elem*>(b) + base;
     elem* dst = static_cast<elem*>(out) + base;
