@@ -824,7 +824,6 @@ class Plan:
     chunk: int = 0  # split: accesses per chunk; group: per CTA; bands: rows per band
     strips: int = 0  # strided: column strips per outer index
     items: int = 0  # strided: outer * strips
-    workspace: int = 0  # split: fp32 elements (2 per chunk of a wave's rows); group: group_workspace; bands: bands_workspace
     wave: int = 0  # split: rows per wave (split_wave), the two kernels launched wave by wave; 0: all rows at once
     rows: int = 0  # flat: rows per CTA
     wait: int = 0  # group, bands: GROUP_WAIT_NS when planned (the kernels' wait_ns)
@@ -832,6 +831,11 @@ class Plan:
     @property
     def kernels(self) -> tuple:
         return tuple(l.kernel for l in self.launches)
+
+    @property
+    def workspace(self) -> int:
+        """fp32 words of a call's workspace at this plan's M (workspace_for)."""
+        return self.workspace_for(self.M)[0]
 
     def at(self, M: int) -> "Plan":
         """This plan for M rows: the same kernels and geometry, the grids and workspace of M. Equal to plan(M, ...)
@@ -843,7 +847,7 @@ class Plan:
         for l in launches:
             if l.grid * l.cluster > INT_MAX:
                 raise Unsupported(f"{self.regime}: {l.grid * l.cluster} CTAs exceed the grid limit")
-        return replace(self, M=M, launches=launches, items=M * self.strips, workspace=self.workspace_for(M)[0])
+        return replace(self, M=M, launches=launches, items=M * self.strips)
 
     def workspace_for(self, M: int) -> tuple[int, int]:
         """(fp32 words, the first of them zeroed before the launch) of a call's workspace for M rows (outer indices):
@@ -1002,8 +1006,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
             fix = _launch(M, f"{pre}_bands_fix<{o},{dt},{W},{U},{S}>", (strips, 1, 0), (lanes, rows), smem=smem,
                           sig="bandsfix")
             return Plan("bands", op, dtype, M, N, W, (launch, fix), inner=inner, strips=strips, items=M * strips,
-                        parts=G, chunk=rows * (U + S), workspace=bands_workspace(M * strips, G, lanes * W)[0],
-                        wait=GROUP_WAIT_NS)
+                        parts=G, chunk=rows * (U + S), wait=GROUP_WAIT_NS)
         lanes, rows, strips, cap = strided_tile(op, dtype, W, M, N, inner, sms)
         name = f"{pre}_strided<{o},{dt},{W}>"
         launch = _launch(M, name, (strips, 1, cap), (lanes, rows), sig="strided")
@@ -1075,7 +1078,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         launch = _launch(M, name, (G, 1, 0), (GROUP_THREADS,), 1, smem_bytes(op, W, GROUP_THREADS, sslots), "group")
         fix = _launch(M, f"{pre}_grp_fix<{o},{dt},{W},{P}>", (1, 1, 0), (GROUP_FIX_THREADS,), 1, 0, "fix")
         return Plan("group", op, dtype, M, N, W, (launch, fix), P, parts=G, chunk=cdiv(cdiv(Nc, W), G),
-                    workspace=group_workspace(M, G), wait=GROUP_WAIT_NS)
+                    wait=GROUP_WAIT_NS)
     if chosen == "split":
         # aligned rows; the window path where the out rows start as the inputs' (P = 1); scalars otherwise
         W, P, Nc = (W, P, Nc) if P < 2 else (1, 0, N)
@@ -1089,7 +1092,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         return Plan("split", op, dtype, M, N, W,
                     (_launch(M, stats, (parts, 1, 0), (SPLIT_THREADS,), sig="stats"),
                      _launch(M, apply, (parts, 1, 0), (SPLIT_THREADS,), sig="apply")),
-                    P, parts=parts, chunk=chunk, workspace=2 * (wave or M) * parts, wave=wave)
+                    P, parts=parts, chunk=chunk, wave=wave)
     raise OnlineSoftmaxError(f"unknown regime {chosen!r}; regimes: {', '.join(REGIMES)}")
 
 
