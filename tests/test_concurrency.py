@@ -511,14 +511,16 @@ def test_split_apply_and_group_fix_are_programmatic_launches(monkeypatch):
 
 
 def test_bands_entries_bind_both_kernels(monkeypatch):
-    """The bands regime's two launches: the bands kernel with (outer, N, inner, strips, G, wait) plain, bands_fix with
-    the same but the wait as a programmatic launch (it may start once every bands CTA has, and waits for their end)."""
+    """The bands regime's two launches: the bands kernel with (outer, N, inner, strips, G, chunk, wait) plain, bands_fix
+    with the same but the wait as a programmatic launch (it may start once every bands CTA has, and waits for their
+    end); chunk, the band's rows, tells both kernels how many accesses a thread holds in shared memory."""
     bound = _binds(monkeypatch)
     p = P.plan(8, 1000, torch.bfloat16, "softmax_backward", inner=4096, layout="strided", regime="bands", sms=SMS)
     E._Entry(p, 0, False, (0, 0), 0)
     (b, bt, bpdl), (f, ft, fpdl) = bound
     assert (b, f) == p.kernels and not bpdl and fpdl
-    assert [int(v) for v in bt] == [8, 1000, 4096, p.strips, p.parts, P.GROUP_WAIT_NS] and ft == bt[:-1]
+    assert [int(v) for v in bt] == [8, 1000, 4096, p.strips, p.parts, p.chunk, P.GROUP_WAIT_NS] and ft == bt[:-1]
+    assert p.parts == 2 and p.chunk == 512  # 1000 rows in two bands of 32 rows of threads x (7 + 9) accesses
 
 
 def test_group_entries_bind_the_plans_wait(monkeypatch):

@@ -391,10 +391,11 @@ def test_bands_layouts(dtype, wait, monkeypatch):
 
 
 def _bands_abandoning_case(dtype):
-    """(16, 3000, 256): 16 x 8 strips (16-bit: 4) of several bands, more CTAs than an H100 or H200 holds at once: the
-    CTAs of a group start apart, and with no wait they abandon (on a small grid every CTA arrives within one load of
-    the first, and none is abandoned)."""
-    return torch.randn(16, 3000, 256, device="cuda", generator=torch.Generator(device="cuda").manual_seed(3)).to(dtype)
+    """(32, 3000, 256): 32 x 8 strips (16-bit: 4) of 3 bands forward and 5 backward (2 x 1024 + 952, 4 x 608 + 568
+    rows: shared-memory slots, a shorter last band), more CTAs than an H100 or H200 holds at once (16-bit forward:
+    384 against 264): the CTAs of a group start apart, and with no wait they abandon (on a small grid every CTA
+    arrives within one load of the first, and none is abandoned)."""
+    return torch.randn(32, 3000, 256, device="cuda", generator=torch.Generator(device="cuda").manual_seed(3)).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])

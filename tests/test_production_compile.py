@@ -749,30 +749,33 @@ def test_strided_rules():
 def test_bands_rules():
     f32, bf16 = torch.float32, torch.bfloat16
     # dim 0 of 8192 x 8192: 128-byte row pieces (8 lanes of 16 bytes), 32 rows of threads, 14 accesses a thread
-    # forward in registers (56 of data) and 16 in shared memory (64 KB a CTA), 7 + 8 backward (y and dy): bands of
-    # 960 / 480 rows, 9 / 18 CTAs a strip
-    assert P.bands_config("softmax", f32, 4, 8192, 8192) == (8, 32, 14, 16, 256, 9)
-    assert P.bands_config("softmax_backward", bf16, 8, 8192, 8192) == (8, 32, 7, 8, 128, 18)
-    assert P.bands_smem("softmax", 16) == P.bands_smem("softmax_backward", 8) == 64 * 1024
+    # forward in registers (56 of data) and up to 24 in shared memory (96 KB a CTA), 7 + 12 backward (y and dy): the
+    # fewest bands that hold N (7 / 14 of at most 1216 / 608 rows), shared evenly (23 / 12 slots)
+    assert P.bands_config("softmax", f32, 4, 8192, 8192) == (8, 32, 14, 23, 256, 7)
+    assert P.bands_config("softmax_backward", bf16, 8, 8192, 8192) == (8, 32, 7, 12, 128, 14)
+    # even bands: 2048 rows in two of 1024 (not 1216 and 832), 1000 in one; a band's slots in shared memory
+    assert P.bands_config("softmax", bf16, 8, 2048, 8192)[2:] == (14, 18, 128, 2)
+    assert P.bands_config("softmax", f32, 4, 1000, 4096)[3:] == (18, 128, 1)
+    assert P.bands_smem("softmax", 24) == P.bands_smem("softmax_backward", 12) == 96 * 1024
     # one element an access (an odd width): 32 fp32 / 64 16-bit lanes, 16 / 8 accesses in registers, none in shared
     # memory (cp.async copies 16 bytes)
     assert P.bands_config("softmax", f32, 1, 4097, 1001) == (32, 8, 16, 0, 32, 33)
     assert P.bands_config("log_softmax_backward", bf16, 1, 4097, 1001) == (64, 4, 8, 0, 16, 129)
     # narrow columns: as many lanes as the columns need, the rest of the CTA down N
     assert P.bands_config("softmax", f32, 1, 5, 1)[:4] == (1, 256, 16, 0)
-    p = P.plan(8, 1000, f32, "softmax", inner=4096, layout="strided", regime="bands", sms=SMS)
+    p = P.plan(8, 2000, f32, "softmax", inner=4096, layout="strided", regime="bands", sms=SMS)
     (l, fix), G = p.launches, p.parts
-    assert p.regime == "bands" and p.W == 4 and G == 2 and p.chunk == 960 and p.items == 8 * p.strips
+    assert p.regime == "bands" and p.W == 4 and G == 2 and p.chunk == 1024 and p.items == 8 * p.strips
     assert (l.sig, fix.sig) == ("bands", "bandsfix") and l.block == fix.block == (8, 32)
-    assert l.grid == p.items * G and fix.grid == p.items and l.kernel == "fwd_bands<0,0,4,14,16>"
-    assert l.smem == fix.smem == 64 * 1024  # bands_fix stages an abandoned band as its CTA did
+    assert l.grid == p.items * G and fix.grid == p.items and l.kernel == "fwd_bands<0,0,4,14>"
+    assert l.smem == fix.smem == P.bands_smem("softmax", 18)  # bands_fix stages an abandoned band as its CTA did
     # the workspace: the ticket and the arrival words (zeroed), then per strip G x cols pairs and G ranks
     words, head = P.bands_workspace(p.items, G, 32)
     assert head == 2 + p.items + p.items % 2 and words == head + p.items * (2 * G * 32 + 2 * ((G + 1) // 2))
     assert p.workspace == words and p.at(3).workspace == P.bands_workspace(3 * p.strips, G, 32)[0]
     assert p.at(3).launches[0].grid == 3 * p.strips * G
     # a group must fit half of what the SMs hold at once (the occupancy query checks it again at run time)
-    longest = P.BANDS_CTAS_PER_SM * SMS // 2 * 960  # bands of 32 rows of threads x 30 accesses
+    longest = P.BANDS_CTAS_PER_SM * SMS // 2 * 1216  # bands of 32 rows of threads x (14 + 24) accesses
     assert P.plan(1, longest, f32, "softmax", inner=64, layout="strided", regime="bands", sms=SMS).parts * 2 \
         == P.BANDS_CTAS_PER_SM * SMS
     with pytest.raises(P.Unsupported, match="bands"):
@@ -788,7 +791,7 @@ def test_bands_rules():
     assert auto(8, 1000, 4096) == auto(1, 4097, 1001) == "strided"
     assert auto(1, 8192, 8192, op="softmax") == "columns" and auto(4, 1900, 4096) == "strided"
     assert auto(3, 3000, 512) == auto(1, 2048, 2048) == "strided"  # 48 / 64 strips: within twice the budget
-    assert auto(8, 70000, 64) == "strided"  # 146 bands of 480 rows: more than half of what the SMs hold
+    assert auto(8, 90000, 64) == "strided"  # 149 bands of 608 rows: more than half of what the SMs hold
     assert registry.get("cuda.softmax_bands").algo_bytes(64, 1000, 4) == opdefs.OPS["softmax"].ideal_bytes(
         64, 1000, 4)
 

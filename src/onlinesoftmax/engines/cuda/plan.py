@@ -134,7 +134,7 @@ STRIDED_PIECE = 128  # strided: bytes of a row the lanes of a thread row read si
 BANDS_THREADS = 256  # bands: the CTA (lanes x rows threads); softmax.cu's enum
 BANDS_CTAS_PER_SM = 2  # bands: the kernels' launch bound (<= 128 registers)
 BANDS_WORDS = 56  # bands: 32-bit registers of data a thread holds on the 16-byte path (64 spilled beside the slots)
-BANDS_SMEM_WORDS = 64  # bands: 32-bit words of data a thread stages in shared memory beyond them (16-byte path)
+BANDS_SMEM_WORDS = 96  # bands: the most 32-bit words of data a thread stages in shared memory beside them (16 bytes)
 BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every access its own 64-bit address)
 INT_MAX = 2**31 - 1
 
@@ -603,18 +603,20 @@ def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, 
     """(lanes, rows, U, S, strips, G) of the bands kernels on (outer, N, inner): a CTA of BANDS_THREADS = lanes x rows
     threads, lanes across `inner` (W columns each: row pieces of STRIDED_PIECE bytes, fewer lanes for narrower
     columns), each thread U accesses down N in registers (BANDS_WORDS 32-bit words of data, both inputs backward;
-    BANDS_SCALAR_WORDS on the scalar path) and, on the 16-byte path, S more in shared memory (BANDS_SMEM_WORDS;
-    bands_smem bytes a CTA); a band of rows x (U + S) rows a CTA, G bands (CTAs) a strip, the group that meets
-    through global memory."""
+    BANDS_SCALAR_WORDS on the scalar path) and, on the 16-byte path, up to BANDS_SMEM_WORDS more in shared memory
+    (bands_smem bytes a CTA); G bands (CTAs) a strip, the group that meets through global memory, as few as hold N,
+    each of rows x (U + S) rows with S the fewest slots that share N evenly among them (a short last band waited for
+    by long ones cost 8-13 points of copy: session 71, benchmarks/results/session71)."""
     size = _SIZES[dtype]
     need = cdiv(inner, W)
     lanes = min(pow2ceil(need), STRIDED_PIECE // (W * size))
     rows = BANDS_THREADS // lanes
     inputs = len(OPS[op].inputs)
-    words = (BANDS_WORDS if W > 1 else BANDS_SCALAR_WORDS) // inputs
-    U = max(1, words // max(1, W * size // 4))
-    S = BANDS_SMEM_WORDS // inputs // 4 if W * size == 16 else 0
-    return lanes, rows, U, S, cdiv(need, lanes), cdiv(N, rows * (U + S))
+    U = max(1, (BANDS_WORDS if W > 1 else BANDS_SCALAR_WORDS) // inputs // max(1, W * size // 4))
+    most = BANDS_SMEM_WORDS // inputs // 4 if W * size == 16 else 0
+    G = cdiv(N, rows * (U + most))
+    S = max(0, cdiv(cdiv(N, G), rows) - U)
+    return lanes, rows, U, S, cdiv(need, lanes), G
 
 
 def bands_smem(op: str, S: int) -> int:
@@ -1001,9 +1003,9 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
                 raise Unsupported(f"N = {N} needs {G} bands of {rows * (U + S)} rows a strip: more than half of the "
                                   f"CTAs {sms} SMs hold at once")
             smem = bands_smem(op, S)
-            launch = _launch(M, f"{pre}_bands<{o},{dt},{W},{U},{S}>", (strips * G, 1, 0), (lanes, rows), smem=smem,
+            launch = _launch(M, f"{pre}_bands<{o},{dt},{W},{U}>", (strips * G, 1, 0), (lanes, rows), smem=smem,
                              sig="bands")
-            fix = _launch(M, f"{pre}_bands_fix<{o},{dt},{W},{U},{S}>", (strips, 1, 0), (lanes, rows), smem=smem,
+            fix = _launch(M, f"{pre}_bands_fix<{o},{dt},{W},{U}>", (strips, 1, 0), (lanes, rows), smem=smem,
                           sig="bandsfix")
             return Plan("bands", op, dtype, M, N, W, (launch, fix), inner=inner, strips=strips, items=M * strips,
                         parts=G, chunk=rows * (U + S), wait=GROUP_WAIT_NS)

@@ -184,7 +184,7 @@ class _Entry:
                 tail += (i32(p.wait),) if l.sig == "group" else ()
                 pointers = 4
             elif l.sig in ("bands", "bandsfix"):
-                tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i32(p.parts))
+                tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i32(p.parts), i32(p.chunk))
                 tail += (i32(p.wait),) if l.sig == "bands" else ()
                 pointers = 4
             else:  # strided

@@ -40,10 +40,10 @@
 //                                        of rows in registers (+ smem); per-column (m, d) by a tree, then through DSMEM
 // fwd_strided<OP,DT,W>                   the same when the columns do not fit on chip: a persistent CTA owns a strip
 //                                        of columns: (m, d) down N, tree merge, second pass (re-read in L2)
-// fwd_bands<OP,DT,W,U,S>                 the same read once: a group of G CTAs a strip, each a band of its rows (U
-//                                        accesses a thread in registers, S more in shared memory), the bands'
-//                                        per-column pairs through global memory (a counter a strip, the group
-//                                        regime's bounded wait); fwd_bands_fix after it writes the bands abandoned
+// fwd_bands<OP,DT,W,U>                   the same read once: a group of G CTAs a strip, each a band of its rows (U
+//                                        accesses a thread in registers, on the 16-byte path more in shared memory),
+//                                        the bands' per-column pairs through global memory (a counter a strip, the
+//                                        group regime's bounded wait); fwd_bands_fix after it writes those abandoned
 // fwd_chan<OP,DT,W,CAP>                  a short non-last dim (N <= CAP <= 32: channels): a thread per access of W
 //                                        columns (4 bytes, or one 16-bit element) holds all N rows in registers
 // bwd_warp / bwd_flat / bwd_row / bwd_grp / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_bands / bwd_chan: the
@@ -77,8 +77,8 @@
 //   split_apply:   (a, b, const float* ws, out, long long M, int N, long long sa, long long sb, long long so, int P,
 //                   int CH)
 //   cols, strided: (a, b, out, long long outer, int N, long long inner, long long strips, long long items)
-//   bands:         (a, b, float* ws, out, long long outer, int N, long long inner, long long strips, int G, int wait_ns);
-//                  bands_fix the same without wait_ns
+//   bands:         (a, b, float* ws, out, long long outer, int N, long long inner, long long strips, int G, int chunk,
+//                   int wait_ns); bands_fix the same without wait_ns
 //   chan:          the same, strips = inner / W (the accesses of one outer index); items unused (outer * strips)
 #include "production.cuh"
 
@@ -2229,13 +2229,13 @@ bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __rest
 // ---- bands: a non-last dim read once, each strip's rows in bands of a group of CTAs ---------------------------------
 // The middle dim of a contiguous (outer, N, inner) tensor, with one read and one write an element where the strided
 // kernel reads twice (its second read from DRAM wherever the grid's strips outgrow the L2). A CTA of (lanes, rows)
-// threads holds a band of rows * (U + S) rows of a strip of lanes * W columns: thread (tx, ty) columns [col, col + W),
-// the band's rows ty + u * rows, u < U in registers and U <= u < U + S in shared memory (16-byte accesses copied by
-// cp.async, each thread's own: [S][IN][BANDS_THREADS] vectors, x; or y then dy). The G = ceil(N / (rows * (U + S)))
-// bands of a strip are a group, whose item is (outer index, strip). Per column: the thread's pair over its U + S
-// rows, a tree over the CTA's rows in shared memory (the band's pair), the G bands' pairs through global memory
-// (os_group_arrive: the group regime's bounded wait), folded by every CTA of the group in one order (the same bits),
-// then the outputs from the band's accesses. As in
+// threads holds a band of chunk = rows * (U + S) rows of a strip of lanes * W columns: thread (tx, ty) columns [col,
+// col + W), the band's rows ty + u * rows, u < U in registers and U <= u < U + S in shared memory (16-byte accesses
+// copied by cp.async, each thread's own: [S][IN][BANDS_THREADS] vectors, x; or y then dy; S from the plan, which
+// sizes the G = ceil(N / chunk) bands of a strip evenly). The bands of a strip are a group, whose item is (outer
+// index, strip). Per column: the thread's pair over its U + S rows, a tree over the CTA's rows in shared memory (the
+// band's pair), the G bands' pairs through global memory (os_group_arrive: the group regime's bounded wait), folded
+// by every CTA of the group in one order (the same bits), then the outputs from the band's accesses. As in
 // grp_body, each CTA takes its (item, rank) from a ticket in the order CTAs start, and a CTA that waited wait_ns
 // abandons its band to bands_fix, launched after it. ws: the ticket (2 words), each item's arrival word (zeroed
 // before the launch: os_bands_head words in all), then each item's block of os_bands_block(G, cols) words: G x cols
@@ -2274,16 +2274,15 @@ __device__ __forceinline__ void bands_group_pairs(float (&pa)[W], float (&pb)[W]
     __syncthreads();  // the slots are read before anyone reuses them
 }
 
-// The band's rows n0 + u * rows (< N): U into registers, then S copied into the thread's shared-memory slots
-// (`slots`: its first, BANDS_THREADS vectors apart), committed as one group.
-template <class op, int U, int S>
-__device__ __forceinline__ void bands_load(typename op::raw (&ra)[U], typename op::raw (&rb)[U], uint4* slots,
+// The band's rows n0 + u * rows (< N): U into registers, then S (16-byte accesses only) copied into the thread's
+// shared-memory slots (`slots`: its first, BANDS_THREADS vectors apart), committed as one group.
+template <class op, int U>
+__device__ __forceinline__ void bands_load(typename op::raw (&ra)[U], typename op::raw (&rb)[U], uint4* slots, int S,
                                            const typename op::elem* in_a, const typename op::elem* in_b, bool active,
                                            int n0, int rows, int N, long long inner) {
     strided_trip<true, op>(ra, rb, in_a, in_b, active, n0, rows, N, inner);
-    if constexpr (S > 0) {
-        static_assert(sizeof(typename op::raw) == 16, "shared-memory slots hold 16-byte accesses");
-#pragma unroll
+    if constexpr (sizeof(typename op::raw) == 16) {
+#pragma unroll 4
         for (int s = 0; s < S; s++) {
             const int n = n0 + (U + s) * rows;
             if (active && n < N) {
@@ -2296,16 +2295,16 @@ __device__ __forceinline__ void bands_load(typename op::raw (&ra)[U], typename o
 }
 
 // f(a, b, u) for each of the band's accesses u in rows n0 + u * rows (< N), a (x or y) and b (dy; forward: a again):
-// the registers unrolled, then the shared-memory slots in a loop (their copies waited for first: the same few
-// registers for any S; unrolled, ptxas spilled 16-88 bytes at the launch bound).
-template <class op, int U, int S, class F>
+// the registers unrolled, then the shared-memory slots in a loop (their copies waited for first; with S a template
+// parameter and this loop unrolled, ptxas spilled 16-88 bytes at the launch bound).
+template <class op, int U, class F>
 __device__ __forceinline__ void bands_each(const typename op::raw (&ra)[U], const typename op::raw (&rb)[U],
-                                           const uint4* slots, bool active, int n0, int rows, int N, F f) {
+                                           const uint4* slots, int S, bool active, int n0, int rows, int N, F f) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         if (active && n0 + u * rows < N) f(ra[u], rb[u], u);
     }
-    if constexpr (S > 0) {
+    if constexpr (sizeof(typename op::raw) == 16) {
         os_cp_async_wait_all();
 #pragma unroll 1
         for (int s = 0; s < S; s++) {
@@ -2318,9 +2317,9 @@ __device__ __forceinline__ void bands_each(const typename op::raw (&ra)[U], cons
 }
 
 // The outputs of the band's rows n0 + u * rows (< N) from its accesses and the group's pairs of its columns.
-template <class op, int OP, int DT, int W, int U, int S>
+template <class op, int OP, int DT, int W, int U>
 __device__ __forceinline__ void bands_store(const typename op::raw (&ra)[U], const typename op::raw (&rb)[U],
-                                            const uint4* slots, typename op::elem* dst, bool active, int n0,
+                                            const uint4* slots, int S, typename op::elem* dst, bool active, int n0,
                                             int rows, int N, long long inner, const float (&pa)[W],
                                             const float (&pb)[W]) {
     typedef typename op::raw raw;
@@ -2335,7 +2334,7 @@ __device__ __forceinline__ void bands_store(const typename op::raw (&ra)[U], con
             ld[j] = q.ld;
         }
     }
-    bands_each<op, U, S>(ra, rb, slots, active, n0, rows, N, [&](const raw& xa, const raw& xb, int u) {
+    bands_each<op, U>(ra, rb, slots, S, active, n0, rows, N, [&](const raw& xa, const raw& xb, int u) {
         float x[W], y[W];
         op::io::unpack(xa, x);  // x, or y for the backward
         if constexpr (op::FWD) {
@@ -2352,20 +2351,20 @@ __device__ __forceinline__ void bands_store(const typename op::raw (&ra)[U], con
 }
 
 // FIX false: the group kernel (fwd_bands / bwd_bands); FIX true: bands_fix, a CTA an item, after it.
-template <int OP, int DT, int W, int U, int S, bool FIX>
+template <int OP, int DT, int W, int U, bool FIX>
 __device__ __forceinline__ void bands_body(const void* __restrict__ a, const void* __restrict__ b, float* ws,
                                            void* __restrict__ out, int N, long long inner, long long strips,
-                                           long long items, int G, int wait_ns) {
+                                           long long items, int G, int chunk, int wait_ns) {
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
     __shared__ float sh_a[BANDS_THREADS * W], sh_b[BANDS_THREADS * W];
     __shared__ os_group_shared gs;
-    extern __shared__ uint4 smem_slots[];  // S > 0: [S][IN][BANDS_THREADS] vectors
+    extern __shared__ uint4 smem_slots[];  // [S][IN][BANDS_THREADS] vectors
     const int lanes = blockDim.x, rows = blockDim.y, cols = lanes * W;
     const int tx = threadIdx.x, ty = threadIdx.y;
     uint4* const slots = smem_slots + ty * lanes + tx;
-    constexpr int B = U + S;  // accesses a thread: the band's rows
+    const int S = chunk / rows - U;  // the thread's accesses in shared memory
     long long item;
     unsigned rank = 0, gone = 0;
     if constexpr (FIX) {
@@ -2389,8 +2388,8 @@ __device__ __forceinline__ void bands_body(const void* __restrict__ a, const voi
     float pa[W], pb[W];
     raw ra[U], rb[U];
     if constexpr (!FIX) {
-        const int n0 = (int)rank * rows * B + ty;
-        bands_load<op, U, S>(ra, rb, slots, in_a, in_b, active, n0, rows, N, inner);
+        const int n0 = (int)rank * chunk + ty;
+        bands_load<op, U>(ra, rb, slots, S, in_a, in_b, active, n0, rows, N, inner);
         // the thread's pair of each column over its U + S rows: forward (m, d) from the rows' max; backward the sum
         // (and log-softmax's alive flag); the slots' copies waited for after the registers' first use
 #pragma unroll
@@ -2399,7 +2398,7 @@ __device__ __forceinline__ void bands_body(const void* __restrict__ a, const voi
             pb[j] = 0.0f;
         }
         if constexpr (op::FWD) {  // the max of the rows, then the sum of exponentials: each access unpacked twice
-            bands_each<op, U, S>(ra, rb, slots, active, n0, rows, N, [&](const raw& xa, const raw&, int) {
+            bands_each<op, U>(ra, rb, slots, S, active, n0, rows, N, [&](const raw& xa, const raw&, int) {
                 float x[W];
                 op::io::unpack(xa, x);
 #pragma unroll
@@ -2408,14 +2407,14 @@ __device__ __forceinline__ void bands_body(const void* __restrict__ a, const voi
             float st[W];
 #pragma unroll
             for (int j = 0; j < W; j++) st[j] = os_safe_shift(pa[j]);
-            bands_each<op, U, S>(ra, rb, slots, active, n0, rows, N, [&](const raw& xa, const raw&, int) {
+            bands_each<op, U>(ra, rb, slots, S, active, n0, rows, N, [&](const raw& xa, const raw&, int) {
                 float x[W];
                 op::io::unpack(xa, x);
 #pragma unroll
                 for (int j = 0; j < W; j++) pb[j] += os_exp_diff(x[j], st[j]);
             });
         } else {
-            bands_each<op, U, S>(ra, rb, slots, active, n0, rows, N, [&](const raw& ya, const raw& yb, int) {
+            bands_each<op, U>(ra, rb, slots, S, active, n0, rows, N, [&](const raw& ya, const raw& yb, int) {
                 float y[W], dy[W];
                 op::io::unpack(ya, y);
                 op::io::unpack(yb, dy);
@@ -2443,40 +2442,41 @@ __device__ __forceinline__ void bands_body(const void* __restrict__ a, const voi
     if constexpr (FIX) {
         for (unsigned k = 0; k < gone; k++) {
             const int r = (int)__float_as_uint(os_ld_after_wait(blk + 2LL * G * cols + k)) - 1;
-            const int n0 = r * rows * B + ty;
-            bands_load<op, U, S>(ra, rb, slots, in_a, in_b, active, n0, rows, N, inner);
-            bands_store<op, OP, DT, W, U, S>(ra, rb, slots, dst, active, n0, rows, N, inner, pa, pb);
+            const int n0 = r * chunk + ty;
+            bands_load<op, U>(ra, rb, slots, S, in_a, in_b, active, n0, rows, N, inner);
+            bands_store<op, OP, DT, W, U>(ra, rb, slots, S, dst, active, n0, rows, N, inner, pa, pb);
         }
     } else {
-        bands_store<op, OP, DT, W, U, S>(ra, rb, slots, dst, active, (int)rank * rows * B + ty, rows, N, inner, pa,
-                                         pb);
+        bands_store<op, OP, DT, W, U>(ra, rb, slots, S, dst, active, (int)rank * chunk + ty, rows, N, inner, pa, pb);
     }
 }
 
-template <int OP, int DT, int W, int U, int S>
+template <int OP, int DT, int W, int U>
 __global__ void __launch_bounds__(BANDS_THREADS, BANDS_CTAS_PER_SM)
 fwd_bands(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-          long long outer, int N, long long inner, long long strips, int G, int wait_ns) {
-    bands_body<fwd_op<OP>::value, DT, W, U, S, false>(a, b, ws, out, N, inner, strips, outer * strips, G, wait_ns);
+          long long outer, int N, long long inner, long long strips, int G, int chunk, int wait_ns) {
+    bands_body<fwd_op<OP>::value, DT, W, U, false>(a, b, ws, out, N, inner, strips, outer * strips, G, chunk,
+                                                     wait_ns);
 }
 
-template <int OP, int DT, int W, int U, int S>
+template <int OP, int DT, int W, int U>
 __global__ void __launch_bounds__(BANDS_THREADS, BANDS_CTAS_PER_SM)
 bwd_bands(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-          long long outer, int N, long long inner, long long strips, int G, int wait_ns) {
-    bands_body<bwd_op<OP>::value, DT, W, U, S, false>(a, b, ws, out, N, inner, strips, outer * strips, G, wait_ns);
+          long long outer, int N, long long inner, long long strips, int G, int chunk, int wait_ns) {
+    bands_body<bwd_op<OP>::value, DT, W, U, false>(a, b, ws, out, N, inner, strips, outer * strips, G, chunk,
+                                                     wait_ns);
 }
 
-template <int OP, int DT, int W, int U, int S>
+template <int OP, int DT, int W, int U>
 __global__ void __launch_bounds__(BANDS_THREADS)
 fwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-              long long outer, int N, long long inner, long long strips, int G) {
-    bands_body<fwd_op<OP>::value, DT, W, U, S, true>(a, b, ws, out, N, inner, strips, outer * strips, G, 0);
+              long long outer, int N, long long inner, long long strips, int G, int chunk) {
+    bands_body<fwd_op<OP>::value, DT, W, U, true>(a, b, ws, out, N, inner, strips, outer * strips, G, chunk, 0);
 }
 
-template <int OP, int DT, int W, int U, int S>
+template <int OP, int DT, int W, int U>
 __global__ void __launch_bounds__(BANDS_THREADS)
 bwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-              long long outer, int N, long long inner, long long strips, int G) {
-    bands_body<bwd_op<OP>::value, DT, W, U, S, true>(a, b, ws, out, N, inner, strips, outer * strips, G, 0);
+              long long outer, int N, long long inner, long long strips, int G, int chunk) {
+    bands_body<bwd_op<OP>::value, DT, W, U, true>(a, b, ws, out, N, inner, strips, outer * strips, G, chunk, 0);
 }
