@@ -294,8 +294,10 @@ def _layouts(dtype):
         ("dim 0 of 70 x 64", rnd(70, 64), 0),
         ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
         ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
-        # adversarial columns through the columns kernel (forward) and the strided one (backward), and an odd width
+        # adversarial columns through the columns kernel (forward) and bands (backward: few strips), through the
+        # strided kernel both ways (C = 1000, 40 strips), and an odd width
         ("long columns, adversarial", adversarial(rnd(3, 3000, 2, 32) * 3), 1),
+        ("long columns, adversarial, many strips", adversarial(rnd(40, 1000, 2, 32) * 3), 1),
         ("dim 0 of an odd-width matrix", rnd(1537, 333), 0),
         # the chan kernels (one thread a column, N <= 32): channels of a segmentation map (2-element accesses in
         # 16 bits), an odd inner (one element an access), a partial last CTA, every CAP edge, an unaligned view
@@ -328,11 +330,13 @@ def _tol(dtype):
 def test_forward_backward_layouts(dtype, log):
     """Every layout of _layouts, forward and backward (dy in other strides than y), NaN-poisoned, against float64;
     the channel layouts on the chan kernels both ways and the long adversarial columns on the columns kernel
-    forward and the strided one backward, as their comments say (a plan change would otherwise test another)."""
+    forward and bands backward, or the strided kernel both ways, as their comments say (a plan change would
+    otherwise test another)."""
     op, bop = ("log_softmax", "log_softmax_backward") if log else ("softmax", "softmax_backward")
     failures = []
     for label, x, dim in _layouts(dtype):
-        want = {"long columns, adversarial": ("columns", "strided")}.get(
+        want = {"long columns, adversarial": ("columns", "bands"),
+                "long columns, adversarial, many strips": ("strided", "strided")}.get(
             label, ("chan", "chan") if label.startswith("channels") else None)
         out = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
         if want and E.plan_for(op, x, dim=dim, out=out).regime != want[0]:
@@ -464,14 +468,18 @@ def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
     ((3, 100001), 1, torch.float16, "cluster", "cluster"),  # few rows, odd N: the window path
     ((1, 1 << 20), 1, torch.float32, "split", "split"),
     ((40, 1 << 20), 1, torch.float32, "group", "group"),  # rows enough for groups to fill the chip (GROUP_AUTOMATIC)
-    ((2048, 2048), 0, torch.float32, "strided", "strided"),  # columns would hold it in registers: strided is faster
-    ((4096, 2048), 0, torch.float32, "columns", "strided"),  # the band needs shared memory: columns
+    ((2048, 2048), 0, torch.float32, "strided", "bands"),  # columns would hold it in registers: strided is faster;
+    # backward: 64 strips of 4 bands (the strided kernel would leave half the SMs idle)
+    ((4096, 2048), 0, torch.float32, "columns", "bands"),  # the band needs shared memory: columns; backward: 67 MB
+    # of strided strips in flight, more than the L2 budget
     ((8192, 8192), 0, torch.float32, "columns", "bands"),  # the brief's dim-0 case: clusters of 8 per strip; 18 bands
     ((16384, 4096), 0, torch.float32, "strided", "bands"),  # 35 bands of 480 rows a strip (backward)
     ((8192, 8192), 0, torch.bfloat16, "strided", "bands"),  # 16-bit strips overflowing the L2 four times
-    ((3, 70000, 40), 1, torch.bfloat16, "strided", "strided"),  # columns beyond a cluster of 8: two passes
+    ((3, 70000, 40), 1, torch.bfloat16, "bands", "bands"),  # columns beyond a cluster of 8, and the strided kernel
+    # would run 3 CTAs: 3 strips of 58 bands (backward 116)
     ((4097, 1001), 0, torch.float32, "strided", "strided"),  # an odd width: one element an access, 8 lanes a strip
-    ((8, 1000, 16, 16), 1, torch.bfloat16, "strided", "strided"),  # C = 1000: columns would hold it in registers
+    ((8, 1000, 16, 16), 1, torch.bfloat16, "strided", "strided"),  # C = 1000: columns would hold it in registers;
+    # backward: 32 strips of 2 bands, where bands lose
     ((16, 19, 64, 128), 1, torch.bfloat16, "chan", "chan"),  # channels: whole columns in registers, both ways
     ((4, 21, 4097), 1, torch.float16, "chan", "chan"),  # odd inner: one element an access
     ((2, 150, 64, 64), 1, torch.bfloat16, "chan", "chan"),  # C = 150: 8 threads a column

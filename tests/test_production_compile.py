@@ -780,17 +780,21 @@ def test_bands_rules():
         == P.BANDS_CTAS_PER_SM * SMS
     with pytest.raises(P.Unsupported, match="bands"):
         P.plan(1, longest + 1, f32, "softmax", inner=64, layout="strided", regime="bands", sms=SMS)
-    # the automatic plans: the backward on the 16-byte path where the strided strips overflow the L2 budget at one
-    # CTA an SM twice (fp32: N above about 2000) or four times (16-bit: dim 0 of 8192^2, not 67-69 MB in flight);
-    # not the forward, one element an access or C = 1000
+    # the automatic plans, on the 16-byte path: where the strided strips leave half the SMs idle and a strip has more
+    # than two bands, both ways; the backward where they overflow the L2 budget at one CTA an SM (fp32: N above about
+    # 1000 at 132 strips or more) or four times (16-bit: dim 0 of 8192^2, not 67 MB in flight); not the forward of
+    # many strips, one element an access, 16-bit C = 1000, or strips of one or two bands
     auto = lambda M, N, inner, dtype=f32, op="softmax_backward", vec=True: P.plan(  # noqa: E731
         M, N, dtype, op, inner=inner, layout="strided", sms=SMS, vec=vec).regime
     assert auto(1, 8192, 8192) == auto(4, 2000, 4096) == auto(1, 16384, 4096, op="log_softmax_backward") == "bands"
     assert auto(1, 8192, 8192, bf16) == auto(1, 8192, 8192, torch.float16, "log_softmax_backward") == "bands"
     assert auto(4, 2000, 4096, bf16) == auto(1, 2048, 8192, bf16) == auto(1, 8192, 8192, bf16, "softmax") == "strided"
-    assert auto(8, 1000, 4096) == auto(1, 4097, 1001) == "strided"
-    assert auto(1, 8192, 8192, op="softmax") == "columns" and auto(4, 1900, 4096) == "strided"
-    assert auto(3, 3000, 512) == auto(1, 2048, 2048) == "strided"  # 48 / 64 strips: within twice the budget
+    assert auto(8, 1000, 4096) == auto(4, 1900, 4096) == "bands"  # 34 / 64 MB in flight: more than the budget
+    assert auto(1, 1000, 4096) == auto(8, 1000, 4096, bf16) == auto(1, 4097, 1001) == "strided"  # 33 MB: within it
+    assert auto(1, 8192, 8192, op="softmax") == "columns"
+    # few strips: 24 of 5 bands, 6 of 58 (the forward too), 32 of 2 (not), 16 of 1 (not), 64 of 2 forward (not)
+    assert auto(3, 3000, 512, bf16) == auto(3, 70000, 40, bf16, "softmax") == auto(3, 70000, 40) == "bands"
+    assert auto(8, 1000, 256, bf16) == auto(2, 500, 256) == auto(1, 2048, 2048, op="softmax") == "strided"
     assert auto(8, 90000, 64) == "strided"  # 149 bands of 608 rows: more than half of what the SMs hold
     assert registry.get("cuda.softmax_bands").algo_bytes(64, 1000, 4) == opdefs.OPS["softmax"].ideal_bytes(
         64, 1000, 4)
@@ -828,17 +832,18 @@ def test_columns_rules():
     # short columns: lanes across inner instead of idle threads down N
     assert P.columns_config("softmax", torch.float32, 4, 8, 4096) == (32, 1, 0)
     # the automatic plan takes it only where the band needs shared memory with 128-byte pieces; elsewhere the
-    # strided kernel (C = 1000 fits registers; 16-bit dim 0 of 8192^2 would take 64-byte pieces; one element an
-    # access), as it does beyond a cluster of 8 and backward (fp32 there: bands, test_bands_rules)
+    # strided kernel or bands (test_bands_rules: C = 1000 fits registers; 16-bit dim 0 of 8192^2 would take 64-byte
+    # pieces; one element an access), as beyond a cluster of 8 and backward
     assert P.columns_preferred(torch.float32, 4, P.columns_config("softmax", torch.float32, 4, 8192, 8192))
     for dtype, N, inner in ((torch.float32, 1000, 4096), (torch.bfloat16, 1000, 4096), (torch.bfloat16, 8192, 8192),
                             (torch.float32, 4097, 1001)):
         W = P.vec_width(dtype) if inner % P.vec_width(dtype) == 0 else 1
         assert P.columns_config("softmax", dtype, W, N, inner) is not None
         assert P.plan(8, N, dtype, "softmax", vec=W > 1, inner=inner, layout="strided", sms=SMS).regime == "strided"
-    assert P.plan(1, 1 << 17, torch.float32, "softmax", inner=64, layout="strided", sms=SMS).regime == "strided"
+    assert P.plan(1, 1 << 17, torch.float32, "softmax", inner=64, layout="strided", sms=SMS).regime == \
+        "bands"  # beyond a cluster of 8, 2 strips: 108 bands each (test_bands_rules)
     assert P.plan(1, 8192, torch.bfloat16, "softmax_backward", inner=64, layout="strided", sms=SMS).regime == \
-        "strided"
+        "bands"  # one strip: 14 bands' CTAs where the strided kernel has one
     for dtype in opdefs.GPU_DTYPES:  # every dtype reaches N = 8192 with 64-byte pieces at least
         lanes, c, _ = P.columns_config("log_softmax", dtype, P.vec_width(dtype), 8192, 8192)
         assert lanes * 16 >= 64 and c <= P.PORTABLE_CLUSTER

@@ -631,28 +631,33 @@ def bands_most(sms: int) -> int:
 
 
 def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -> bool:
-    """Does the automatic plan take the bands kernels rather than the strided one? For a backward on the 16-byte path
-    whose strided strips in flight (one CTA an SM, or one a strip where there are fewer: the strided kernel's
-    smallest grid) hold more than twice STRIDED_L2_BUDGET in fp32, four times in 16 bits, so that its second pass
-    reads most of them from DRAM again, and where a group of bands fits half the CTAs the SMs hold. Measured on an
-    H100 (benchmarks/layout_regimes.py; % of copy, softmax and log-softmax backward). Session 70, bands in registers
-    (benchmarks/results/session70), strided -> bands: fp32 dim 0 of 8192^2 55-56 -> 67-70, of 16384 x 4096 56 ->
-    61-67, of 2048 x 8192 58-59 -> 63-66; dim 1 of (4, 2000, 4096) 61 -> 68-71. Session 71, with shared-memory slots
-    (benchmarks/results/session71, call 2), bands in registers -> with slots: fp32 8192^2 67-70 -> 80-81, (4, 2000,
-    4096) 68-71 -> 79-81, 2048 x 8192 63-65 -> 70-72; bf16 8192^2 strided 56 -> 62-68 (268 MB in flight). Left to
-    strided: bf16 (4, 2000, 4096) and dim 0 of 2048 x 8192 (67-69 MB in flight: 58 / 58 against 62 / 57, 55 / 55
-    against 49 / 45), C = 1000 (34 MB; bf16 60-63 against 55-60; fp32 70-71 against 77-79 with the slots: a gain
-    the rule leaves, since (3, 3000, 512) and 2048^2 around it, 37 and 34 MB, were not timed with them and ran
-    46-47% either way without), the forward (dim 0 of 8192^2 fp32 81% on the columns kernel, 74 on bands; bf16 51
-    strided against 54-55, C = 1000 60 against 40), and one element an access (dim 0 of 4097 x 1001, 28-30 against
-    30-35, session 70): a CTA meets its group once a band, where the strided kernel streams."""
-    if not OPS[op].backward or W == 1:
+    """Does the automatic plan take the bands kernels rather than the strided one? On the 16-byte path, where a group
+    of bands fits half the CTAs the SMs hold, and either the strided kernel's strips leave at least half the SMs idle
+    and a strip has more than two bands, whose CTAs fill them (forward or backward), or, for a backward, the strided
+    strips in flight (one CTA an SM, or one a strip where there are fewer: its smallest grid) hold more than
+    STRIDED_L2_BUDGET in fp32, four times it in 16 bits, so that its second pass reads most of them from DRAM again.
+    Measured on an H100 (benchmarks/layout_regimes.py --regimes strided bands; % of copy, softmax / log-softmax;
+    benchmarks/results/session70-72). With the even bands of session 72, strided -> bands, backward: fp32 dim 0 of
+    8192^2 about 55 -> 81, (4, 2000, 4096) 61 -> 81-82, (4, 1900, 4096) 62 -> 79-81, 2048 x 8192 58 -> 71-72, C =
+    1000 (34 MB in flight) 71-72 -> 83-84; 16-bit dim 0 of 8192^2 (268 MB) 56-57 -> 63-67; few strips: (3, 3000,
+    512) (48 / 24 strips, 5 bands) fp32 48 -> 56, 16-bit 31-32 -> 34-37, dim 0 of 2048^2 (64 / 32, 4) 51-52 -> 55,
+    33 -> 33-35, dim 0 of 8192 x 64 (one strip, 14) 6 -> 13, 3 -> 5-6, (3, 70000, 40) (6 / 3, 116) 14 -> 43-44, 10
+    -> 23-24; forward there (58 bands) 14 -> 35, 7 -> 24-26. Left to strided: two bands a strip (C = 1000 over (16,
+    16): fp32 42-43 against 39-40, bf16 25-26 against 19-21; 16-bit dim 0 of 1000 x 4096 40-41 against 33-35; the
+    2048^2 forward 47 against 40), one band, the 16-bit backward at 34-67 MB in flight ((4, 2000, 4096), dim 0 of
+    2048 x 8192 and C = 1000 over (64, 64): 58-63 against 57-64), the forward of many strips (dim 0 of 8192^2 fp32
+    81% on the columns kernel, 71 on bands; C = 1000 bf16 60 strided against 51), and one element an access (dim 0
+    of 4097 x 1001, 28-30 against 30-35, session 70): a CTA meets its group once a band, where the strided kernel
+    streams."""
+    if W == 1:
         return False
     _, _, _, _, strips, G = bands_config(op, dtype, W, N, inner)
-    flight = min(sms, M * strips) * N * STRIDED_PIECE * len(OPS[op].inputs)
-    if flight <= (2 if dtype == torch.float32 else 4) * STRIDED_L2_BUDGET:
+    if G > bands_most(sms):
         return False
-    return G <= bands_most(sms)
+    if 2 * M * strips <= sms and G > 2:
+        return True
+    flight = min(sms, M * strips) * N * STRIDED_PIECE * len(OPS[op].inputs)
+    return OPS[op].backward and flight > (1 if dtype == torch.float32 else 4) * STRIDED_L2_BUDGET
 
 
 def bands_workspace(items: int, G: int, cols: int) -> tuple[int, int]:
