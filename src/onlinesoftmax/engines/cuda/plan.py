@@ -645,7 +645,7 @@ def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int
     -> 23-24; forward there (58 bands) 14 -> 35, 7 -> 24-26. Left to strided: two bands a strip (C = 1000 over (16,
     16): fp32 42-43 against 39-40, bf16 25-26 against 19-21; 16-bit dim 0 of 1000 x 4096 40-41 against 33-35; the
     2048^2 forward 47 against 40), one band, the 16-bit backward at 34-67 MB in flight ((4, 2000, 4096), dim 0 of
-    2048 x 8192 and C = 1000 over (64, 64): 58-63 against 57-64), the forward of many strips (dim 0 of 8192^2 fp32
+    2048 x 8192 and C = 1000 over (64, 64): 55-63 against 52-64), the forward of many strips (dim 0 of 8192^2 fp32
     81% on the columns kernel, 71 on bands; C = 1000 bf16 60 strided against 51), and one element an access (dim 0
     of 4097 x 1001, 28-30 against 30-35, session 70): a CTA meets its group once a band, where the strided kernel
     streams."""
