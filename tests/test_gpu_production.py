@@ -34,6 +34,7 @@ from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
+from plan_cases import AUTOMATIC_PLANS  # noqa: E402
 
 DTYPES = opdefs.GPU_DTYPES
 
@@ -451,39 +452,7 @@ def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
     assert not _forward_report(out, x, 1, False, torch.float32).ok
 
 
-@pytest.mark.parametrize("shape, dim, dtype, regime, bwd_regime", [
-    ((4096, 128), 1, torch.bfloat16, "warp", "warp"),
-    ((40001, 63), 1, torch.bfloat16, "flat", "flat"),  # odd rows, contiguous: staged in shared memory, both ways;
-    ((20001, 63), 1, torch.float32, "flat", "flat"),  # the tensors end inside a 16-byte access
-    ((2048, 4096), 1, torch.float32, "block", "block"),
-    ((256, 32768), 1, torch.bfloat16, "block", "cluster"),
-    ((256, 65536), 1, torch.float16, "block", "cluster"),  # 16-bit forward: 64K elements in one CTA (registers + smem)
-    ((256, 131072), 1, torch.float16, "cluster", "cluster"),
-    ((64, 262144), 1, torch.float32, "cluster", "cluster"),
-    ((300, 80000), 1, torch.bfloat16, "cluster", "cluster"),  # odd share: the last CTA of each cluster partly filled
-    ((3, 262144), 1, torch.bfloat16, "cluster", "cluster"),  # few rows: clusters of 16
-    ((1, 262144), 1, torch.bfloat16, "split", "split"),  # 1-2 rows: full clusters of 16 would leave the SMs idle
-    ((2, 262143), 1, torch.float16, "split", "split"),  # and through the window
-    ((32, 131072), 1, torch.float32, "cluster", "cluster"),  # few rows: clusters of 8 in registers
-    ((3, 100001), 1, torch.float16, "cluster", "cluster"),  # few rows, odd N: the window path
-    ((1, 1 << 20), 1, torch.float32, "split", "split"),
-    ((40, 1 << 20), 1, torch.float32, "group", "group"),  # rows enough for groups to fill the chip (GROUP_AUTOMATIC)
-    ((2048, 2048), 0, torch.float32, "strided", "bands"),  # columns would hold it in registers: strided is faster;
-    # backward: 64 strips of 4 bands (the strided kernel would leave half the SMs idle)
-    ((4096, 2048), 0, torch.float32, "columns", "bands"),  # the band needs shared memory: columns; backward: 67 MB
-    # of strided strips in flight, more than the L2 budget
-    ((8192, 8192), 0, torch.float32, "columns", "bands"),  # the brief's dim-0 case: clusters of 8 per strip; 18 bands
-    ((16384, 4096), 0, torch.float32, "strided", "bands"),  # 35 bands of 480 rows a strip (backward)
-    ((8192, 8192), 0, torch.bfloat16, "strided", "bands"),  # 16-bit strips overflowing the L2 four times
-    ((3, 70000, 40), 1, torch.bfloat16, "bands", "bands"),  # columns beyond a cluster of 8, and the strided kernel
-    # would run 3 CTAs: 3 strips of 58 bands (backward 116)
-    ((4097, 1001), 0, torch.float32, "strided", "strided"),  # an odd width: one element an access, 8 lanes a strip
-    ((8, 1000, 16, 16), 1, torch.bfloat16, "strided", "strided"),  # C = 1000: columns would hold it in registers;
-    # backward: 32 strips of 2 bands, where bands lose
-    ((16, 19, 64, 128), 1, torch.bfloat16, "chan", "chan"),  # channels: whole columns in registers, both ways
-    ((4, 21, 4097), 1, torch.float16, "chan", "chan"),  # odd inner: one element an access
-    ((2, 150, 64, 64), 1, torch.bfloat16, "chan", "chan"),  # C = 150: 8 threads a column
-])
+@pytest.mark.parametrize("shape, dim, dtype, regime, bwd_regime", AUTOMATIC_PLANS)
 def test_automatic_plans(shape, dim, dtype, regime, bwd_regime, monkeypatch):
     """The plans the shapes get (forward and backward: the aligned 16-bit backward of one CTA's rows takes the
     smallest cluster whose registers hold them, the columns forward's backward the strided kernel; a cluster that

@@ -9,6 +9,7 @@
 import math
 import os
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -25,6 +26,8 @@ from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
+from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
+from plan_cases import AUTOMATIC_PLANS  # noqa: E402
 
 ARCH = "sm_90"
 pytestmark = pytest.mark.usefixtures("private_nvrtc_cache")  # cubins out of ~/.cache (conftest.py)
@@ -338,7 +341,6 @@ def test_few_row_clusters_run_in_one_round(monkeypatch):
     (the H200: 14 of 16 CTAs). run._fitted_plan narrows a plan whose M clusters it cannot hold (the occupancy
     query's count) until they are resident in one round, and keeps it where they are, where the count is unknown,
     or where nothing narrower holds the row (many rows). Every plan it gives is among the instantiations."""
-    from types import SimpleNamespace
 
     from onlinesoftmax.runtime.bounded import BoundedCache
 
@@ -662,7 +664,6 @@ def test_group_rules(op, dtype, monkeypatch):
     CTAs abandoned; the workspace is the ticket and, a row, an arrival word, G pairs and G ranks; Plan.at moves a group plan as plan() makes it. run._fitted_plan takes the split where the device does not
     hold twice G CTAs at once, or cannot tell. All of it only where GROUP_AUTOMATIC (on unless
     ONLINESOFTMAX_GROUPS=0): the split otherwise, the group regime when forced."""
-    from types import SimpleNamespace
 
     from onlinesoftmax.runtime.bounded import BoundedCache
 
@@ -798,6 +799,28 @@ def test_bands_rules():
     assert auto(8, 90000, 64) == "strided"  # 149 bands of 608 rows: more than half of what the SMs hold
     assert registry.get("cuda.softmax_bands").algo_bytes(64, 1000, 4) == opdefs.OPS["softmax"].ideal_bytes(
         64, 1000, 4)
+
+
+@pytest.mark.parametrize("shape, dim, dtype, regime, bwd_regime", AUTOMATIC_PLANS)
+def test_automatic_plans_without_a_gpu(monkeypatch, shape, dim, dtype, regime, bwd_regime):
+    """tests/plan_cases.py's plans, from run's own planning of CPU tensors (strides, alignment, the rules) with the
+    device's queries stubbed at 132 SMs: every group of CTAs taken as resident and every cluster as fitting, so the
+    fallbacks that the GPU's occupancy decides are test_gpu_production.py's to check; the backward's dy in its own
+    strides, as there."""
+    monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
+    monkeypatch.setattr(E, "available", lambda: None)
+    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
+    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    monkeypatch.setattr(E, "_group_runs", lambda p, device: True)
+    monkeypatch.setattr(E, "_one_round", lambda p, narrower, device: p)
+    monkeypatch.setattr(E, "kernel", lambda *a: SimpleNamespace(fits=True))
+    monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
+    x = torch.empty(shape, dtype=dtype)
+    out = torch.empty_like(x)
+    for op in ("softmax", "log_softmax"):
+        got = (E._plan_call(op, (x,), out, dim, None)[0].regime,
+               E._plan_call(op + "_backward", (out, torch.empty_like(x)), torch.empty_like(x), dim, None)[0].regime)
+        assert got == (regime, bwd_regime), (shape, dim, dtype, op)
 
 
 def test_sanitizer_driver_covers_every_regime():
