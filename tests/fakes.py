@@ -16,6 +16,16 @@ def run_threads(fn, args_list) -> None:
         t.join()
 
 
+def stub_device(monkeypatch, sms: int) -> None:
+    """engines.cuda.run's device queries answered without CUDA, for tensors on the CPU: kernels available, device 0,
+    `sms` SMs (the kernels themselves are the caller's to stub)."""
+    from onlinesoftmax.engines.cuda import run
+
+    monkeypatch.setattr(run, "available", lambda: None)
+    monkeypatch.setattr(run, "_device_index", lambda x, op: 0)
+    monkeypatch.setattr(run, "sms", lambda device: sms)
+
+
 class FakeLoadedKernel:
     """Stands in for runtime.launch.LoadedKernel: no driver is touched; records the shared memory asked for."""
 

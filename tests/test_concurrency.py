@@ -19,7 +19,7 @@ import torch
 
 pytest.importorskip("cuda.bindings", reason="cuda-bindings not installed")
 
-from fakes import FakeLoadedKernel as _Loaded, run_threads  # noqa: E402
+from fakes import FakeLoadedKernel as _Loaded, run_threads, stub_device  # noqa: E402
 from onlinesoftmax.runtime import launch  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 from onlinesoftmax import opdefs  # noqa: E402
@@ -377,9 +377,7 @@ def test_row_entries_launch_what_plan_gives_each_row_count(monkeypatch, N, dtype
     first two calls builds nothing; so must the exact-shape call made from that entry. al: the pointers' alignment
     key (1: unaligned, 0: aligned)."""
     log = []
-    monkeypatch.setattr(E, "available", lambda: None)
-    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
-    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    stub_device(monkeypatch, SMS)
     monkeypatch.setattr(E, "kernel", lambda *a: _Recorder(log))
     monkeypatch.setattr(E, "memset32", lambda device, ptr, value, count: log.append(("zero", value, count)))
     monkeypatch.setattr(E, "_geometries", BoundedCache(E.ENTRY_CACHE))
@@ -434,9 +432,7 @@ def _launched(p) -> list:
 def test_flat_needs_every_tensor_on_a_16_byte_boundary(monkeypatch):
     """The flat regime reads whole 16-byte accesses from each tensor's start: a contiguous view one element into its
     buffer (x, dy or out) must take another plan; the same shapes aligned take flat (bf16 rows of 63, enough rows)."""
-    monkeypatch.setattr(E, "available", lambda: None)
-    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
-    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    stub_device(monkeypatch, SMS)
     monkeypatch.setattr(E, "kernel", lambda *a: _Recorder([]))
     monkeypatch.setattr(E, "_plans", BoundedCache(E.PLAN_CACHE))
     N, dt = 63, torch.bfloat16
@@ -571,9 +567,7 @@ def test_forward_backward_exact_shape_keys(monkeypatch, dtype, N, M):
     gives (plan_for), with its own pointers. A key that left out one offset would hand a later call the kernels of
     an earlier one."""
     log = []
-    monkeypatch.setattr(E, "available", lambda: None)
-    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
-    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    stub_device(monkeypatch, SMS)
     monkeypatch.setattr(E, "kernel", lambda name, *a: _Named(name, log))
     monkeypatch.setattr(E, "_stable", {-1: P.stable_rows(SMS)})
     for cache in ("_fwd_shapes", "_bwd_shapes", "_fwd_rows", "_bwd_rows", "_geometries", "_plans"):

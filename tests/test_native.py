@@ -24,7 +24,7 @@ from torch.utils.cpp_extension import is_ninja_available  # noqa: E402
 if not (is_ninja_available() and shutil.which("c++")):
     pytest.skip("no C++ compiler or ninja: the native helper cannot be built here", allow_module_level=True)
 
-from fakes import FakeLoadedKernel  # noqa: E402
+from fakes import FakeLoadedKernel, stub_device  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 import onlinesoftmax as osm  # noqa: E402
@@ -124,9 +124,7 @@ def recorded(monkeypatch, built):
     monkeypatch.setattr(launch, "stream_handle", lambda device: STREAM)
     monkeypatch.setattr(launch, "context", lambda device: CTX_0)
     monkeypatch.setitem(CTX, 0, CTX_0)
-    monkeypatch.setattr(E, "available", lambda: None)
-    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
-    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    stub_device(monkeypatch, SMS)
     monkeypatch.setattr(E, "kernel", lambda name, *a: _Kernel(name))
     monkeypatch.setattr(E, "_stable", {-1: P.stable_rows(SMS)})
     for cache in ("_fwd_shapes", "_bwd_shapes", "_fwd_rows", "_bwd_rows", "_geometries", "_plans"):

@@ -27,6 +27,7 @@ from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
+from fakes import stub_device  # noqa: E402
 from plan_cases import AUTOMATIC_PLANS  # noqa: E402
 
 ARCH = "sm_90"
@@ -808,9 +809,7 @@ def test_automatic_plans_without_a_gpu(monkeypatch, shape, dim, dtype, regime, b
     fallbacks that the GPU's occupancy decides are test_gpu_production.py's to check; the backward's dy in its own
     strides, as there."""
     monkeypatch.setattr(P, "GROUP_AUTOMATIC", True)
-    monkeypatch.setattr(E, "available", lambda: None)
-    monkeypatch.setattr(E, "_device_index", lambda x, op: 0)
-    monkeypatch.setattr(E, "sms", lambda device: SMS)
+    stub_device(monkeypatch, SMS)
     monkeypatch.setattr(E, "_group_runs", lambda p, device: True)
     monkeypatch.setattr(E, "_one_round", lambda p, narrower, device: p)
     monkeypatch.setattr(E, "kernel", lambda *a: SimpleNamespace(fits=True))
