@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Nsight Compute on one launch per case: the production kernels at the shapes where the H200 targets are missed,
 # with torch's kernel beside some. Runs on the lent GPU from the repository root (the package from src/):
-#   bash benchmarks/ncu.sh [CASE ...]     CASE = name:OP:DTYPE:MxN[:DIM[:IMPL[:sliced]]]   (IMPL ours, triton or
+#   bash benchmarks/ncu.sh [CASE ...]     CASE = name:OP:DTYPE:MxN[:DIM[:IMPL[:VIEW]]]   (IMPL ours, triton or
 #                                         torch; default: the list below;
-#                                         sliced: x[:, 1:] of M x (N + 1), profile_once.py --sliced)
+#                                         VIEW a flag of profile_once.py without its dashes: sliced, x[:, 1:]
+#                                         of M x (N + 1); regime=R, ours with regime R forced, e.g. regime=bands)
 # Writes $OUT/ncu/<name>.txt (sections + warp-stall metrics) and prints benchmarks/ncu_summary.py's table.
 set -uo pipefail
 OUT=${OUT:-out}

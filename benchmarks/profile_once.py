@@ -2,10 +2,12 @@
 or torch's.
 
     PYTHONPATH=src python benchmarks/profile_once.py OP DTYPE MxN [--dim D] [--impl ours|triton|torch] [--sliced]
+                                                     [--regime R]
 
 OP is softmax, log_softmax, softmax_backward or log_softmax_backward; the tensor is M x N with the op over N (dim -1),
 or N x M over dim 0 with --dim 0; --sliced: x[:, 1:] of M x (N + 1), into a fresh output (the window path's own out
-windows). benchmarks/ncu.sh runs it under ncu.
+windows); --regime: ours with that regime forced (run.run_regime), e.g. bands or strided over dim 0.
+benchmarks/ncu.sh runs it under ncu.
 """
 
 import argparse
@@ -26,9 +28,12 @@ def main():
     ap.add_argument("--dim", type=int, default=-1, choices=(-1, 0))
     ap.add_argument("--impl", default="ours", choices=("ours", "triton", "torch"))
     ap.add_argument("--sliced", action="store_true", help="x[:, 1:] of M x (N + 1) (dim -1 only)")
+    ap.add_argument("--regime", choices=P.REGIMES, help="ours with this regime forced instead of the plan's")
     args = ap.parse_args()
     if args.sliced and args.dim != -1:
         ap.error("--sliced slices the last dim: --dim -1 only")
+    if args.regime and args.impl != "ours":
+        ap.error("--regime forces one of ours: --impl ours only")
     M, N = parse_shape(args.shape)
     dtype = parse_dtype(args.dtype)
     shape = (M, N) if args.dim == -1 else (N, M)
@@ -49,6 +54,8 @@ def main():
             from onlinesoftmax.ops import softmax as ops
 
             ops.backward(y, x, dim, log, "triton") if backward else ops.forward(x, dim, log, "triton")
+        elif args.regime:
+            E.run_regime(args.op, (y, x) if backward else (x,), out, dim, args.regime)
         elif backward:
             E.backward(y, x, out, dim, log)
         else:
@@ -59,7 +66,7 @@ def main():
     if args.impl == "triton":
         print(head)
         return
-    plan = E.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim, out=out)
+    plan = E.plan_for(args.op, *((y, x) if backward else (x,)), dim=dim, out=out, regime=args.regime)
     print(f"{head}; plan {plan.regime} {plan.launches}")
 
 
