@@ -31,6 +31,8 @@ AUTOMATIC_PLANS = [
     ((8192, 8192), 0, torch.bfloat16, "strided", "bands"),  # 16-bit strips overflowing the L2 four times
     ((3, 70000, 40), 1, torch.bfloat16, "bands", "bands"),  # columns beyond a cluster of 8, and the strided kernel
     # would run 3 CTAs: 3 strips of 58 bands (backward 116)
+    ((4, 3000, 16), 1, torch.float32, "strided", "strided"),  # one strip of 3 bands (backward), but a strided strip
+    # of 94 KB: the bands' memset, exchange and second launch lose there (plan.BANDS_FEW_STRIPS_BYTES)
     ((4097, 1001), 0, torch.float32, "strided", "strided"),  # an odd width: one element an access, 8 lanes a strip
     ((8, 1000, 16, 16), 1, torch.bfloat16, "strided", "strided"),  # C = 1000: columns would hold it in registers;
     # backward: 32 strips of 2 bands, where bands lose

@@ -295,9 +295,10 @@ def _layouts(dtype):
         ("dim 0 of 70 x 64", rnd(70, 64), 0),
         ("dim 0 of 8192 x 64", rnd(8192, 64), 0),
         ("dim 1 of 4 x 3000 x 16", rnd(4, 3000, 16), 1),
-        # adversarial columns through the columns kernel (forward) and bands (backward: few strips), through the
-        # strided kernel both ways (C = 1000, 40 strips), and an odd width
-        ("long columns, adversarial", adversarial(rnd(3, 3000, 2, 32) * 3), 1),
+        # adversarial columns through the columns kernel (forward) and bands (backward: few strips, each strided CTA's
+        # strip past plan.BANDS_FEW_STRIPS_BYTES), through the strided kernel both ways (C = 1000, 40 strips), and an
+        # odd width
+        ("long columns, adversarial", adversarial(rnd(3, 4500, 2, 32) * 3), 1),
         ("long columns, adversarial, many strips", adversarial(rnd(40, 1000, 2, 32) * 3), 1),
         ("dim 0 of an odd-width matrix", rnd(1537, 333), 0),
         # the chan kernels (one thread a column, N <= 32): channels of a segmentation map (2-element accesses in

@@ -794,9 +794,13 @@ def test_bands_rules():
     assert auto(8, 1000, 4096) == auto(4, 1900, 4096) == "bands"  # 34 / 64 MB in flight: more than the budget
     assert auto(1, 1000, 4096) == auto(8, 1000, 4096, bf16) == auto(1, 4097, 1001) == "strided"  # 33 MB: within it
     assert auto(1, 8192, 8192, op="softmax") == "columns"
-    # few strips: 24 of 5 bands, 6 of 58 (the forward too), 32 of 2 (not), 16 of 1 (not), 64 of 2 forward (not)
+    # few strips: 24 of 5 bands, 6 of 58 (the forward too), 32 of 2 (not), 16 of 1 (not), 64 of 2 forward (not); and
+    # not where a strided CTA's strip holds less than BANDS_FEW_STRIPS_BYTES of input (3 and 4 bands, 94 and 62.5 KB),
+    # at 128 KB (dim 0 of 2048^2 bf16) it does
     assert auto(3, 3000, 512, bf16) == auto(3, 70000, 40, bf16, "softmax") == auto(3, 70000, 40) == "bands"
     assert auto(8, 1000, 256, bf16) == auto(2, 500, 256) == auto(1, 2048, 2048, op="softmax") == "strided"
+    assert auto(4, 3000, 16) == auto(3, 2000, 72) == auto(3, 2000, 72, bf16) == "strided"
+    assert auto(1, 2048, 2048, bf16) == auto(3, 4500, 64) == "bands"
     assert auto(8, 90000, 64) == "strided"  # 149 bands of 608 rows: more than half of what the SMs hold
     assert registry.get("cuda.softmax_bands").algo_bytes(64, 1000, 4) == opdefs.OPS["softmax"].ideal_bytes(
         64, 1000, 4)

@@ -136,6 +136,7 @@ BANDS_CTAS_PER_SM = 2  # bands: the kernels' launch bound (<= 128 registers)
 BANDS_WORDS = 56  # bands: 32-bit registers of data a thread holds on the 16-byte path (64 spilled beside the slots)
 BANDS_SMEM_WORDS = 96  # bands: the most 32-bit words of data a thread stages in shared memory beside them (16 bytes)
 BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every access its own 64-bit address)
+BANDS_FEW_STRIPS_BYTES = 128 << 10  # bands: the few-strips rule's least input bytes of a strided CTA's strip
 INT_MAX = 2**31 - 1
 
 
@@ -632,8 +633,9 @@ def bands_most(sms: int) -> int:
 
 def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -> bool:
     """Does the automatic plan take the bands kernels rather than the strided one? On the 16-byte path, where a group
-    of bands fits half the CTAs the SMs hold, and either the strided kernel's strips leave at least half the SMs idle
-    and a strip has more than two bands, whose CTAs fill them (forward or backward), or, for a backward, the strided
+    of bands fits half the CTAs the SMs hold, and either the strided kernel's strips leave at least half the SMs idle,
+    a strip has more than two bands, whose CTAs fill them, and a strided CTA's strip holds at least
+    BANDS_FEW_STRIPS_BYTES of input (forward or backward), or, for a backward, the strided
     strips in flight (one CTA an SM, or one a strip where there are fewer: its smallest grid) hold more than
     STRIDED_L2_BUDGET in fp32, four times it in 16 bits, so that its second pass reads most of them from DRAM again.
     Measured on an H100 (benchmarks/layout_regimes.py --regimes strided bands; % of copy, softmax / log-softmax;
@@ -648,13 +650,18 @@ def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int
     2048 x 8192 and C = 1000 over (64, 64): 55-63 against 52-64), the forward of many strips (dim 0 of 8192^2 fp32
     81% on the columns kernel, 71 on bands; C = 1000 bf16 60 strided against 51), and one element an access (dim 0
     of 4097 x 1001, 28-30 against 30-35, session 70): a CTA meets its group once a band, where the strided kernel
-    streams."""
+    streams. The floor on a strided CTA's strip (its N rows of lanes x W columns, every input): on the H200 (session
+    73, benchmarks/results/session73) the strided kernel ran the backward of (4, 3000, 16) fp32 (a strip of 94 KB)
+    in 13 us against the bands' 22-40, of (3, 2000, 72) (62.5 KB) in 13-15 us against 14-22, where the bands' memset,
+    exchange and second launch outweigh a strip that short; the strips of the wins above hold 128 KB (16-bit dim 0
+    of 2048^2) to 2 MB (131072 x 64, the forward 333 -> 40 us on the H200). Between 94 and 128 KB: not measured."""
     if W == 1:
         return False
     _, _, _, _, strips, G = bands_config(op, dtype, W, N, inner)
     if G > bands_most(sms):
         return False
-    if 2 * M * strips <= sms and G > 2:
+    strip = N * strided_tile(op, dtype, W, M, N, inner, sms)[0] * W * _SIZES[dtype] * len(OPS[op].inputs)
+    if 2 * M * strips <= sms and G > 2 and strip >= BANDS_FEW_STRIPS_BYTES:
         return True
     flight = min(sms, M * strips) * N * STRIDED_PIECE * len(OPS[op].inputs)
     return OPS[op].backward and flight > (1 if dtype == torch.float32 else 4) * STRIDED_L2_BUDGET
