@@ -342,9 +342,6 @@ def test_few_row_clusters_run_in_one_round(monkeypatch):
     (the H200: 14 of 16 CTAs). run._fitted_plan narrows a plan whose M clusters it cannot hold (the occupancy
     query's count) until they are resident in one round, and keeps it where they are, where the count is unknown,
     or where nothing narrower holds the row (many rows). Every plan it gives is among the instantiations."""
-
-    from onlinesoftmax.runtime.bounded import BoundedCache
-
     known = {"count": True}
     resident = {16: 14, 8: 30, 4: 62, 2: 126}
     monkeypatch.setattr(E, "kernel", lambda name, device, block, smem, cluster: SimpleNamespace(
@@ -665,9 +662,6 @@ def test_group_rules(op, dtype, monkeypatch):
     CTAs abandoned; the workspace is the ticket and, a row, an arrival word, G pairs and G ranks; Plan.at moves a group plan as plan() makes it. run._fitted_plan takes the split where the device does not
     hold twice G CTAs at once, or cannot tell. All of it only where GROUP_AUTOMATIC (on unless
     ONLINESOFTMAX_GROUPS=0): the split otherwise, the group regime when forced."""
-
-    from onlinesoftmax.runtime.bounded import BoundedCache
-
     W = P.vec_width(dtype)
     N = P.max_cluster(op, dtype) * P.row_capacity(op, dtype, W) + 3 * W
     G = P.group_config(op, dtype, W, N)[0]

@@ -590,14 +590,18 @@ def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -
     access, 126 strips of 8 lanes) 7% -> 24-29% fp32. Splitting each strip's rows over a cluster (shorter bands
     for the L2, more CTAs for few strips) measured slower in every case (h200-probe-strided-clusters-840f406.txt)."""
     size = _SIZES[dtype]
-    inputs = 1 if not OPS[op].backward else 2
     need = cdiv(inner, W)
     lanes = min(pow2ceil(need), max(STRIDED_PIECE // (W * size), STRIDED_THREADS // min(pow2ceil(N), STRIDED_THREADS)))
     while lanes > 1 and M * cdiv(need, lanes) < sms // 2:
         lanes //= 2
     rows = min(pow2ceil(N), STRIDED_THREADS // lanes)
-    per_cta = N * lanes * W * size * inputs
+    per_cta = strided_strip(op, dtype, W, N, lanes)
     return lanes, rows, cdiv(need, lanes), min(STRIDED_CTAS_PER_SM * sms, max(sms, STRIDED_L2_BUDGET // per_cta))
+
+
+def strided_strip(op: str, dtype, W: int, N: int, lanes: int) -> int:
+    """Input bytes of a strided CTA's strip: its N rows of lanes x W columns, every input."""
+    return N * lanes * W * _SIZES[dtype] * len(OPS[op].inputs)
 
 
 def bands_config(op: str, dtype, W: int, N: int, inner: int) -> tuple[int, int, int, int, int, int]:
@@ -660,8 +664,8 @@ def bands_preferred(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int
     _, _, _, _, strips, G = bands_config(op, dtype, W, N, inner)
     if G > bands_most(sms):
         return False
-    strip = N * strided_tile(op, dtype, W, M, N, inner, sms)[0] * W * _SIZES[dtype] * len(OPS[op].inputs)
-    if 2 * M * strips <= sms and G > 2 and strip >= BANDS_FEW_STRIPS_BYTES:
+    if 2 * M * strips <= sms and G > 2 and \
+            strided_strip(op, dtype, W, N, strided_tile(op, dtype, W, M, N, inner, sms)[0]) >= BANDS_FEW_STRIPS_BYTES:
         return True
     flight = min(sms, M * strips) * N * STRIDED_PIECE * len(OPS[op].inputs)
     return OPS[op].backward and flight > (1 if dtype == torch.float32 else 4) * STRIDED_L2_BUDGET
