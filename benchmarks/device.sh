@@ -7,6 +7,8 @@
 #         | sweep [sweep args] | cross-entropy | ce-load | tune-flat [N ...] | grid [sweep args] (issue 12: the public grid, a
 #         CSV per dtype, DTYPES) | shapes [sweep args] (the production GPU tests, then grid) | triton (issue 12: the Triton
 #         backend's pending checks, PARTS)
+#         | groups NAME GROUP... (the GPU tests of each GROUP, "file -k 'expr'", a pytest process each: run_groups)
+#         | layouts-ab (benchmarks/layout_regimes.py a shape at a time, source trees interleaved: TREES, SHAPES)
 #         | any CLI command
 set -uo pipefail
 OUT=${OUT:-out}
@@ -225,6 +227,24 @@ case "$stage" in
            rm -f "$OUT/sweep-triton-few.png" ;;
       *) echo "unknown part $part (tests host ab few tune tune-few)" >&2; exit 2 ;;
     esac; done
+    ;;
+  groups)  # groups NAME GROUP...: the pytest groups given, as the tests stage runs its own
+    name=$1; shift
+    run_groups "$name" "$@"
+    ;;
+  layouts-ab)  # the A/B of a layouts kernel (bands, strided, columns, chan) change, alone on the GPU: for each of SHAPES
+    # (';' between layout_regimes.py's shape args, e.g. "8192 8192 --dim 0;8 1000 64 64 --dim 1") each of TREES
+    # ("NAME=SRC_DIR[=REGIME,REGIME]": the regimes forced beside the plan in that tree, default REGIMES or bands) in turn,
+    # DTYPES (float32 bfloat16); $OUT/layouts-ab.txt
+    IFS=';' read -ra shapes <<<"${SHAPES:?SHAPES: layout_regimes.py shape args, ';' between shapes}"
+    for shape in "${shapes[@]}"; do
+      for t in ${TREES:-new=$PWD/src}; do
+        IFS='=' read -r name dir regimes <<<"$t"; regimes=${regimes:-${REGIMES:-bands}}
+        echo "## $name: $shape ($SECONDS s)"
+        PYTHONPATH="$dir:/tmp/site" timeout "${SHAPE_TIMEOUT:-100}" python3 benchmarks/layout_regimes.py \
+          --regimes ${regimes//,/ } --dtype ${DTYPES:-float32 bfloat16} --shape $shape 2>&1 | grep -v Warning
+      done
+    done | tee "$OUT/layouts-ab.txt"
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"

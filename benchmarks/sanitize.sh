@@ -4,7 +4,8 @@
 # output checked against float64. Runs on the lent GPU from the repository root (the package from src/):
 #   bash benchmarks/sanitize.sh [driver args, e.g. --dtype float32]      results under $OUT/sanitize (default ./out)
 # Writes $OUT/sanitize/<tool>.log and $OUT/sanitize/summary.txt (errors per tool, the driver's verdict, seconds);
-# exits 0 only when every tool reports 0 errors and the driver found every result right.
+# exits 0 only when every tool reports 0 errors and the driver found every result right. TOOLS: some of the four
+# (e.g. TOOLS='memcheck racecheck').
 # --report-api-errors no: cuda-bindings probes driver entry points, which the sanitizer reports as API errors.
 # A warm-up run without a sanitizer compiles every instantiation in parallel (NVRTC disk cache) and checks once.
 set -uo pipefail
@@ -26,7 +27,7 @@ start=$SECONDS
 rc=$?
 echo "warm-up without a sanitizer: $(tail -1 "$DIR/warmup.log") (exit $rc, $((SECONDS - start)) s)" >>"$summary"
 bad=$rc
-for tool in memcheck racecheck synccheck initcheck; do
+for tool in ${TOOLS:-memcheck racecheck synccheck initcheck}; do
   start=$SECONDS
   "$SANITIZER" --tool "$tool" --report-api-errors no "$PY" benchmarks/sanitize_driver.py "$@" >"$DIR/$tool.log" 2>&1
   rc=$?
