@@ -157,14 +157,15 @@ def test_log_softmax_rows_hold_softmax_occupancy(report):
 
 
 def test_chan_backward_holds_two_ctas_where_bound(report):
-    """softmax.cu's chan_bwd_ctas: bands of 24-32 rows of one element (24-28 when G > 1) and bands of 24 rows of
-    16-bit pairs when G > 1 fit two 256-thread CTAs an SM; unbound they took 134-185 registers, one CTA (fp32
-    log_softmax backward at C = 21: 67% of copy on the H200)."""
+    """softmax.cu's chan_bwd_ctas: bands of 24-32 rows of one element (24-28 when G > 1) and bands of 20-24 rows of
+    16-bit pairs when G > 1 fit two 256-thread CTAs an SM; unbound they took 132-185 registers, one CTA (fp32
+    log_softmax backward at C = 21: 67% of copy on the H200; 16-bit log_softmax backward at C = 150, 20 rows of 8
+    bands: 72% on the H100, the softmax backward 96%)."""
     bound = 0
     for k, r in report.items():
         if k.startswith("bwd_chan<"):
             _, _, W, cap, G = (int(a) for a in k[len("bwd_chan<"):-1].split(","))
-            if (cap >= 24 and (G == 1 or cap <= 28)) if W == 1 else (cap == 24 and G > 1):
+            if (cap >= 24 and (G == 1 or cap <= 28)) if W == 1 else (20 <= cap <= 24 and G > 1):
                 bound += 1
                 assert r["registers"] * 2 * P.CHAN_THREADS <= REGS_PER_SM, (k, r["registers"])
     assert bound >= 30

@@ -2024,9 +2024,10 @@ fwd_chan(const void* __restrict__ a, const void* __restrict__ b, void* __restric
 // that bands of 24 rows and more took 134-185 registers: one CTA an SM (fp32 log_softmax at C = 21, 136 registers:
 // 67% of copy at 3211f09, 94% at 128 registers before 0bd7b11 added 8). Bound to 2 CTAs (128 registers) where ptxas
 // then makes no spill: one element a thread up to 32 rows (28 when G > 1; 32 spilled 8 bytes in fp32), pairs of
-// 16-bit columns at 24 rows when G > 1 (28 and more spilled 8-124 bytes; G = 1 stays within 128 up to 28).
+// 16-bit columns at 20-24 rows when G > 1 (28 and more spilled 8-124 bytes; G = 1 stays within 128 up to 28; at 20
+// rows of 8 bands the log_softmax took 132 registers unbound: 72% of copy at C = 150 against the softmax's 96%).
 template <int W, int CAP, int G> __host__ __device__ constexpr int chan_bwd_ctas() {
-    return (W == 1 ? CAP >= 24 && (G == 1 || CAP <= 28) : CAP == 24 && G > 1) ? 2 : 1;
+    return (W == 1 ? CAP >= 24 && (G == 1 || CAP <= 28) : CAP >= 20 && CAP <= 24 && G > 1) ? 2 : 1;
 }
 
 template <int OP, int DT, int W, int CAP, int G>
