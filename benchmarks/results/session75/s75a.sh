@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# session 75 call 1: the strided kernels' scalar path (W = 1: an odd inner) with 16 accesses a thread in flight
+# forward, 8 backward, one 512-thread CTA an SM (working tree; 16-bit vectors likewise, below) against HEAD (.ab/base: 4 and 4, two CTAs of 64
+# registers) on the shapes that take it (dim 0 of odd-width matrices; channels over an odd H x W), alone on the
+# GPU; then in parallel the GPU tests that reach the strided scalar path and compute-sanitizer memcheck over the
+# strided cases
+set -uo pipefail
+OUT=${OUT:-out}
+export ONLINESOFTMAX_COMMIT="$(head -1 .commit)"
+SECONDS=0
+TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" DTYPES="float32 bfloat16" \
+SHAPES="4097 1001 --dim 0;16 300 45 45 --dim 1;4 1000 63 63 --dim 1" \
+  bash benchmarks/device.sh layouts-ab >/dev/null
+# the 16-bit 16-byte path (W = 8) with four and twice the accesses a trip in one CTA an SM (forward 8, backward 4,
+# 128 registers) against HEAD (2 and 2, two CTAs of 64): channels C = 1000 and dim 0 of 8192^2, bf16
+mkdir -p "$OUT/w8"
+OUT="$OUT/w8" TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" DTYPES="bfloat16" \
+SHAPES="8 1000 64 64 --dim 1;8192 8192 --dim 0" bash benchmarks/device.sh layouts-ab >/dev/null
+mv "$OUT/w8/layouts-ab.txt" "$OUT/layouts-ab-w8.txt" && rm -r "$OUT/w8"
+( TOOLS=memcheck OUT="$OUT" timeout 140 bash benchmarks/sanitize.sh --regime strided >"$OUT/sanitize.txt" 2>&1 ) &
+TEST_TIMEOUT=150 bash benchmarks/device.sh groups tests \
+  "tests/test_gpu_production.py -k 'variant_matches and strided'" \
+  "tests/test_gpu_production.py -k 'forward_backward_layouts'" \
+  "tests/test_gpu_production.py -k 'automatic_plans and 3000'" >/dev/null
+wait
+cp "$OUT/sanitize/summary.txt" "$OUT/sanitize-summary.txt" 2>/dev/null; rm -rf "$OUT/sanitize"
+echo "total $SECONDS s" | tee -a "$OUT/tests-summary.txt"
+cat "$OUT/tests-summary.txt" "$OUT/sanitize.txt"
+grep -E "^##|%" "$OUT/layouts-ab.txt" "$OUT/layouts-ab-w8.txt" | cut -c1-330
