@@ -235,7 +235,7 @@ case "$stage" in
   layouts-ab)  # the A/B of a layouts kernel (bands, strided, columns, chan) change, alone on the GPU: for each of SHAPES
     # (';' between layout_regimes.py's shape args, e.g. "8192 8192 --dim 0;8 1000 64 64 --dim 1") each of TREES
     # ("NAME=SRC_DIR[=REGIME,REGIME]": the regimes forced beside the plan in that tree, default REGIMES or bands) in turn,
-    # DTYPES (float32 bfloat16); $OUT/layouts-ab.txt
+    # DTYPES (float32 bfloat16); $OUT/$AB_NAME.txt (AB_NAME: layouts-ab)
     IFS=';' read -ra shapes <<<"${SHAPES:?SHAPES: layout_regimes.py shape args, ';' between shapes}"
     for shape in "${shapes[@]}"; do
       for t in ${TREES:-new=$PWD/src}; do
@@ -244,7 +244,7 @@ case "$stage" in
         PYTHONPATH="$dir:/tmp/site" timeout "${SHAPE_TIMEOUT:-100}" python3 benchmarks/layout_regimes.py \
           --regimes ${regimes//,/ } --dtype ${DTYPES:-float32 bfloat16} --shape $shape 2>&1 | grep -v Warning
       done
-    done | tee "$OUT/layouts-ab.txt"
+    done | tee "$OUT/${AB_NAME:-layouts-ab}.txt"
     ;;
   sweep)
     osm sweep --out "$OUT/sweep.csv" "$@" 2>&1 | tee "$OUT/sweep.txt"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# session 75 call 1: the strided kernels' scalar path (W = 1: an odd inner) with 16 accesses a thread in flight
-# forward, 8 backward, one 512-thread CTA an SM (working tree; 16-bit vectors likewise, below) against HEAD (.ab/base: 4 and 4, two CTAs of 64
-# registers) on the shapes that take it (dim 0 of odd-width matrices; channels over an odd H x W), alone on the
-# GPU; then in parallel the GPU tests that reach the strided scalar path and compute-sanitizer memcheck over the
-# strided cases
+# session 75 call 1 (prepared, not run): the strided kernels' scalar path (W = 1: an odd inner) with 16 accesses a
+# thread in flight forward, 8 backward, one 512-thread CTA an SM (the tree with next-strided-unroll.diff; 16-bit
+# vectors likewise, below) against HEAD (.ab/base: 4 and 4, two CTAs of 64 registers) on the shapes that take it
+# (dim 0 of odd-width matrices; channels over an odd H x W), alone on the GPU; then in parallel the GPU tests that
+# reach the strided scalar path and compute-sanitizer memcheck over the strided cases. Kernels precompiled without
+# a GPU: benchmarks/precompile.py --tests (the tree), --layouts (the tree and, with PYTHONPATH=.ab/base/src, HEAD)
 set -uo pipefail
 OUT=${OUT:-out}
 export ONLINESOFTMAX_COMMIT="$(head -1 .commit)"
@@ -13,10 +14,8 @@ SHAPES="4097 1001 --dim 0;16 300 45 45 --dim 1;4 1000 63 63 --dim 1" \
   bash benchmarks/device.sh layouts-ab >/dev/null
 # the 16-bit 16-byte path (W = 8) with four and twice the accesses a trip in one CTA an SM (forward 8, backward 4,
 # 128 registers) against HEAD (2 and 2, two CTAs of 64): channels C = 1000 and dim 0 of 8192^2, bf16
-mkdir -p "$OUT/w8"
-OUT="$OUT/w8" TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" DTYPES="bfloat16" \
+AB_NAME=layouts-ab-w8 TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" DTYPES="bfloat16" \
 SHAPES="8 1000 64 64 --dim 1;8192 8192 --dim 0" bash benchmarks/device.sh layouts-ab >/dev/null
-mv "$OUT/w8/layouts-ab.txt" "$OUT/layouts-ab-w8.txt" && rm -r "$OUT/w8"
 ( TOOLS=memcheck OUT="$OUT" timeout 140 bash benchmarks/sanitize.sh --regime strided >"$OUT/sanitize.txt" 2>&1 ) &
 TEST_TIMEOUT=150 bash benchmarks/device.sh groups tests \
   "tests/test_gpu_production.py -k 'variant_matches and strided'" \
