@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# session 75 call 1 (prepared, not run): the strided kernels' scalar path (W = 1: an odd inner) with 16 accesses a
+# session 76 call 1, prepared in session 75 (as s75a.sh) and tried eleven times in session 75 and nine in session 76
+# without a machine, so not run: the strided kernels' scalar path (W = 1: an odd inner) with 16 accesses a
 # thread in flight forward, 8 backward, one 512-thread CTA an SM (the tree with next-strided-unroll.diff; 16-bit
 # vectors likewise, below) against HEAD (.ab/base: 4 and 4, two CTAs of 64 registers) on the shapes that take it
 # (dim 0 of odd-width matrices; channels over an odd H x W), alone on the GPU; then in parallel the GPU tests that
@@ -23,6 +24,11 @@ TEST_TIMEOUT=150 bash benchmarks/device.sh groups tests \
   "tests/test_gpu_production.py -k 'automatic_plans and 3000'" >/dev/null
 wait
 cp "$OUT/sanitize/summary.txt" "$OUT/sanitize-summary.txt" 2>/dev/null; rm -rf "$OUT/sanitize"
+# where the bands' fixed ~20 us at C = 1000 go (docs/tuning.md): the GPU timeline of one call, bands forced, B = 2
+for op in softmax softmax_backward; do
+  PYTHONPATH="$PWD/src" ONLINESOFTMAX_CACHE=/tmp/osm-cache timeout 60 python3 benchmarks/profile_once.py \
+    $op float32 4096x1000 --dim 0 --outer 2 --regime bands --timeline
+done >"$OUT/bands-timeline.txt" 2>&1
 echo "total $SECONDS s" | tee -a "$OUT/tests-summary.txt"
-cat "$OUT/tests-summary.txt" "$OUT/sanitize.txt"
+cat "$OUT/tests-summary.txt" "$OUT/sanitize.txt" "$OUT/bands-timeline.txt"
 grep -E "^##|%" "$OUT/layouts-ab.txt" "$OUT/layouts-ab-w8.txt" | cut -c1-330
