@@ -32,6 +32,7 @@ from triton.testing import do_bench
 
 import onlinesoftmax as osm
 from onlinesoftmax.engines.triton import cross_entropy_rules as rules
+from onlinesoftmax.harness.bench import gpu_activities
 
 ANCHOR_TBPS = 4.249
 ROWS = [(8192, 32000, torch.bfloat16), (8192, 32000, torch.float32), (8192, 50257, torch.bfloat16),
@@ -615,14 +616,7 @@ def parse_row(spec: str):
 def gpu_timeline(prof, steps: int) -> None:
     """Where the GPU waited during the profiled steps: its busy time against the span from the first kernel's start
     to the last one's end, and the longest idle gaps with the work on either side (the host's bubbles)."""
-    import json
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        events = json.load(open(f.name))["traceEvents"]
-    work = sorted((e["ts"], e["ts"] + e["dur"], e["name"][:40]) for e in events
-                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e)
+    work = [(a, b, name[:40]) for a, b, name in gpu_activities(prof)]
     if not work:
         print("no GPU events in the trace")
         return

@@ -17,6 +17,7 @@ import argparse
 
 import torch
 
+from onlinesoftmax.harness.bench import SLEEP_CYCLES, gpu_activities
 from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype, parse_shape
 from onlinesoftmax import opdefs
 from onlinesoftmax.engines.cuda import plan as P
@@ -94,19 +95,18 @@ def timeline(call) -> None:
     flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         flush.zero_()
-        torch.cuda._sleep(2_000_000)  # about a millisecond: the call's launches queue behind it
+        torch.cuda._sleep(SLEEP_CYCLES)  # the call's launches queue behind it
         call()
         torch.cuda.synchronize()
-    acts = sorted((e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
-    spin = max((i for i, e in enumerate(acts) if "spin" in e.name), default=None)
+    acts = gpu_activities(prof)
+    spin = max((i for i, (*_, name) in enumerate(acts) if "spin" in name), default=None)
     if spin is None or spin + 1 == len(acts):
         raise SystemExit("timeline: the profiler saw no spin kernel, or nothing after it")
     acts = acts[spin + 1:]
-    t0 = acts[0].time_range.start
-    span = acts[-1].time_range.end - t0
-    print(f"timeline: {len(acts)} activities, {span:.1f} us from the first start to the last end")
-    for e in acts:
-        print(f"  +{e.time_range.start - t0:8.1f} us {e.time_range.elapsed_us():8.1f} us  {e.name[:100]}")
+    t0 = acts[0][0]
+    print(f"timeline: {len(acts)} activities, {acts[-1][1] - t0:.1f} us from the first start to the last end")
+    for a, b, name in acts:
+        print(f"  +{a - t0:8.1f} us {b - a:8.1f} us  {name[:100]}")
 
 
 if __name__ == "__main__":

@@ -475,3 +475,26 @@ def test_report_ab_reads_the_backend_the_sweeps_timed(tmp_path, capsys):
     assert code == 0 and "| softmax | float32 | 1040447 × 129 | 35.0 | 80.0 |" in out
     cuda = str(results.write_csv(rows("cuda", 95.0), tmp_path / "ab-cuda.csv"))
     assert "one backend of ours" in run_bad(capsys, "report", "--ab", base, cuda)
+
+
+def test_gpu_activities_reads_the_gpu_work_of_a_profile(tmp_path):
+    """harness.bench.gpu_activities (profile_once --timeline, cross_entropy.py's gpu_timeline): the kernels, copies
+    and memsets of a profile's Chrome trace, in start order with their ends; host events and instants left out."""
+    import json
+
+    from onlinesoftmax.harness.bench import gpu_activities
+
+    events = [dict(cat="kernel", name="bands_fix", ts=30.0, dur=4.0),
+              dict(cat="cpu_op", name="aten::zero_", ts=1.0, dur=2.0),
+              dict(cat="gpu_memset", name="Memset (Device)", ts=10.0, dur=1.5),
+              dict(cat="kernel", name="spin_kernel", ts=0.0, dur=9.0),
+              dict(cat="gpu_memcpy", name="Memcpy DtoD", ts=20.0, dur=2.0),
+              dict(cat="kernel", name="no duration", ts=5.0)]
+
+    class Profile:
+        def export_chrome_trace(self, path):
+            with open(path, "w") as f:
+                json.dump({"traceEvents": events}, f)
+
+    assert gpu_activities(Profile()) == [(0.0, 9.0, "spin_kernel"), (10.0, 11.5, "Memset (Device)"),
+                                         (20.0, 22.0, "Memcpy DtoD"), (30.0, 34.0, "bands_fix")]

@@ -96,6 +96,20 @@ def queued_ms(calls) -> float:
     return start.elapsed_time(end) / QUEUED_CALLS
 
 
+def gpu_activities(prof) -> list[tuple[float, float, str]]:
+    """The GPU's kernels, copies and memsets in a finished torch.profiler profile, as (start us, end us, name) in
+    start order: the events of its Chrome trace in those categories."""
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        with open(f.name) as trace:
+            events = json.load(trace)["traceEvents"]
+    return sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
+                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e)
+
+
 def copy_gbps(device: str) -> float:
     """Bandwidth of a large copy on `device`, counting bytes read + bytes written."""
     return copy_samples(device, 1)[0]
