@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# session 76 call 1, prepared in session 75 (as s75a.sh) and tried eleven times in session 75 and nine in session 76
-# without a machine, so not run: the strided kernels' scalar path (W = 1: an odd inner) with 16 accesses a
+# the next call, prepared in session 75 (s75a.sh) and tried in sessions 75, 76 and 77 (session77/README.md) without a
+# machine, so not run: the strided kernels' scalar path (W = 1: an odd inner) with 16 accesses a
 # thread in flight forward, 8 backward, one 512-thread CTA an SM (the tree with next-strided-unroll.diff; 16-bit
 # vectors likewise, below) against HEAD (.ab/base: 4 and 4, two CTAs of 64 registers) on the shapes that take it
 # (dim 0 of odd-width matrices; channels over an odd H x W), alone on the GPU; then in parallel the GPU tests that
@@ -10,12 +10,12 @@ set -uo pipefail
 OUT=${OUT:-out}
 export ONLINESOFTMAX_COMMIT="$(head -1 .commit)"
 SECONDS=0
-TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" DTYPES="float32 bfloat16" \
+SHAPE_TIMEOUT=60 TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" DTYPES="float32 bfloat16" \
 SHAPES="4097 1001 --dim 0;16 300 45 45 --dim 1;4 1000 63 63 --dim 1" \
   bash benchmarks/device.sh layouts-ab >/dev/null
 # the 16-bit 16-byte path (W = 8) with four and twice the accesses a trip in one CTA an SM (forward 8, backward 4,
 # 128 registers) against HEAD (2 and 2, two CTAs of 64): channels C = 1000 and dim 0 of 8192^2, bf16
-AB_NAME=layouts-ab-w8 TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" DTYPES="bfloat16" \
+SHAPE_TIMEOUT=60 AB_NAME=layouts-ab-w8 TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" DTYPES="bfloat16" \
 SHAPES="8 1000 64 64 --dim 1;8192 8192 --dim 0" bash benchmarks/device.sh layouts-ab >/dev/null
 ( TOOLS=memcheck OUT="$OUT" timeout 140 bash benchmarks/sanitize.sh --regime strided >"$OUT/sanitize.txt" 2>&1 ) &
 TEST_TIMEOUT=150 bash benchmarks/device.sh groups tests \
@@ -24,11 +24,12 @@ TEST_TIMEOUT=150 bash benchmarks/device.sh groups tests \
   "tests/test_gpu_production.py -k 'automatic_plans and 3000'" >/dev/null
 wait
 cp "$OUT/sanitize/summary.txt" "$OUT/sanitize-summary.txt" 2>/dev/null; rm -rf "$OUT/sanitize"
-# where the bands' fixed ~20 us at C = 1000 go (docs/tuning.md): the GPU timeline of one call, bands forced, B = 2
-for op in softmax softmax_backward; do
-  PYTHONPATH="$PWD/src" ONLINESOFTMAX_CACHE=/tmp/osm-cache timeout 60 python3 benchmarks/profile_once.py \
-    $op float32 4096x1000 --dim 0 --outer 2 --regime bands --timeline
-done >"$OUT/bands-timeline.txt" 2>&1
+# where the bands' fixed ~20 us at C = 1000 go (docs/tuning.md): the GPU timeline of one call, B = 2, bands forced,
+# then the strided kernel forced on the same shape (whose intercept was 7 us: the baseline of the same timeline)
+for regime in bands strided; do for op in softmax softmax_backward; do
+  PYTHONPATH="$PWD/src" ONLINESOFTMAX_CACHE=/tmp/osm-cache timeout 40 python3 benchmarks/profile_once.py \
+    $op float32 4096x1000 --dim 0 --outer 2 --regime $regime --timeline
+done; done >"$OUT/bands-timeline.txt" 2>&1
 echo "total $SECONDS s" | tee -a "$OUT/tests-summary.txt"
 cat "$OUT/tests-summary.txt" "$OUT/sanitize.txt" "$OUT/bands-timeline.txt"
 grep -E "^##|%" "$OUT/layouts-ab.txt" "$OUT/layouts-ab-w8.txt" | cut -c1-330
