@@ -17,7 +17,7 @@ import argparse
 
 import torch
 
-from onlinesoftmax.harness.bench import SLEEP_CYCLES, gpu_activities
+from onlinesoftmax.harness.bench import L2_FLUSH_BYTES, SLEEP_CYCLES, gpu_activities
 from onlinesoftmax.harness.suites import SWEEP_DTYPES, parse_dtype, parse_shape
 from onlinesoftmax import opdefs
 from onlinesoftmax.engines.cuda import plan as P
@@ -92,7 +92,7 @@ def timeline(call) -> None:
     """Print each GPU activity of one call: its start after the call's first activity, and its duration."""
     from torch.profiler import ProfilerActivity, profile
 
-    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         flush.zero_()
         torch.cuda._sleep(SLEEP_CYCLES)  # the call's launches queue behind it

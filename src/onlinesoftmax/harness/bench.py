@@ -29,6 +29,7 @@ from .inputs import out_shape
 CPU_COPY_BYTES = 1 << 27  # 128 MiB per array on the CPU
 GPU_COPY_BYTES = 1 << 30  # 1 GiB per array on the GPU: many times the H200's 60 MB L2
 CHECK_ELEMENTS = 1 << 22  # rows compared with float64 in a timed run (all rows up to 4M elements)
+L2_FLUSH_BYTES = 256 << 20  # written before a timed call (the fallback timer, profile_once --timeline)
 
 
 def gbps(nbytes: float, ms: float) -> float:
@@ -58,7 +59,7 @@ def _cuda_median_ms(fn) -> float:
         do_bench = None
     if do_bench is not None:
         return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")  # evict L2 between calls
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")  # evict L2 between calls
     for _ in range(3):
         fn()
     times = []
