@@ -5,6 +5,17 @@ stubbed, so that a rule change which moves one fails in CI before a GPU runs it.
 
 import torch
 
+
+def case_id(value) -> str | None:
+    """Test ids that name the case, so that -k can pick one: (4, 3000, 16) as 4x3000x16, torch.float32 as float32
+    (pytest's own ids number the tuples and dtypes: shape0-1-dtype0)."""
+    if isinstance(value, tuple):
+        return "x".join(map(str, value))
+    if isinstance(value, torch.dtype):
+        return str(value).replace("torch.", "")
+    return None
+
+
 AUTOMATIC_PLANS = [
     ((4096, 128), 1, torch.bfloat16, "warp", "warp"),
     ((40001, 63), 1, torch.bfloat16, "flat", "flat"),  # odd rows, contiguous: staged in shared memory, both ways;

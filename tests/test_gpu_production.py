@@ -34,7 +34,7 @@ from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
-from plan_cases import AUTOMATIC_PLANS  # noqa: E402
+from plan_cases import AUTOMATIC_PLANS, case_id  # noqa: E402
 
 DTYPES = opdefs.GPU_DTYPES
 
@@ -453,7 +453,7 @@ def test_check_catches_abandoned_bands_left_unwritten(monkeypatch):
     assert not _forward_report(out, x, 1, False, torch.float32).ok
 
 
-@pytest.mark.parametrize("shape, dim, dtype, regime, bwd_regime", AUTOMATIC_PLANS)
+@pytest.mark.parametrize("shape, dim, dtype, regime, bwd_regime", AUTOMATIC_PLANS, ids=case_id)
 def test_automatic_plans(shape, dim, dtype, regime, bwd_regime, monkeypatch):
     """The plans the shapes get (forward and backward: the aligned 16-bit backward of one CTA's rows takes the
     smallest cluster whose registers hold them, the columns forward's backward the strided kernel; a cluster that

@@ -28,7 +28,7 @@ from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 from onlinesoftmax.engines.cuda import variants as V  # noqa: E402
 from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 from fakes import stub_device  # noqa: E402
-from plan_cases import AUTOMATIC_PLANS  # noqa: E402
+from plan_cases import AUTOMATIC_PLANS, case_id  # noqa: E402
 
 ARCH = "sm_90"
 pytestmark = pytest.mark.usefixtures("private_nvrtc_cache")  # cubins out of ~/.cache (conftest.py)
@@ -801,7 +801,7 @@ def test_bands_rules():
         64, 1000, 4)
 
 
-@pytest.mark.parametrize("shape, dim, dtype, regime, bwd_regime", AUTOMATIC_PLANS)
+@pytest.mark.parametrize("shape, dim, dtype, regime, bwd_regime", AUTOMATIC_PLANS, ids=case_id)
 def test_automatic_plans_without_a_gpu(monkeypatch, shape, dim, dtype, regime, bwd_regime):
     """tests/plan_cases.py's plans, from run's own planning of CPU tensors (strides, alignment, the rules) with the
     device's queries stubbed at 132 SMs: every group of CTAs taken as resident and every cluster as fitting, so the
