@@ -83,8 +83,9 @@ def _block_of(name: str) -> int:
 def test_occupancy_targets(inst, report):
     """Launch bounds hold: warp kernels 4 CTAs/SM (the warp kernels of P = 2, realigned stores: 3), flat kernels 4
     (16-bit data 6: backward, and forward up to 12 slots a lane), row kernels 1024 threads/SM, or as near as whole
-    CTAs get (two 512-thread CTAs per SM for the block/cluster rows), strided 2 CTAs/SM; dynamic + static smem of two
-    row CTAs fits an SM, and of four flat CTAs with the largest chunk the plans give."""
+    CTAs get (two 512-thread CTAs per SM for the block/cluster rows), strided 2 CTAs/SM, but 1 for 16-bit
+    16-byte accesses (plan.strided_ctas); dynamic + static smem of two row CTAs fits an SM, and of four flat CTAs
+    with the largest chunk the plans give."""
     for k, r in report.items():
         fam = k.split("<")[0].split("_", 1)[1]
         if fam not in ("warp", "row", "grp", "cols", "strided", "chan", "flat"):  # not cross-entropy's small launches
@@ -97,7 +98,7 @@ def test_occupancy_targets(inst, report):
         # flat <OP,DT,SLOTS,LG[,SURE]>: 16-bit data 6 CTAs (the forward up to 12 slots a lane), else 4
         flat = 6 if fam == "flat" and args[1] != "0" and (k.startswith("bwd") or int(args[2]) <= 12) else 4
         per_sm = {"warp": (3 if realigned else 4) * threads, "row": 1024 // threads * threads, "grp": 1024, "cols": 1024,
-                  "strided": 2 * threads, "chan": threads, "flat": flat * threads}
+                  "strided": P.strided_ctas(int(args[2])) * threads, "chan": threads, "flat": flat * threads}
         if fam in per_sm:
             assert r["registers"] * per_sm[fam] <= REGS_PER_SM, (k, r["registers"])
     most = max(P.plan(1 << 20, N, dtype, op, vec=False, window=1, sms=SMS, regime="flat", flat=True).launches[0].smem
@@ -735,6 +736,10 @@ def test_strided_rules():
     assert P.strided_tile("softmax", bf16, 1, 64, 4097, 1001, SMS)[0] == 64
     for dtype in (f32, bf16):
         assert P.strided_tile("softmax", dtype, 1, 1, 4097, 1001, SMS)[:3] == (8, 64, 126)
+    # the grid of 16-bit 16-byte accesses: one CTA an SM (their launch bound), where the rest hold two
+    assert P.strided_tile("softmax", bf16, 8, 64, 250, 4096, SMS)[3] == SMS
+    assert P.strided_tile("softmax", f32, 1, 64, 1000, 4095, SMS)[3] > SMS
+    assert P.strided_tile("softmax", f32, 4, 64, 250, 4096, SMS)[3] == 2 * SMS
     # short columns: lanes across inner instead of idle rows
     lanes, rows, strips, cap = P.strided_tile("softmax", f32, 4, 64, 8, 4096, SMS)
     assert rows == 8 and lanes == 64 and lanes * rows <= P.STRIDED_THREADS

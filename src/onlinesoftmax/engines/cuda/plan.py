@@ -128,7 +128,7 @@ SPLIT_L2_BUDGET = 32 << 20  # split: the input bytes of one wave of rows (split_
 SPLIT_MIN_WAVES = 4  # split: rows go in waves only where there are at least this many
 COLUMNS_SMEM_SLOTS_FP32 = 12  # columns: 16-byte accesses per thread in shared memory (96 KB per 512-thread CTA)
 COLUMNS_SMEM_SLOTS_16BIT = 8  # (64 KB: the 16-bit kernel's static tree arrays are twice as large)
-STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM
+STRIDED_CTAS_PER_SM = 2  # strided: persistent grid of this many CTAs per SM (the launch bound), but W = 8's one
 STRIDED_L2_BUDGET = 32 << 20  # strided: strip bytes in flight (grid * N * strip) the second pass finds in L2
 STRIDED_PIECE = 128  # strided: bytes of a row the lanes of a thread row read side by side (strided_tile)
 BANDS_THREADS = 256  # bands: the CTA (lanes x rows threads); softmax.cu's enum
@@ -582,7 +582,7 @@ def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -
     columns, whose rows would leave threads idle), halved while the strips would give fewer than half the SMs a
     CTA; rows: threads down N (up to the CTA). The persistent grid holds as many CTAs as keep its strips in flight
     (grid x N x piece x inputs) inside STRIDED_L2_BUDGET, so the second pass re-reads from L2, but at least one and
-    at most STRIDED_CTAS_PER_SM per SM.
+    at most strided_ctas(W) per SM.
     Measured with benchmarks/probe_columns.py --strided (h200-probe-strided-840f406.txt, every lanes and grid):
     narrower pieces kept more strips in the budget but read sectors and DRAM pages piecemeal. Backward over dim 0
     of 8192^2, fp32: 16-byte pieces (the rule before) 23% of copy, 128-byte 53%; channels C = 1000, fp32 forward
@@ -596,7 +596,15 @@ def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -
         lanes //= 2
     rows = min(pow2ceil(N), STRIDED_THREADS // lanes)
     per_cta = strided_strip(op, dtype, W, N, lanes)
-    return lanes, rows, cdiv(need, lanes), min(STRIDED_CTAS_PER_SM * sms, max(sms, STRIDED_L2_BUDGET // per_cta))
+    return lanes, rows, cdiv(need, lanes), min(strided_ctas(W) * sms, max(sms, STRIDED_L2_BUDGET // per_cta))
+
+
+def strided_ctas(W: int) -> int:
+    """CTAs an SM of the strided kernels (softmax.cu's strided_ctas, their launch bound): one for 16-bit 16-byte
+    accesses (8 a thread in flight a trip forward, 4 backward, in 128 registers), STRIDED_CTAS_PER_SM for the rest
+    (4 and 2 in 64 registers). Measured in benchmarks/results/session78: the one-CTA form won for W = 8 and lost for
+    the scalar path."""
+    return 1 if W == 8 else STRIDED_CTAS_PER_SM
 
 
 def strided_strip(op: str, dtype, W: int, N: int, lanes: int) -> int:

@@ -93,7 +93,6 @@ enum {
     SPLIT_UNROLL = 4,  // accesses in flight per thread and loop trip
     SPLIT_CTAS_PER_SM = 4,  // split: CTAs an SM the grid aims for (the window kernels' launch bound)
     STRIDED_THREADS = 512,
-    STRIDED_UNROLL = 4,
     CHAN_THREADS = 256,
     BANDS_THREADS = 256,
     BANDS_CTAS_PER_SM = 2,  // the bands kernels' launch bound: <= 128 registers (U accesses of 16 bytes a thread)
@@ -2056,6 +2055,17 @@ __device__ __forceinline__ void strided_trip(typename op::raw (&ra)[U], typename
     }
 }
 
+// CTAs an SM of the strided kernels (their launch bound; plan.py's strided_ctas) and accesses a thread has in flight
+// a trip. 16-bit 16-byte accesses (W = 8): one CTA of 128 registers holding 8 forward and 4 backward (two inputs),
+// whose strips wait on the memory's latency a trip at a time (two CTAs of 64 registers held 2 and 2: dim 0 of 8192^2
+// bf16 forward 177 -> 153 us, channels C = 1000 backward 104 -> 91 us on an H100, session 78). The rest two CTAs of
+// 64 registers: 4 forward, backward 2 for fp32 vectors and 4 for the scalar path (W = 1). The scalar path with 16
+// and 8 in one CTA lost (4097 x 1001 dim 0 fp32 forward 36 -> 41 us, (16, 300, 45, 45) dim 1 47 -> 77 us).
+__host__ __device__ constexpr int strided_ctas(int W) { return W == 8 ? 1 : 2; }
+__host__ __device__ constexpr int strided_unroll(int W, bool fwd) {
+    return W == 8 ? (fwd ? 8 : 4) : (fwd || W == 1) ? 4 : 2;
+}
+
 template <int OP, int DT, int W>
 __device__ __forceinline__ void strided_body(const void* __restrict__ a, const void* __restrict__ b,
                                              void* __restrict__ out, int N, long long inner, long long strips,
@@ -2063,9 +2073,7 @@ __device__ __forceinline__ void strided_body(const void* __restrict__ a, const v
     typedef op_traits<OP, DT, W> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
-    // accesses in flight per thread and trip, bounded by the registers (<= 64 for 2 CTAs/SM): half as many for the
-    // 16-bit forward's 8-element accesses and for the backward's two inputs
-    constexpr int U = (op::FWD ? W > 4 : W > 1) ? STRIDED_UNROLL / 2 : STRIDED_UNROLL;
+    constexpr int U = strided_unroll(W, op::FWD);
     // per column: forward (m, d); backward the sum, and log_softmax's "alive" flags as one bit mask per thread
     __shared__ float sh_a[STRIDED_THREADS * W];
     __shared__ typename os_cond<op::FWD, float, unsigned>::type sh_b[op::FWD ? STRIDED_THREADS * W : STRIDED_THREADS];
@@ -2214,14 +2222,14 @@ __device__ __forceinline__ void strided_body(const void* __restrict__ a, const v
 }
 
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(STRIDED_THREADS, 2)
+__global__ void __launch_bounds__(STRIDED_THREADS, strided_ctas(W))
 fwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
     strided_body<fwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);
 }
 
 template <int OP, int DT, int W>
-__global__ void __launch_bounds__(STRIDED_THREADS, 2)
+__global__ void __launch_bounds__(STRIDED_THREADS, strided_ctas(W))
 bwd_strided(const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out, long long outer, int N,
             long long inner, long long strips, long long items) {
     strided_body<bwd_op<OP>::value, DT, W>(a, b, out, N, inner, strips, items);

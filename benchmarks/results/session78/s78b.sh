@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# session 78, call 2 (session78/README.md): the strided kernels' one-CTA form for 16-bit 16-byte accesses only (W = 8: 8 / 4 accesses a
+# trip, 128 registers), the rest as HEAD, against HEAD (.ab/base) on the W = 8 shapes in bf16 and fp16; then in
+# parallel the strided and layout GPU tests, every automatic plan (ids now name the shapes), and memcheck strided
+set -uo pipefail
+OUT=${OUT:-out}
+export ONLINESOFTMAX_COMMIT="$(head -1 .commit)"
+SECONDS=0
+SHAPE_TIMEOUT=60 AB_NAME=layouts-ab-w8 TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" \
+DTYPES="bfloat16 float16" SHAPES="8 1000 64 64 --dim 1;8192 8192 --dim 0;4 1000 63 64 --dim 1" \
+bash benchmarks/device.sh layouts-ab >/dev/null
+( TOOLS=memcheck OUT="$OUT" timeout 140 bash benchmarks/sanitize.sh --regime strided >"$OUT/sanitize.txt" 2>&1 ) &
+TEST_TIMEOUT=200 bash benchmarks/device.sh groups tests \
+  "tests/test_gpu_production.py -k 'variant_matches and strided'" \
+  "tests/test_gpu_production.py -k 'forward_backward_layouts'" \
+  "tests/test_gpu_production.py -k 'automatic_plans'" >/dev/null
+wait
+cp "$OUT/sanitize/summary.txt" "$OUT/sanitize-summary.txt" 2>/dev/null; rm -rf "$OUT/sanitize"
+echo "total $SECONDS s" | tee -a "$OUT/tests-summary.txt"
+cat "$OUT/tests-summary.txt" "$OUT/sanitize.txt"
+grep -E "^##|%" "$OUT/layouts-ab-w8.txt" | cut -c1-330
