@@ -5,10 +5,12 @@
 set -uo pipefail
 OUT=${OUT:-out}
 export ONLINESOFTMAX_COMMIT="$(head -1 .commit)"
+# QUICK=1 (a budget under ~450 s): the A/B on dim 0 of 8192^2 in fp16 alone, then the same tests and memcheck
 SECONDS=0
+SHAPES="8 1000 64 64 --dim 1;8192 8192 --dim 0;4 1000 63 64 --dim 1" DTYPES="bfloat16 float16"
+[ "${QUICK:-0}" = 1 ] && SHAPES="8192 8192 --dim 0" DTYPES=float16
 SHAPE_TIMEOUT=60 AB_NAME=layouts-ab-w8 TREES="new=$PWD/src=strided base=$PWD/.ab/base/src=strided" \
-DTYPES="bfloat16 float16" SHAPES="8 1000 64 64 --dim 1;8192 8192 --dim 0;4 1000 63 64 --dim 1" \
-bash benchmarks/device.sh layouts-ab >/dev/null
+DTYPES="$DTYPES" SHAPES="$SHAPES" bash benchmarks/device.sh layouts-ab >/dev/null
 ( TOOLS=memcheck OUT="$OUT" timeout 140 bash benchmarks/sanitize.sh --regime strided >"$OUT/sanitize.txt" 2>&1 ) &
 TEST_TIMEOUT=200 bash benchmarks/device.sh groups tests \
   "tests/test_gpu_production.py -k 'variant_matches and strided'" \
