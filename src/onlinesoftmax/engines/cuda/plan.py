@@ -602,8 +602,8 @@ def strided_tile(op: str, dtype, W: int, M: int, N: int, inner: int, sms: int) -
 def strided_ctas(W: int) -> int:
     """CTAs an SM of the strided kernels (softmax.cu's strided_ctas, their launch bound): one for 16-bit 16-byte
     accesses (8 a thread in flight a trip forward, 4 backward, in 128 registers), STRIDED_CTAS_PER_SM for the rest
-    (4 and 2 in 64 registers). Measured in benchmarks/results/session78: the one-CTA form won for W = 8 and lost for
-    the scalar path."""
+    (4 forward; backward 2, or 4 on the scalar path, in 64 registers). Measured in benchmarks/results/session78: the
+    one-CTA form won for W = 8 and lost for the scalar path."""
     return 1 if W == 8 else STRIDED_CTAS_PER_SM
 
 
