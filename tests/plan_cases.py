@@ -5,6 +5,8 @@ stubbed, so that a rule change which moves one fails in CI before a GPU runs it.
 
 import torch
 
+from onlinesoftmax.harness.runs import dtype_name
+
 
 def case_id(value) -> str | None:
     """Test ids that name the case, so that -k can pick one: (4, 3000, 16) as 4x3000x16, torch.float32 as float32
@@ -12,7 +14,7 @@ def case_id(value) -> str | None:
     if isinstance(value, tuple):
         return "x".join(map(str, value))
     if isinstance(value, torch.dtype):
-        return str(value).replace("torch.", "")
+        return dtype_name(value)
     return None
 
 

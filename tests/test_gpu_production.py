@@ -27,6 +27,7 @@ pytest.importorskip("cuda.core", reason="cuda-core not installed")
 from onlinesoftmax import reference as R  # noqa: E402
 from onlinesoftmax import registry  # noqa: E402
 from onlinesoftmax.harness.check import check_variant, compare_to_reference, run_checked  # noqa: E402
+from onlinesoftmax.harness.runs import dtype_name  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for, make_inputs, out_shape  # noqa: E402
 from onlinesoftmax.runtime import nvrtc  # noqa: E402
 from onlinesoftmax import opdefs  # noqa: E402
@@ -112,7 +113,7 @@ def _check_rounded(v, M, N, dtype, kind, seed):
     return compare_to_reference(v.op, host, out, dtype, ref=ref)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 @pytest.mark.parametrize("name", V.VARIANT_NAMES)
 def test_variant_matches_reference(name, dtype, seed):
     failures, ran = _variant_failures(name, dtype, seed)
@@ -174,7 +175,7 @@ def test_group_shares_abandoned_after_a_short_wait(monkeypatch):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 @pytest.mark.parametrize("name", [n for n in V.VARIANT_NAMES if n.endswith("_group")])
 def test_group_shares_abandoned_at_once_match_reference(name, dtype, seed, monkeypatch):
     """The group variants' checks with no wait: the shares written by grp_fix from the inputs and the row's pairs."""
@@ -328,7 +329,7 @@ def _tol(dtype):
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 def test_forward_backward_layouts(dtype, log):
     """Every layout of _layouts, forward and backward (dy in other strides than y), NaN-poisoned, against float64;
     the channel layouts on the chan kernels both ways and the long adversarial columns on the columns kernel
@@ -367,7 +368,7 @@ def _bands_layouts(dtype):
 
 
 @pytest.mark.parametrize("wait", ["planned", "none"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 def test_bands_layouts(dtype, wait, monkeypatch):
     """The bands regime forced (run_regime) on the non-last dims of _bands_layouts, every op, NaN-poisoned outputs
     against float64; with the planned wait, and with none (GROUP_WAIT_NS = 0: a band whose group is not complete
@@ -481,7 +482,7 @@ def test_automatic_plans(shape, dim, dtype, regime, bwd_regime, monkeypatch):
 
 
 @pytest.mark.parametrize("N", [65537, 100003, 128256, 200003])
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 def test_long_rows_run_the_rules_plan(dtype, N):
     """Many long rows, odd or not: the plan run (forward and backward) is the rules' own, not the fallback a cluster
     that cannot be resident gets (a kernel's dynamic smem at exactly 48 KiB once went unallowed: the backward of
@@ -748,7 +749,7 @@ def _dy_like(x, kind, x_off, g):
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 def test_window_path_any_n_any_offset(dtype, log, monkeypatch):
     """Odd N and unaligned rows take the 16-byte window kernels (P = 1: out rows start as the inputs'; P = 2: out
     rows elsewhere, before and after them: realigned 16-byte stores), forward and backward, every regime (one CTA,
