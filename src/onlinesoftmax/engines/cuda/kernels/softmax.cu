@@ -2058,9 +2058,9 @@ __device__ __forceinline__ void strided_trip(typename op::raw (&ra)[U], typename
 // CTAs an SM of the strided kernels (their launch bound; plan.py's strided_ctas) and accesses a thread has in flight
 // a trip. 16-bit 16-byte accesses (W = 8): one CTA of 128 registers holding 8 forward and 4 backward (two inputs),
 // whose strips wait on the memory's latency a trip at a time (two CTAs of 64 registers held 2 and 2: dim 0 of 8192^2
-// bf16 forward 177 -> 153 us, channels C = 1000 backward 105 -> 91 us on an H100, session 78, strided forced). The rest two CTAs of
-// 64 registers: 4 forward, backward 2 for fp32 vectors and 4 for the scalar path (W = 1). The scalar path with 16
-// and 8 in one CTA lost (4097 x 1001 dim 0 fp32 forward 38 -> 42 us, (16, 300, 45, 45) dim 1 47 -> 77 us).
+// bf16 forward 177 -> 153 us, channels C = 1000 backward 105 -> 91 us on an H100, session 78, strided forced). The
+// rest two CTAs of 64 registers: 4 forward, backward 2 for fp32 vectors and 4 for the scalar path (W = 1). The scalar
+// path with 16 and 8 in one CTA lost (4097 x 1001 dim 0 fp32 forward 38 -> 42 us, (16, 300, 45, 45) dim 1 47 -> 77 us).
 __host__ __device__ constexpr int strided_ctas(int W) { return W == 8 ? 1 : 2; }
 __host__ __device__ constexpr int strided_unroll(int W, bool fwd) {
     return W == 8 ? (fwd ? 8 : 4) : (fwd || W == 1) ? 4 : 2;
