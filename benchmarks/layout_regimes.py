@@ -22,7 +22,7 @@ from onlinesoftmax.engines.cuda import run
 from onlinesoftmax.errors import OnlineSoftmaxError
 from onlinesoftmax.harness.bench import copy_gbps
 
-REGIMES = ("chan", "columns", "strided", "bands")
+REGIMES = ("chan", "columns", "strided", "bands", "period")
 OPS = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
 
 

@@ -139,10 +139,10 @@ def layout_kernels(sms: int) -> set:
 
 def test_kernels(sms: int) -> set:
     """The kernels of the production GPU tests' variant shapes (their module's own list), of the concurrency tests'
-    jobs, and every chan and flat instantiation (the layout tests' columns, the flat regime's tests and tune_rows
-    --flat)."""
+    jobs, and every chan, flat and period instantiation (the layout tests' columns, the flat regime's tests and
+    tune_rows --flat, the period tests)."""
     T = _test_module("test_gpu_production")
-    names = {k for k in P.instantiations() if "_chan<" in k or "_flat<" in k} | concurrency_kernels(sms)
+    names = {k for k in P.instantiations() if "_chan<" in k or "_flat<" in k or "_period_" in k} | concurrency_kernels(sms)
     for v in T._variants():
         regime = v.name.rsplit("_", 1)[1]
         for dtype in T.DTYPES:

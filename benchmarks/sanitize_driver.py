@@ -225,6 +225,35 @@ def run_cross_entropy(dtype, failures: list) -> int:
     return n
 
 
+def run_period(dtype, failures: list) -> int:
+    """The period kernels forced (a non-last dim only, so no registry variant) on odd widths in one chunk and two, a
+    period of rows of whole vectors, N = 1, and several slabs, each with a column all -inf, every op."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    n = 0
+    for shape, dim in (((129, 333), 0), ((37, 1001), 0), ((97, 70), 0), ((1, 65), 0), ((3, 40, 100), 1)):
+        x = torch.randn(*shape, device="cuda", generator=g).to(dtype)
+        x[..., 0] = float("-inf")
+        for log in (False, True):
+            fwd = "log_softmax" if log else "softmax"
+            rows = (x.movedim(dim, -1),)
+            want = reference.reference(fwd, rows)
+            out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+            E.run_regime(fwd, (x,), out, dim, "period")
+            reports = [("forward", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype, ref=want))]
+            y = torch.from_numpy(want).to(dtype).cuda().movedim(-1, dim).contiguous()
+            dy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
+            dx = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+            E.run_regime(fwd + "_backward", (y, dy), dx, dim, "period")
+            reports.append(("backward", compare_to_reference(fwd + "_backward", (y.movedim(dim, -1),
+                                                                                 dy.movedim(dim, -1)),
+                                                             dx.movedim(dim, -1), dtype)))
+            for what, r in reports:
+                n += 1
+                if not r.ok:
+                    failures.append(f"period {shape} dim {dim} {what} log={log} {dtype}: {r.message}")
+    return n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", action="append", choices=SWEEP_DTYPES, help="default: all three")
@@ -241,14 +270,16 @@ def main() -> int:
         print(f"precompiled {len(names)} instantiations in {time.perf_counter() - t0:.0f} s", flush=True)
     failures: list[str] = []
     for dtype in map(parse_dtype, args.dtype or SWEEP_DTYPES):
-        if args.regime:
+        if args.regime == "period":
+            n = run_period(dtype, failures)
+        elif args.regime:
             n = run_regimes(dtype, failures, args.regime)
         else:
             n = 0 if args.window else run_cross_entropy(dtype, failures)
             if not args.cross_entropy:
                 n += run_window(dtype, failures)
             if not (args.cross_entropy or args.window):
-                n += run_regimes(dtype, failures) + run_layouts(dtype, failures)
+                n += run_regimes(dtype, failures) + run_layouts(dtype, failures) + run_period(dtype, failures)
         torch.cuda.synchronize()
         print(f"{dtype}: {n} cases", flush=True)
     for f in failures:

@@ -46,7 +46,9 @@ AUTOMATIC_PLANS = [
     # would run 3 CTAs: 3 strips of 58 bands (backward 116)
     ((4, 3000, 16), 1, torch.float32, "strided", "strided"),  # one strip of 3 bands (backward), but a strided strip
     # of 94 KB: the bands' memset, exchange and second launch lose there (plan.BANDS_FEW_STRIPS_BYTES)
-    ((4097, 1001), 0, torch.float32, "strided", "strided"),  # an odd width: one element an access, 8 lanes a strip
+    ((4097, 1001), 0, torch.float32, "period", "period"),  # an odd width: the slab read as 16-byte vectors
+    ((2049, 3001), 0, torch.bfloat16, "period", "period"),  # (a period of 8 rows: 3001 vectors, 6 chunks)
+    ((16, 300, 45, 45), 1, torch.float32, "strided", "strided"),  # odd inner, 16 slabs: the strided kernel
     ((8, 1000, 16, 16), 1, torch.bfloat16, "strided", "strided"),  # C = 1000: columns would hold it in registers;
     # backward: 32 strips of 2 bands, where bands lose
     ((16, 19, 64, 128), 1, torch.bfloat16, "chan", "chan"),  # channels: whole columns in registers, both ways

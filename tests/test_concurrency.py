@@ -519,6 +519,23 @@ def test_bands_entries_bind_both_kernels(monkeypatch):
     assert p.parts == 2 and p.chunk == 512  # 1000 rows in two bands of 32 rows of threads x (7 + 9) accesses
 
 
+def test_period_entries_bind_three_kernels(monkeypatch):
+    """The period regime's three launches (stats, merge, apply) with the same (outer, N, inner, bands, chunks,
+    periods a band) after their four pointers (a, b, workspace, out): the stats plain, the merge and the apply
+    programmatic launches (each waits in the kernel for what the one before wrote); the workspace holds the stats'
+    pairs and the merge's column pairs (plan.period_workspace)."""
+    bound = _binds(monkeypatch)
+    p = P.plan(1, 4097, torch.float32, "softmax", inner=1001, layout="strided", sms=SMS)
+    assert p.regime == "period" and p.kernels == tuple(f"fwd_period_{k}<0,0>" for k in ("stats", "merge", "apply"))
+    E._Entry(p, 0, False, (0,), 0)
+    assert [(k, pdl) for k, _, pdl in bound] == list(zip(p.kernels, (False, True, True)))
+    assert all([int(v) for v in t] == [1, 4097, 1001, p.parts, p.strips, p.chunk] for _, t, _ in bound)
+    g, Q, T, chunks, L, periods = P.period_geometry(torch.float32, 4097, 1001)
+    assert (g, Q, T, chunks, L, periods) == (4, 1001, 512, 2, 1001, 1025) and p.strips == chunks
+    assert p.parts * p.chunk >= periods > (p.parts - 1) * p.chunk  # every period in one band
+    assert p.workspace == 2 * (p.parts * chunks * L + 1001)
+
+
 def test_group_entries_bind_the_plans_wait(monkeypatch):
     """The group kernel's last argument is its plan's wait (plan.GROUP_WAIT_NS when planned; grp_fix takes the rest
     of its arguments), and a plan made under another wait gets an entry of its own (run._shared_entry keys on it):

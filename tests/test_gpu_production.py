@@ -397,6 +397,76 @@ def test_bands_layouts(dtype, wait, monkeypatch):
     assert not failures, "\n".join(failures)
 
 
+def _period_layouts(dtype):
+    """Non-last dims for the period kernels (forced): odd widths (a period of V rows) in one chunk and in two, inner
+    even but not whole vectors (a period of 2 or 4 rows), a period of ten chunks, N below a period, N = 1, slabs
+    ending inside a vector (4097 x 1001, 1537 x 333, 999 x 70: the last one read element by element), several slabs
+    of whole vectors, and adversarial columns: all -inf; -inf but for one finite value in the middle; a NaN; huge
+    magnitudes; an outlier."""
+    g = torch.Generator(device="cuda").manual_seed(2)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, device="cuda").to(dtype)
+
+    adv = rnd(257, 1001) * 3
+    adv[:, 0] = float("-inf")
+    adv[:, 1] = float("-inf")
+    adv[200, 1] = 2.0
+    adv[5, 7] = float("nan")
+    adv[:, 9] = 1e4 * torch.sign(adv[:, 9])
+    adv[128, 11] = 3e4
+    return [("dim 0 of 4097 x 1001", rnd(4097, 1001), 0),
+            ("dim 0 of 1537 x 333", rnd(1537, 333), 0),
+            ("dim 0 of 999 x 70", rnd(999, 70), 0),
+            ("dim 0 of 300 x 5003", rnd(300, 5003), 0),
+            ("dim 0 of 3 x 65", rnd(3, 65), 0),
+            ("dim 0 of 1 x 99", rnd(1, 99), 0),
+            ("dim 1 of 3 x 40 x 100", rnd(3, 40, 100), 1),
+            ("dim 1 of 5 x 64 x 73", rnd(5, 64, 73), 1),
+            ("adversarial columns, dim 0 of 257 x 1001", adv, 0)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+def test_period_layouts(dtype):
+    """The period regime forced (run_regime) on _period_layouts, every op, NaN-poisoned outputs against float64."""
+    failures = []
+    for label, x, dim in _period_layouts(dtype):
+        for log in (False, True):
+            op = "log_softmax" if log else "softmax"
+            out = torch.full_like(x, float("nan"))
+            E.run_regime(op, (x,), out, dim, "period")
+            torch.cuda.synchronize()
+            rep = _forward_report(out, x, dim, log, dtype)
+            if not rep.ok:
+                failures.append(f"{op} {label}: {rep.message}")
+            y = out.clone()
+            dy = torch.randn(x.shape, device="cuda").to(dtype)
+            dx = torch.full_like(x, float("nan"))
+            E.run_regime(op + "_backward", (y, dy), dx, dim, "period")
+            torch.cuda.synchronize()
+            rep = _backward_report(dx, y, dy, dim, log, dtype)
+            if not rep.ok:
+                failures.append(f"{op}_backward {label}: {rep.message}")
+    assert not failures, "\n".join(failures)
+
+
+def _period_without_merge(self, M, a, b, out, x):
+    """Known wrong (E._Entry._period without its merge): the apply reads column pairs nobody wrote (NaN)."""
+    ws = torch.full((self.plan.workspace_for(M)[0],), float("nan"), device=x.device)
+    for i in (0, 2):
+        self.calls[i].rows(P.grid_for(M, self.pers[i]), M, a, b, ws.data_ptr(), out)
+
+
+def test_check_catches_period_without_merge(monkeypatch):
+    """Known wrong: a period call that skips the merge leaves the outputs wrong, and the check says so."""
+    monkeypatch.setattr(E._Entry, "_period", _period_without_merge)
+    x = torch.randn(1537, 333, device="cuda")
+    out = torch.zeros_like(x)
+    E.run_regime("softmax", (x,), out, 0, "period")
+    torch.cuda.synchronize()
+    assert not _forward_report(out, x, 0, False, torch.float32).ok
+
+
 def _bands_abandoning_case(dtype):
     """(32, 3000, 256): 32 x 8 strips (16-bit: 4) of 3 bands forward and 5 backward (2 x 1024 + 952, 4 x 608 + 568
     rows: shared-memory slots, a shorter last band), more CTAs than an H100 or H200 holds at once (16-bit forward:

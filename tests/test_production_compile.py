@@ -792,7 +792,8 @@ def test_bands_rules():
     assert auto(1, 8192, 8192, bf16) == auto(1, 8192, 8192, torch.float16, "log_softmax_backward") == "bands"
     assert auto(4, 2000, 4096, bf16) == auto(1, 2048, 8192, bf16) == auto(1, 8192, 8192, bf16, "softmax") == "strided"
     assert auto(8, 1000, 4096) == auto(4, 1900, 4096) == "bands"  # 34 / 64 MB in flight: more than the budget
-    assert auto(1, 1000, 4096) == auto(8, 1000, 4096, bf16) == auto(1, 4097, 1001) == "strided"  # 33 MB: within it
+    assert auto(1, 1000, 4096) == auto(8, 1000, 4096, bf16) == "strided"  # 33 MB: within it
+    assert auto(1, 4097, 1001) == "period"  # one element an access on the strided kernel: test_period_rules
     assert auto(1, 8192, 8192, op="softmax") == "columns"
     # few strips: 24 of 5 bands, 6 of 58 (the forward too), 32 of 2 (not), 16 of 1 (not), 64 of 2 forward (not); and
     # not where a strided CTA's strip holds less than BANDS_FEW_STRIPS_BYTES of input (3 and 4 bands, 94 and 62.5 KB),
@@ -804,6 +805,46 @@ def test_bands_rules():
     assert auto(8, 90000, 64) == "strided"  # 149 bands of 608 rows: more than half of what the SMs hold
     assert registry.get("cuda.softmax_bands").algo_bytes(64, 1000, 4) == opdefs.OPS["softmax"].ideal_bytes(
         64, 1000, 4)
+
+
+def test_period_rules():
+    """The period regime: automatic for one slab (dim 0) of PERIOD_MIN_BYTES or more whose inner is not whole 16-byte
+    vectors, inner >= 64, every op and dtype; not for smaller slabs (measured slower: 1025 x 1001), several slabs
+    ((16, 300, 45, 45)), whole vectors (W > 1: the strided, columns or bands kernels), unaligned pointers, narrow
+    inner or short columns (chan). Forced, it takes any of these whose slabs start on 16 bytes and refuses the rest
+    with the reason. Its geometry: g = V / gcd(inner, V) rows a period, chunks of at most 512 threads, about one
+    stats CTA an SM."""
+    f32, bf16 = torch.float32, torch.bfloat16
+    auto = lambda M, N, inner, dtype=f32, op="softmax", vec=True: P.plan(  # noqa: E731
+        M, N, dtype, op, inner=inner, layout="strided", sms=SMS, vec=vec).regime
+    for op in opdefs.OPS:
+        if opdefs.OPS[op].code >= 0:
+            assert auto(1, 4097, 1001, op=op) == auto(1, 2049, 3001, bf16, op) == auto(1, 60000, 70, bf16, op) \
+                == "period"
+    assert auto(16, 300, 2025) == auto(1, 4097, 1001, vec=False) == auto(1, 30000, 63) == "strided"
+    floor = P.PERIOD_MIN_BYTES // 4  # fp32 elements of the smallest slab it takes
+    assert auto(1, floor // 1001 + 1, 1001) == "period" and auto(1, floor // 1001, 1001) == "strided"
+    assert auto(1, 1025, 1001) == auto(1, 1025, 1001, bf16) == auto(1, 999, 70, bf16) == "strided"
+    assert "period" not in {auto(1, 4097, 1000), auto(1, 4097, 1000, bf16, "softmax_backward")}  # whole vectors
+    assert auto(1, 200, 1001) == "chan"
+    forced = lambda M, N, inner, dtype=f32, vec=True: P.plan(  # noqa: E731
+        M, N, dtype, "softmax_backward", inner=inner, layout="strided", sms=SMS, vec=vec, regime="period")
+    assert forced(16, 300, 2025).regime == forced(3, 40, 100, bf16).regime == forced(1, 999, 70).regime == "period"
+    for args, why in (((3, 301, 2025, bf16), "slabs"), ((1, 4097, 63), "inner >= 64"),
+                      ((1, 4097, 1001, f32, False), "aligned: False"), ((1, 1 << 22, 1001), "2\\^31")):
+        with pytest.raises(P.Unsupported, match=why):
+            forced(*args)
+    assert P.period_geometry(f32, 4097, 1001) == (4, 1001, 512, 2, 1001, 1025)
+    assert P.period_geometry(bf16, 2049, 3001) == (8, 3001, 512, 6, 3001, 257)
+    assert P.period_geometry(bf16, 999, 70) == (4, 35, 64, 1, 70, 250)
+    assert P.period_geometry(f32, 300, 5003) == (4, 5003, 512, 10, 2048, 75)
+    p = P.plan(1, 4097, f32, "softmax", inner=1001, layout="strided", sms=SMS)
+    assert (p.parts, p.chunk) == (65, 16) and p.launches[0].grid == p.parts * p.strips <= SMS  # 1025 periods
+    assert p.launches[1].grid == 32 and p.launches[1].block == (32, P.PERIOD_MERGE_ROWS)
+    assert p.launches[0].smem == p.launches[2].smem == 8 * 1001 and p.launches[1].smem == 0  # the chunk's pairs
+    q = forced(16, 300, 2025).at(1000)  # more slabs: the same bands, the grids and workspace of 1000
+    assert q.launches[0].grid == 1000 * q.parts * q.strips and q.launches[1].grid == 1000 * 64
+    assert q.workspace == P.period_workspace(f32, 1000, 300, 2025, q.parts)
 
 
 @pytest.mark.parametrize("shape, dim, dtype, regime, bwd_regime", AUTOMATIC_PLANS, ids=case_id)

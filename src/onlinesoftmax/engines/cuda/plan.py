@@ -31,6 +31,9 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              where the band needs shared memory with 128-byte row pieces (columns_preferred)
     strided  the same (and backward) otherwise: a CTA per strip of 128-byte row pieces, two passes, the second from
              L2 where the grid's strips fit it
+    period   dim 0 of a matrix whose width is not whole 16-byte vectors (period_preferred): the slab read as vectors,
+             g = V / gcd(inner, V) rows being whole ones, so a thread's vector of every period holds the same
+             columns; stats (pairs per band of periods), merge, apply (re-read from L2): three launches
     flat     rows of N elements that are not whole 16-byte accesses, every tensor one contiguous aligned block (most
              tensors: `flat`): a CTA stages R rows (a whole number of accesses) in shared memory with 16-byte
              copies, 4..32 lanes per row compute there, 16-byte stores; N <= FLAT_MAX_N
@@ -66,7 +69,7 @@ FILE = "softmax.cu"  # the kernels' source, in SOURCES
 SOURCES = "onlinesoftmax/engines/cuda/kernels"
 ENGINE_OPS = tuple(op.name for op in SOFTMAX_OPS)
 DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the kernels
-REGIMES = ("warp", "block", "cluster", "group", "split", "columns", "strided", "bands", "chan", "flat")
+REGIMES = ("warp", "block", "cluster", "group", "split", "columns", "strided", "bands", "chan", "flat", "period")
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
 WARP_THREADS = 256  # the same names in softmax.cu (an enum); the warp kernels' largest CTA
@@ -137,6 +140,10 @@ BANDS_WORDS = 56  # bands: 32-bit registers of data a thread holds on the 16-byt
 BANDS_SMEM_WORDS = 96  # bands: the most 32-bit words of data a thread stages in shared memory beside them (16 bytes)
 BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every access its own 64-bit address)
 BANDS_FEW_STRIPS_BYTES = 128 << 10  # bands: the few-strips rule's least input bytes of a strided CTA's strip
+PERIOD_THREADS = 512  # period: the stats and apply CTAs' most threads (softmax.cu's enum; launch bound 2 an SM)
+PERIOD_MERGE_ROWS = 32  # period: the merge CTA's thread rows over the bands (32 columns a row)
+PERIOD_MIN_INNER = 64  # period: the narrowest inner (a stats CTA merges its slots in a pass per inner elements)
+PERIOD_MIN_BYTES = 6 << 20  # period: the least slab (one input's N x inner) automatic plans give it (period_preferred)
 INT_MAX = 2**31 - 1
 
 
@@ -693,6 +700,54 @@ def bands_abandoned(ws: torch.Tensor, items: int) -> int:
     return int((ws.view(torch.int32)[2:2 + items] >> 16).sum())
 
 
+def period_geometry(dtype, N: int, inner: int) -> tuple[int, int, int, int, int, int]:
+    """(g, Q, T, chunks, L, periods) of the period kernels (softmax.cu's period_geo) on slabs of N x inner: g =
+    V / gcd(inner, V) rows are Q whole 16-byte vectors; a stats or apply CTA takes T of them (a chunk; chunks a
+    period) and merges its slots into L column pairs; N rows are `periods` periods, the last one partly outside."""
+    V = vec_width(dtype)
+    g = V // math.gcd(inner, V)
+    Q = g * inner // V
+    T = min(PERIOD_THREADS, cdiv(Q, 32) * 32)
+    return g, Q, T, cdiv(Q, T), min(inner, T * V), cdiv(N, g)
+
+
+def period_bands(M: int, chunks: int, periods: int, sms: int) -> tuple[int, int]:
+    """(bands, periods a band) of the period kernels: about one stats CTA an SM over M x chunks x bands (measured on
+    an H100, benchmarks/results/session79: against two an SM and four, fewer pairs for the merge and more periods in
+    flight a thread won on dim 0 of 4097 x 1001 and 2049 x 3001, every op, fp32 and bf16)."""
+    want = max(1, cdiv(sms, M * chunks))
+    PB = cdiv(periods, min(periods, want))
+    return cdiv(periods, PB), PB
+
+
+def period_possible(dtype, vec: bool, M: int, N: int, inner: int) -> bool:
+    """Whether the period kernels take (outer = M, N, inner): every pointer 16-byte aligned, each slab starting on a
+    vector (one slab, or N x inner whole vectors), inner at least PERIOD_MIN_INNER, and the slab's element offsets
+    inside 32 bits."""
+    return (vec and inner >= PERIOD_MIN_INNER and N * inner <= INT_MAX
+            and (M == 1 or N * inner % vec_width(dtype) == 0))
+
+
+def period_preferred(dtype, W: int, vec: bool, M: int, N: int, inner: int) -> bool:
+    """Does the automatic plan take the period kernels rather than the strided one? For dim 0 of a matrix (one slab)
+    whose width is not whole 16-byte vectors (the strided kernel's scalar path, W = 1), of PERIOD_MIN_BYTES or more.
+    Measured on an H100 (benchmarks/results/session79, layout_regimes.py, us, strided -> period): dim 0 of 4097 x
+    1001 fp32 softmax 38 -> 29, its backward 47 -> 38, bf16 30 -> 26 and 37 -> 29; 2049 x 3001 fp32 50 -> 37 and 61
+    -> 54, bf16 42 -> 30 and 49 -> 37; every op faster in these 16 cells (8.2-24.6 MB slabs). Smaller slabs lose to
+    the three launches' fixed cost (the timeline: stats 7-10 us, merge 4.3 us, apply 4-5 us at 1025 x 1001):
+    1025 x 1001 fp32 (4.1 MB) 13 -> 19, bf16 (2 MB) 12 -> 22. Several slabs measured slower at (16, 300, 45, 45) over
+    dim 1 (by 25-40%, the first form, call 3), so they stay strided."""
+    return (W == 1 and M == 1 and N * inner * _SIZES[dtype] >= PERIOD_MIN_BYTES
+            and period_possible(dtype, vec, M, N, inner))
+
+
+def period_workspace(dtype, M: int, N: int, inner: int, bands: int) -> int:
+    """fp32 words of a period call's workspace: the stats' pairs (M x bands x chunks x L), then each column's (M x
+    inner, the merge's)."""
+    _, _, _, chunks, L, _ = period_geometry(dtype, N, inner)
+    return 2 * M * (bands * chunks * L + inner)
+
+
 def columns_slots(op: str, dtype, W: int) -> int:
     """Rows per thread the columns kernel holds in registers: half the row kernels' (each thread also carries W
     (m, d) pairs, one per column), a quarter on the scalar path (every row has its own address)."""
@@ -825,6 +880,7 @@ class Launch:
     cluster: int = 1
     smem: int = 0  # dynamic shared memory bytes
     sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row) | group | fix | bands | bandsfix
+    #                    | pstats | pmerge | papply (period)
     per: tuple = (1, 1, 0)  # the grid rule: grid = grid_for(M, per)
 
 
@@ -846,9 +902,9 @@ class Plan:
     out_dtype: Optional[torch.dtype] = None  # fp32 outputs of 16-bit data (fused_cast); None: the data's dtype
     inner: int = 1
     lg: int = 0  # warp: log2 lanes per row
-    parts: int = 0  # split: chunks per row; group: CTAs per row (G); bands: CTAs (bands) per strip (G)
-    chunk: int = 0  # split: accesses per chunk; group: per CTA; bands: rows per band
-    strips: int = 0  # strided: column strips per outer index
+    parts: int = 0  # split: chunks per row; group: CTAs per row (G); bands: CTAs (bands) per strip (G); period: bands
+    chunk: int = 0  # split: accesses per chunk; group: per CTA; bands: rows per band; period: periods per band
+    strips: int = 0  # strided: column strips per outer index; period: chunks per period
     items: int = 0  # strided: outer * strips
     wave: int = 0  # split: rows per wave (split_wave), the two kernels launched wave by wave; 0: all rows at once
     rows: int = 0  # flat: rows per CTA
@@ -883,6 +939,8 @@ class Plan:
             return n, n
         if self.regime == "bands":
             return bands_workspace(M * self.strips, self.parts, self.launches[0].block[0] * self.W)
+        if self.regime == "period":
+            return period_workspace(self.dtype, M, self.N, self.inner, self.parts), 0
         return 2 * (self.wave or M) * self.parts, 0
 
 
@@ -994,7 +1052,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     pre = "fwd" if fwd else "bwd"
     if window == 3 and fwd:
         raise Unsupported(f"{op}: window 3 (dy's rows unlike y's) is the backward's")
-    if layout == "strided" or regime in ("columns", "strided", "bands", "chan"):
+    if layout == "strided" or regime in ("columns", "strided", "bands", "chan", "period"):
         if layout == "rows":  # a (M, N) row input through the strided kernels: (outer=M, N, inner=1)
             inner = 1
         chan = chan_config(dtype, N, inner, vec) if regime in (None, "chan") else None
@@ -1007,6 +1065,18 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
         if regime == "chan":
             raise Unsupported(f"the chan kernel holds columns of up to {CHAN_MAX_N} rows (N = {N})")
         W = V if (vec and inner % V == 0) else 1
+        if regime == "period" or (regime is None and period_preferred(dtype, W, vec, M, N, inner)):
+            if not period_possible(dtype, vec, M, N, inner):
+                raise Unsupported(f"the period kernels take 16-byte aligned slabs of N x inner < 2^31 elements, inner "
+                                  f">= {PERIOD_MIN_INNER} (M = {M}, N = {N}, inner = {inner}, aligned: {vec})")
+            _, _, T, chunks, L, periods = period_geometry(dtype, N, inner)
+            bands, PB = period_bands(M, chunks, periods, sms)
+            kernels = [f"{pre}_period_{k}<{o},{dt}>" for k in ("stats", "merge", "apply")]
+            launches = (_launch(M, kernels[0], (bands * chunks, 1, 0), (T,), smem=8 * L, sig="pstats"),
+                        _launch(M, kernels[1], (cdiv(inner, 32), 1, 0), (32, PERIOD_MERGE_ROWS), sig="pmerge"),
+                        _launch(M, kernels[2], (bands * chunks, 1, 0), (T,), smem=8 * L, sig="papply"))
+            return Plan("period", op, dtype, M, N, V, launches, inner=inner, strips=chunks, items=M * chunks,
+                        parts=bands, chunk=PB)
         cfg = columns_config(op, dtype, W, N, inner) if regime in (None, "columns") else None
         if regime is None and not columns_preferred(dtype, W, cfg):
             cfg = None
@@ -1206,4 +1276,6 @@ def _probe_instantiations() -> dict[str, set]:
                 ns = sorted(set(_probe_ns(W)[::3]) | set(range(1, CHAN_MAX_N + 1)))
                 for inner, N, regime in itertools.product((1, 3, W, 64 * W), ns, (None, "strided", "bands")):
                     add(4, N, dtype, op, vec=vec, inner=inner, layout="strided", regime=regime)
+                for N, regime in itertools.product(ns, (None, "period")):  # dim 0 of an odd width: the period
+                    add(1, N, dtype, op, vec=vec, inner=PERIOD_MIN_INNER + 1, layout="strided", regime=regime)
     return seen

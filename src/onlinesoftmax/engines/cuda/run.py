@@ -183,14 +183,17 @@ class _Entry:
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts))
                 tail += (i32(p.wait),) if l.sig == "group" else ()
                 pointers = 4
+            elif l.sig in ("pstats", "pmerge", "papply"):
+                tail = (i64(p.M), i32(p.N), i64(p.inner), i32(p.parts), i32(p.strips), i32(p.chunk))
+                pointers = 4
             elif l.sig in ("bands", "bandsfix"):
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i32(p.parts), i32(p.chunk))
                 tail += (i32(p.wait),) if l.sig == "bands" else ()
                 pointers = 4
             else:  # strided
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
-            calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers,
-                                                                                    l.sig in ("apply", "fix", "bandsfix")))
+            pdl = l.sig in ("apply", "fix", "bandsfix", "pmerge", "papply")
+            calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers, pdl))
         self.calls = tuple(calls)
         if len(calls) == 1 and p.regime not in ("group", "bands"):
             self.single = calls[0]
@@ -213,7 +216,18 @@ class _Entry:
             self.single.rows(grid_for(M, self.pers[0]), M, a, b, out)
 
     def _with_workspace(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
-        (self._grouped if self.plan.regime in ("group", "bands") else self._split)(M, a, b, out, x)
+        regime = self.plan.regime
+        (self._grouped if regime in ("group", "bands") else self._period if regime == "period" else self._split)(
+            M, a, b, out, x)
+
+    def _period(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
+        # the stats' pairs and the merge's column pairs in a workspace of this call (as the split's, from torch's
+        # caching allocator on the current stream: see _split), every word written before it is read; the merge and
+        # the apply are programmatic launches
+        ws = torch.empty(self.plan.workspace_for(M)[0], dtype=torch.float32, device=x.device)
+        w = ws.data_ptr()
+        for call, per in zip(self.calls, self.pers):
+            call.rows(grid_for(M, per), M, a, b, w, out)
 
     def _grouped(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # group and bands: the CTAs' ticket and each row's (strip's) arrival word, pairs and abandoned ranks
@@ -309,7 +323,7 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     N = shape[dim] if shape else 1
     strides = [tuple(t.stride()) for t in ins]
     rows = [_row_layout(shape, s, dim) for s in strides]
-    column_kernels = regime in ("columns", "strided", "bands", "chan")
+    column_kernels = regime in ("columns", "strided", "bands", "chan", "period")
     if not column_kernels and all(r is not None for r in rows):
         M = rows[0][0]
         rss = tuple(r[2] for r in rows)

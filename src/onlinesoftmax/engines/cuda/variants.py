@@ -106,6 +106,8 @@ for _op in ENGINE_OPS:
     for _regime in REGIMES:
         if _regime == "columns" and OPS[_op].backward:  # forward only: backward uses the strided kernel
             continue
+        if _regime == "period":  # a non-last dim only: rows have inner = 1 (the layout tests force it there)
+            continue
         _name = f"cuda.{_op}_{_regime}"
         VARIANT_NAMES.append(_name)
         register(Variant(

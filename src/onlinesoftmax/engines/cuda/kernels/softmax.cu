@@ -46,7 +46,12 @@
 //                                        group regime's bounded wait); fwd_bands_fix after it writes those abandoned
 // fwd_chan<OP,DT,W,CAP>                  a short non-last dim (N <= CAP <= 32: channels): a thread per access of W
 //                                        columns (4 bytes, or one 16-bit element) holds all N rows in registers
-// bwd_warp / bwd_flat / bwd_row / bwd_grp / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_bands / bwd_chan: the
+// fwd_period_stats<OP,DT>                a non-last dim whose inner is not whole 16-byte vectors: the slab read as
+//                                        vectors, whose g = V / gcd(inner, V) rows (a period) are whole ones, each
+//                                        thread the same columns in every period: pairs per band of periods
+// fwd_period_merge<OP,DT>, fwd_period_apply<OP,DT>  then each column's pair over the bands; the outputs
+// bwd_warp / bwd_flat / bwd_row / bwd_grp / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_bands / bwd_chan /
+// bwd_period_*: the
 //                                        same for OP 2, 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
@@ -2488,4 +2493,361 @@ __global__ void __launch_bounds__(BANDS_THREADS)
 bwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
               long long outer, int N, long long inner, long long strips, int G, int chunk) {
     bands_body<bwd_op<OP>::value, DT, W, U, true>(a, b, ws, out, N, inner, strips, outer * strips, G, chunk, 0);
+}
+
+// ---- period: a non-last dim whose inner is not whole vectors, read as the slab's 16-byte vectors -----------------
+// The slab of one outer index (N x inner elements in a row) read as 16-byte vectors of V elements: g = V / gcd(inner,
+// V) rows are Q = g * inner / V whole vectors (a period), and vector t of every period holds the same V slots: element
+// e = t * V + j of a period is column e % inner. A thread reading vector t of each period keeps one pair per slot, and
+// a warp reads 512 contiguous bytes an access, where the strided kernel reads one element an access (a warp: 4 rows
+// of 32 bytes, where inner is odd). Three launches, each a 1-D grid:
+//   period_stats  a CTA (band, chunk, outer index): chunk = T consecutive vectors of the period, band = PB periods;
+//                 the pairs of its slots folded down its periods, a column's slots merged in shared memory (a pass per
+//                 row-in-period the chunk spans, each slot's place unique within its pass), L pairs to the workspace
+//   period_merge  a CTA (32 columns, outer index), 32 thread rows over the bands: each column's pairs over the bands
+//                 and the chunks that hold it, to `fin` (a programmatic launch)
+//   period_apply  the stats' grid: its slots' column pairs from fin, the band re-read (L2) and its outputs written (a
+//                 programmatic launch)
+// Workspace (fp32, plan.period_workspace): outer x bands x chunks x L pairs, then outer x inner pairs (fin). The
+// slab of each outer index starts on a 16-byte boundary (plan: outer 1, or N x inner whole vectors); the slab's last
+// vector, where N x inner is not whole vectors, is read and written element by element.
+enum { PERIOD_THREADS = 512, PERIOD_MERGE_ROWS = 32 };
+
+// accesses a thread has in flight a trip (64 registers): 2 for the 16-bit backward (two inputs, 8 pairs) and the
+// fp32 backward's apply (4 spilled 28 bytes beside its column pairs), 4 otherwise
+__host__ __device__ constexpr int period_unroll(int OP, int DT, bool apply) {
+    return OP >= 2 && (DT != 0 || apply) ? 2 : 4;
+}
+
+// the period of a slab: rows g, vectors Q, a chunk's threads T and its pairs L (plan.period_geometry)
+template <int V> struct period_geo {
+    int g, Q, T, L;
+    __device__ __forceinline__ explicit period_geo(int inner) {
+        g = V >> min(__ffs(inner) - 1, __ffs(V) - 1);  // V / gcd(inner, V): V and gcd are powers of 2
+        Q = g * (inner / V) + g * (inner % V) / V;     // g * inner / V without the product's overflow
+        T = min((int)PERIOD_THREADS, (Q + 31) / 32 * 32);
+        L = min(inner, T * V);
+    }
+};
+
+// The thread's trip of U periods (ok[u]: inside its band and the slab's whole vectors) folded into its slots' pairs.
+template <int OP, int DT, int U, int V>
+__device__ __forceinline__ void period_fold(const typename op_traits<OP, DT, V>::raw (&ra)[U],
+                                            const typename op_traits<OP, DT, V>::raw (&rb)[U], const bool (&ok)[U],
+                                            float (&pa)[V], float (&pb)[V]) {
+    typedef op_traits<OP, DT, V> op;
+    if constexpr (op::FWD) {  // per slot the trip's max first: one rescale a trip (as strided_body)
+        float x[U][V];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (ok[u]) {
+                op::io::unpack(ra[u], x[u]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; j++) x[u][j] = OS_NEG_INF;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float mx = x[0][j];
+#pragma unroll
+            for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
+            const float mn = fmaxf(pa[j], mx);
+            const float s = os_safe_shift(mn);
+            float e = 0.0f;
+#pragma unroll
+            for (int u = 0; u < U; u++) e += os_exp_diff(x[u][j], s);
+            pb[j] = pb[j] * os_exp_diff(pa[j], s) + e;
+            pa[j] = mn;
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (ok[u]) {
+                float y[V], dy[V];
+                op::io::unpack(ra[u], y);
+                op::io::unpack(rb[u], dy);
+#pragma unroll
+                for (int j = 0; j < V; j++) bwd_acc<OP>(y[j], dy[j], pa[j], pb[j]);
+            }
+        }
+    }
+}
+
+// The slab's last vector where N x inner is not whole vectors: its first n elements one by one, the rest as
+// elements beside the slab (forward -inf; backward y padded, dy 0: nothing added to a pair).
+template <int OP, int DT, int V>
+__device__ __forceinline__ void period_load_tail(typename op_traits<OP, DT, V>::raw& ra,
+                                                 typename op_traits<OP, DT, V>::raw& rb,
+                                                 const typename op_traits<OP, DT, V>::elem* pa,
+                                                 const typename op_traits<OP, DT, V>::elem* pb, long long vi, int n) {
+    typedef op_traits<OP, DT, V> op;
+    typedef typename op::elem elem;
+    union {
+        elem e[V];
+        typename op::raw r;
+    } ua, ub;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        ua.e[j] = j < n ? pa[vi * V + j] : os_from_f<DT>(op::FWD ? OS_NEG_INF : bwd_pad_y<OP>());
+        ub.e[j] = j < n && !op::FWD ? pb[vi * V + j] : os_from_f<DT>(0.0f);
+    }
+    ra = ua.r;
+    rb = ub.r;
+}
+
+// (band, chunk, outer index) of a stats or apply CTA
+struct period_cta {
+    int band, chunk;
+    long long o;
+    __device__ __forceinline__ period_cta(int bands, int chunks) {
+        band = blockIdx.x % bands;
+        const long long rest = blockIdx.x / bands;
+        chunk = (int)(rest % chunks);
+        o = rest / chunks;
+    }
+};
+
+template <int OP, int DT>
+__device__ __forceinline__ void period_stats_body(const void* __restrict__ a, const void* __restrict__ b,
+                                                  float* __restrict__ ws, long long outer, int N, int inner, int bands,
+                                                  int chunks, int PB) {
+    constexpr int V = 16 / sizeof(typename os_elem<DT>::type), U = period_unroll(OP, DT, false);
+    typedef op_traits<OP, DT, V> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    extern __shared__ float2 sh_pairs[];
+    const period_geo<V> geo(inner);
+    const period_cta c(bands, chunks);
+    const int t = c.chunk * geo.T + threadIdx.x;  // the thread's vector of the period
+    const bool valid = t < geo.Q;
+    const long long E = (long long)N * inner, full = E / V;
+    const elem* A = static_cast<const elem*>(a) + c.o * E;
+    const elem* B = static_cast<const elem*>(b) + c.o * E;
+    float pa[V], pb[V];
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        pa[j] = os_id_a<op::RED>();
+        pb[j] = 0.0f;
+    }
+    const int periods = (N + geo.g - 1) / geo.g;
+    const int k0 = c.band * PB, k1 = min(k0 + PB, periods);
+#pragma unroll 1
+    for (int k = k0; k < k1; k += U) {
+        raw ra[U], rb[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const long long vi = (long long)(k + u) * geo.Q + t;
+            ok[u] = valid && k + u < k1 && vi < full;
+            if (ok[u]) op::load(ra[u], rb[u], A, B, vi);
+        }
+        period_fold<OP, DT, U, V>(ra, rb, ok, pa, pb);
+    }
+    if (E % V != 0 && valid && t == full % geo.Q && full / geo.Q >= k0 && full / geo.Q < k1) {
+        raw ra[1], rb[1];
+        const bool ok[1] = {true};
+        period_load_tail<OP, DT, V>(ra[0], rb[0], A, B, full, (int)(E - full * V));
+        period_fold<OP, DT, 1, V>(ra, rb, ok, pa, pb);
+    }
+    // the chunk's slots column by column: chunk element el is column (chunk * T * V + el) % inner, at place el % inner
+    // of pass el / inner (a place once a pass)
+    for (int i = threadIdx.x; i < geo.L; i += blockDim.x) sh_pairs[i] = make_float2(os_id_a<op::RED>(), 0.0f);
+    __syncthreads();
+    const int el0 = threadIdx.x * V, span = min(geo.T, geo.Q - c.chunk * geo.T) * V;
+    const int passes = (span + inner - 1) / inner;
+#pragma unroll 1
+    for (int p = 0; p < passes; p++) {
+        if (valid) {
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const int el = el0 + j;
+                if (el / inner == p) {
+                    float2 s = sh_pairs[el - p * inner];
+                    os_combine<op::RED>(s.x, s.y, pa[j], pb[j]);
+                    sh_pairs[el - p * inner] = s;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    float2* dst = reinterpret_cast<float2*>(ws) + ((c.o * bands + c.band) * chunks + c.chunk) * geo.L;
+    for (int i = threadIdx.x; i < geo.L; i += blockDim.x) dst[i] = sh_pairs[i];
+}
+
+// A pair the kernel before wrote, read after os_grid_wait() (os_ld_after_wait's coherent load, two floats)
+__device__ __forceinline__ float2 os_ld2_after_wait(const float2* p) {
+    float2 v;
+    asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
+template <int OP, int DT>
+__device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long long outer, int inner, int bands,
+                                                  int chunks) {
+    constexpr int V = 16 / sizeof(typename os_elem<DT>::type), RED = op_traits<OP, DT, V>::RED;
+    __shared__ float sh_a[PERIOD_MERGE_ROWS][32], sh_b[PERIOD_MERGE_ROWS][32];
+    const period_geo<V> geo(inner);
+    const int tx = threadIdx.x, ty = threadIdx.y, blocks = (inner + 31) / 32;
+    const long long o = blockIdx.x / blocks;
+    const int col = (int)(blockIdx.x % blocks) * 32 + tx;
+    os_grid_wait();  // every stats pair written (no early trigger: the apply's CTAs, placed beside the merge's, would
+                     // crowd the SMs the merge leaves free; they start as its CTAs exit)
+    const float2* pairs = reinterpret_cast<const float2*>(ws) + o * bands * chunks * geo.L;
+    float pa = os_id_a<RED>(), pb = 0.0f;
+    if (col < inner) {
+#pragma unroll 1
+        for (int ch = 0; ch < chunks; ch++) {
+            int lc = col - (int)((long long)ch * geo.T * V % inner);  // the column's place in the chunk's pairs
+            if (lc < 0) lc += inner;
+            if (lc >= geo.L) continue;
+#pragma unroll 4
+            for (int bd = ty; bd < bands; bd += PERIOD_MERGE_ROWS) {
+                const float2 v = os_ld2_after_wait(pairs + ((long long)bd * chunks + ch) * geo.L + lc);
+                os_combine<RED>(pa, pb, v.x, v.y);
+            }
+        }
+    }
+    sh_a[ty][tx] = pa;
+    sh_b[ty][tx] = pb;
+    __syncthreads();
+    if (ty == 0 && col < inner) {
+#pragma unroll
+        for (int r = 1; r < PERIOD_MERGE_ROWS; r++) os_combine<RED>(pa, pb, sh_a[r][tx], sh_b[r][tx]);
+        float2* fin = reinterpret_cast<float2*>(ws) + outer * bands * chunks * geo.L;
+        fin[o * inner + col] = make_float2(pa, pb);
+    }
+}
+
+template <int OP, int DT>
+__device__ __forceinline__ void period_apply_body(const void* __restrict__ a, const void* __restrict__ b,
+                                                  float* __restrict__ ws, void* __restrict__ out, long long outer,
+                                                  int N, int inner, int bands, int chunks, int PB) {
+    constexpr int V = 16 / sizeof(typename os_elem<DT>::type), U = period_unroll(OP, DT, true);
+    typedef op_traits<OP, DT, V> op;
+    typedef typename op::elem elem;
+    typedef typename op::raw raw;
+    const period_geo<V> geo(inner);
+    const period_cta c(bands, chunks);
+    extern __shared__ float2 sh_pairs[];
+    const int t = c.chunk * geo.T + threadIdx.x;
+    const long long E = (long long)N * inner, full = E / V;
+    const elem* A = static_cast<const elem*>(a) + c.o * E;
+    const elem* B = static_cast<const elem*>(b) + c.o * E;
+    elem* D = static_cast<elem*>(out) + c.o * E;
+    const int periods = (N + geo.g - 1) / geo.g;
+    const int k0 = c.band * PB, k1 = min(k0 + PB, periods);
+    os_grid_wait();  // the merge's pairs written
+    // the chunk's L column pairs, each read once a CTA in order (place lc is column (e0 + lc) % inner, as the stats
+    // placed them): a pair a slot read from global memory by every thread took the forward's apply on 1025 x 1001
+    // bf16 to 13 us, 8 reads of the same 8 KB a thread
+    const float2* fin = reinterpret_cast<const float2*>(ws) + outer * bands * chunks * geo.L + c.o * inner;
+    const int e0 = (int)((long long)c.chunk * geo.T * V % inner);
+    for (int i = threadIdx.x; i < geo.L; i += blockDim.x) {
+        const int col = e0 + i < inner ? e0 + i : e0 + i - inner;
+        sh_pairs[i] = os_ld2_after_wait(fin + col);
+    }
+    __syncthreads();
+    if (t >= geo.Q) return;
+    float s[V], inv[V], sh[V], ld[V], ca[V], cb[V];
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const float2 f = sh_pairs[(threadIdx.x * V + j) % inner];
+        if constexpr (op::FWD) {
+            const typename op::out_params q(f.x, f.y);
+            s[j] = q.s;
+            inv[j] = q.inv;
+            sh[j] = q.sh;
+            ld[j] = q.ld;
+        } else {
+            ca[j] = f.x;
+            cb[j] = f.y;
+        }
+    }
+    auto outputs = [&](const raw& r, const raw& rd, float* y) {
+        float x[V];
+        op::io::unpack(r, x);  // x, or y for the backward
+        if constexpr (op::FWD) {
+#pragma unroll
+            for (int j = 0; j < V; j++) y[j] = op::out_params::y_of_x(x[j], s[j], inv[j], sh[j], ld[j]);
+        } else {
+            float dy[V];
+            op::io::unpack(rd, dy);
+#pragma unroll
+            for (int j = 0; j < V; j++) y[j] = bwd_out<OP>(x[j], dy[j], ca[j], cb[j]);
+        }
+    };
+#pragma unroll 1
+    for (int k = k0; k < k1; k += U) {
+        raw ra[U], rb[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const long long vi = (long long)(k + u) * geo.Q + t;
+            ok[u] = k + u < k1 && vi < full;
+            if (ok[u]) op::template load<true>(ra[u], rb[u], A, B, vi);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (ok[u]) {
+                float y[V];
+                outputs(ra[u], rb[u], y);
+                op::io::store_stream(D, (long long)(k + u) * geo.Q + t, y);
+            }
+        }
+    }
+    if (E % V != 0 && t == full % geo.Q && full / geo.Q >= k0 && full / geo.Q < k1) {
+        const int n = (int)(E - full * V);
+        raw r, rd;
+        period_load_tail<OP, DT, V>(r, rd, A, B, full, n);
+        float y[V];
+        outputs(r, rd, y);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            if (j < n) D[full * V + j] = os_from_f<DT>(y[j]);
+        }
+    }
+}
+
+// The entries: stats and apply two 512-thread CTAs an SM (64 registers), the merge 1024 threads (32 x 32).
+template <int OP, int DT>
+__global__ void __launch_bounds__(PERIOD_THREADS, 2)
+fwd_period_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
+    period_stats_body<fwd_op<OP>::value, DT>(a, b, ws, outer, N, (int)inner, bands, chunks, PB);
+}
+
+template <int OP, int DT>
+__global__ void __launch_bounds__(PERIOD_THREADS, 2)
+bwd_period_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
+    period_stats_body<bwd_op<OP>::value, DT>(a, b, ws, outer, N, (int)inner, bands, chunks, PB);
+}
+
+template <int OP, int DT>
+__global__ void __launch_bounds__(32 * PERIOD_MERGE_ROWS)
+fwd_period_merge(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
+    period_merge_body<fwd_op<OP>::value, DT>(ws, outer, (int)inner, bands, chunks);
+}
+
+template <int OP, int DT>
+__global__ void __launch_bounds__(32 * PERIOD_MERGE_ROWS)
+bwd_period_merge(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
+    period_merge_body<bwd_op<OP>::value, DT>(ws, outer, (int)inner, bands, chunks);
+}
+
+template <int OP, int DT>
+__global__ void __launch_bounds__(PERIOD_THREADS, 2)
+fwd_period_apply(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
+    period_apply_body<fwd_op<OP>::value, DT>(a, b, ws, out, outer, N, (int)inner, bands, chunks, PB);
+}
+
+template <int OP, int DT>
+__global__ void __launch_bounds__(PERIOD_THREADS, 2)
+bwd_period_apply(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
+    period_apply_body<bwd_op<OP>::value, DT>(a, b, ws, out, outer, N, (int)inner, bands, chunks, PB);
 }
