@@ -376,12 +376,19 @@ def test_bands_layouts(dtype, wait, monkeypatch):
     grids few are: test_bands_fix_writes_the_same_bits asserts bands abandoned)."""
     if wait == "none":
         _abandoning_at_once(monkeypatch)
+    failures = _forced_failures(_bands_layouts(dtype), "bands", dtype)
+    assert not failures, "\n".join(failures)
+
+
+def _forced_failures(layouts, regime: str, dtype) -> list[str]:
+    """`regime` forced (run_regime) on each (label, x, dim) of `layouts`, softmax and log-softmax, then their backward
+    from the forward's y and a fresh dy, every output NaN-poisoned and checked against float64: the failures."""
     failures = []
-    for label, x, dim in _bands_layouts(dtype):
+    for label, x, dim in layouts:
         for log in (False, True):
             op = "log_softmax" if log else "softmax"
             out = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
-            E.run_regime(op, (x,), out, dim, "bands")
+            E.run_regime(op, (x,), out, dim, regime)
             torch.cuda.synchronize()
             rep = _forward_report(out, x, dim, log, dtype)
             if not rep.ok:
@@ -389,12 +396,12 @@ def test_bands_layouts(dtype, wait, monkeypatch):
             y = out.clone()
             dy = torch.randn(x.shape, device="cuda").to(dtype)
             dx = torch.full_like(x, float("nan"), memory_format=torch.contiguous_format)
-            E.run_regime(op + "_backward", (y, dy), dx, dim, "bands")
+            E.run_regime(op + "_backward", (y, dy), dx, dim, regime)
             torch.cuda.synchronize()
             rep = _backward_report(dx, y, dy, dim, log, dtype)
             if not rep.ok:
                 failures.append(f"{op}_backward {label}: {rep.message}")
-    assert not failures, "\n".join(failures)
+    return failures
 
 
 def _period_layouts(dtype):
@@ -429,24 +436,7 @@ def _period_layouts(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 def test_period_layouts(dtype):
     """The period regime forced (run_regime) on _period_layouts, every op, NaN-poisoned outputs against float64."""
-    failures = []
-    for label, x, dim in _period_layouts(dtype):
-        for log in (False, True):
-            op = "log_softmax" if log else "softmax"
-            out = torch.full_like(x, float("nan"))
-            E.run_regime(op, (x,), out, dim, "period")
-            torch.cuda.synchronize()
-            rep = _forward_report(out, x, dim, log, dtype)
-            if not rep.ok:
-                failures.append(f"{op} {label}: {rep.message}")
-            y = out.clone()
-            dy = torch.randn(x.shape, device="cuda").to(dtype)
-            dx = torch.full_like(x, float("nan"))
-            E.run_regime(op + "_backward", (y, dy), dx, dim, "period")
-            torch.cuda.synchronize()
-            rep = _backward_report(dx, y, dy, dim, log, dtype)
-            if not rep.ok:
-                failures.append(f"{op}_backward {label}: {rep.message}")
+    failures = _forced_failures(_period_layouts(dtype), "period", dtype)
     assert not failures, "\n".join(failures)
 
 

@@ -2060,6 +2060,25 @@ __device__ __forceinline__ void strided_trip(typename op::raw (&ra)[U], typename
     }
 }
 
+// A forward trip's U rows of W columns (x: -inf where a row was not read) folded into the columns' (m, d): per
+// column the max of the trip's rows first, one rescale a trip (the strided and period kernels)
+template <int U, int W>
+__device__ __forceinline__ void fold_trip(const float (&x)[U][W], float (&pa)[W], float (&pb)[W]) {
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+        float mx = x[0][j];
+#pragma unroll
+        for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
+        const float mn = fmaxf(pa[j], mx);
+        const float s = os_safe_shift(mn);
+        float e = 0.0f;
+#pragma unroll
+        for (int u = 0; u < U; u++) e += os_exp_diff(x[u][j], s);
+        pb[j] = pb[j] * os_exp_diff(pa[j], s) + e;
+        pa[j] = mn;
+    }
+}
+
 // CTAs an SM of the strided kernels (their launch bound; plan.py's strided_ctas) and accesses a thread has in flight
 // a trip. 16-bit 16-byte accesses (W = 8): one CTA of 128 registers holding 8 forward and 4 backward (two inputs),
 // whose strips wait on the memory's latency a trip at a time (two CTAs of 64 registers held 2 and 2: dim 0 of 8192^2
@@ -2116,19 +2135,7 @@ __device__ __forceinline__ void strided_body(const void* __restrict__ a, const v
                         for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
                     }
                 }
-#pragma unroll
-                for (int j = 0; j < W; j++) {
-                    float mx = x[0][j];
-#pragma unroll
-                    for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
-                    const float mn = fmaxf(pa[j], mx);
-                    const float s = os_safe_shift(mn);
-                    float e = 0.0f;
-#pragma unroll
-                    for (int u = 0; u < U; u++) e += os_exp_diff(x[u][j], s);
-                    pb[j] = pb[j] * os_exp_diff(pa[j], s) + e;
-                    pa[j] = mn;
-                }
+                fold_trip<U, W>(x, pa, pb);
             } else {
 #pragma unroll
                 for (int u = 0; u < U; u++) {
@@ -2536,7 +2543,7 @@ __device__ __forceinline__ void period_fold(const typename op_traits<OP, DT, V>:
                                             const typename op_traits<OP, DT, V>::raw (&rb)[U], const bool (&ok)[U],
                                             float (&pa)[V], float (&pb)[V]) {
     typedef op_traits<OP, DT, V> op;
-    if constexpr (op::FWD) {  // per slot the trip's max first: one rescale a trip (as strided_body)
+    if constexpr (op::FWD) {
         float x[U][V];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -2547,19 +2554,7 @@ __device__ __forceinline__ void period_fold(const typename op_traits<OP, DT, V>:
                 for (int j = 0; j < V; j++) x[u][j] = OS_NEG_INF;
             }
         }
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            float mx = x[0][j];
-#pragma unroll
-            for (int u = 1; u < U; u++) mx = fmaxf(mx, x[u][j]);
-            const float mn = fmaxf(pa[j], mx);
-            const float s = os_safe_shift(mn);
-            float e = 0.0f;
-#pragma unroll
-            for (int u = 0; u < U; u++) e += os_exp_diff(x[u][j], s);
-            pb[j] = pb[j] * os_exp_diff(pa[j], s) + e;
-            pa[j] = mn;
-        }
+        fold_trip<U, V>(x, pa, pb);
     } else {
 #pragma unroll
         for (int u = 0; u < U; u++) {
