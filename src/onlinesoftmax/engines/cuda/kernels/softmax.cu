@@ -2060,6 +2060,20 @@ __device__ __forceinline__ void strided_trip(typename op::raw (&ra)[U], typename
     }
 }
 
+// A forward trip's U accesses unpacked into x, -inf where read(u) says access u was not read
+template <class op, int U, int W, class Read>
+__device__ __forceinline__ void unpack_trip(const typename op::raw (&ra)[U], Read read, float (&x)[U][W]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (read(u)) {
+            op::io::unpack(ra[u], x[u]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
+        }
+    }
+}
+
 // A forward trip's U rows of W columns (x: -inf where a row was not read) folded into the columns' (m, d): per
 // column the max of the trip's rows first, one rescale a trip (the strided and period kernels)
 template <int U, int W>
@@ -2126,15 +2140,7 @@ __device__ __forceinline__ void strided_body(const void* __restrict__ a, const v
             strided_trip<false, op>(ra, rb, in_a, in_b, active, n0, rows, N, inner);
             if constexpr (op::FWD) {  // per column the max of the trip's U rows first: one rescale per trip
                 float x[U][W];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    if (active && n0 + u * rows < N) {
-                        op::io::unpack(ra[u], x[u]);
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < W; j++) x[u][j] = OS_NEG_INF;
-                    }
-                }
+                unpack_trip<op, U, W>(ra, [&](int u) { return active && n0 + u * rows < N; }, x);
                 fold_trip<U, W>(x, pa, pb);
             } else {
 #pragma unroll
@@ -2537,6 +2543,20 @@ template <int V> struct period_geo {
     }
 };
 
+// The thread's vector t of periods k .. k + U - 1 read (ok[u]: a valid thread, inside its band (k1) and the slab's
+// whole vectors); LAST: the inputs' last read (the apply's, evict-first)
+template <class op, bool LAST, int U>
+__device__ __forceinline__ void period_trip(typename op::raw (&ra)[U], typename op::raw (&rb)[U], bool (&ok)[U],
+                                            const typename op::elem* A, const typename op::elem* B, bool valid, int k,
+                                            int k1, int Q, int t, long long full) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const long long vi = (long long)(k + u) * Q + t;
+        ok[u] = valid && k + u < k1 && vi < full;
+        if (ok[u]) op::template load<LAST>(ra[u], rb[u], A, B, vi);
+    }
+}
+
 // The thread's trip of U periods (ok[u]: inside its band and the slab's whole vectors) folded into its slots' pairs.
 template <int OP, int DT, int U, int V>
 __device__ __forceinline__ void period_fold(const typename op_traits<OP, DT, V>::raw (&ra)[U],
@@ -2545,15 +2565,7 @@ __device__ __forceinline__ void period_fold(const typename op_traits<OP, DT, V>:
     typedef op_traits<OP, DT, V> op;
     if constexpr (op::FWD) {
         float x[U][V];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (ok[u]) {
-                op::io::unpack(ra[u], x[u]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < V; j++) x[u][j] = OS_NEG_INF;
-            }
-        }
+        unpack_trip<op, U, V>(ra, [&](int u) { return ok[u]; }, x);
         fold_trip<U, V>(x, pa, pb);
     } else {
 #pragma unroll
@@ -2631,12 +2643,7 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
     for (int k = k0; k < k1; k += U) {
         raw ra[U], rb[U];
         bool ok[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const long long vi = (long long)(k + u) * geo.Q + t;
-            ok[u] = valid && k + u < k1 && vi < full;
-            if (ok[u]) op::load(ra[u], rb[u], A, B, vi);
-        }
+        period_trip<op, false, U>(ra, rb, ok, A, B, valid, k, k1, geo.Q, t, full);
         period_fold<OP, DT, U, V>(ra, rb, ok, pa, pb);
     }
     if (E % V != 0 && valid && t == full % geo.Q && full / geo.Q >= k0 && full / geo.Q < k1) {
@@ -2776,12 +2783,7 @@ __device__ __forceinline__ void period_apply_body(const void* __restrict__ a, co
     for (int k = k0; k < k1; k += U) {
         raw ra[U], rb[U];
         bool ok[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const long long vi = (long long)(k + u) * geo.Q + t;
-            ok[u] = k + u < k1 && vi < full;
-            if (ok[u]) op::template load<true>(ra[u], rb[u], A, B, vi);
-        }
+        period_trip<op, true, U>(ra, rb, ok, A, B, true, k, k1, geo.Q, t, full);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (ok[u]) {
