@@ -104,25 +104,40 @@ def _layouts(dtype, g):
     ]
 
 
+def _both_ways(x, dim: int, log: bool, dtype, g, regime=None):
+    """Softmax or log-softmax of x along dim into a NaN-poisoned output, then its backward from float64's y and a
+    fresh dy (from g) into another, through the automatic plans (regime None) or `regime` forced, each checked
+    against float64: ([(what, report)], the forward's rows, its float64 reference, its output)."""
+    fwd = "log_softmax" if log else "softmax"
+    rows = (x.movedim(dim, -1),)
+    want = reference.reference(fwd, rows)
+    out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+    if regime is None:
+        E.forward(x, out, dim, log)
+    else:
+        E.run_regime(fwd, (x,), out, dim, regime)
+    reports = [("forward", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype, ref=want))]
+    y = torch.from_numpy(want).to(dtype).cuda().movedim(-1, dim).contiguous()
+    dy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
+    op = fwd + "_backward"
+    ins = (y.movedim(dim, -1), dy.movedim(dim, -1))
+    dx = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
+    if regime is None:
+        E.backward(y, dy, dx, dim, log)
+    else:
+        E.run_regime(op, (y, dy), dx, dim, regime)
+    reports.append(("backward", compare_to_reference(op, ins, dx.movedim(dim, -1), dtype)))
+    return reports, rows, want, out
+
+
 def run_layouts(dtype, failures: list) -> int:
     g = torch.Generator(device="cuda").manual_seed(0)
     n = 0
     for name, x, dim in _layouts(dtype, g):
         for log in (False, True):
-            fwd = "log_softmax" if log else "softmax"
-            rows = (x.movedim(dim, -1),)
-            want = reference.reference(fwd, rows)
-            out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-            E.forward(x, out, dim, log)
-            reports = [("forward", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype, ref=want))]
-            y = torch.from_numpy(want).to(dtype).cuda().movedim(-1, dim).contiguous()
-            dy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
-            op = fwd + "_backward"
-            ins = (y.movedim(dim, -1), dy.movedim(dim, -1))
-            dx = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-            E.backward(y, dy, dx, dim, log)
-            reports.append(("backward", compare_to_reference(op, ins, dx.movedim(dim, -1), dtype)))
+            reports, rows, want, out = _both_ways(x, dim, log, dtype, g)
             if dim != x.dim() - 1:  # the strided kernel forward too (the automatic plan may take columns)
+                fwd = "log_softmax" if log else "softmax"
                 E.run_regime(fwd, (x,), out.fill_(float("nan")), dim, "strided")
                 reports.append(("forward strided", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype,
                                                                          ref=want)))
@@ -234,20 +249,7 @@ def run_period(dtype, failures: list) -> int:
         x = torch.randn(*shape, device="cuda", generator=g).to(dtype)
         x[..., 0] = float("-inf")
         for log in (False, True):
-            fwd = "log_softmax" if log else "softmax"
-            rows = (x.movedim(dim, -1),)
-            want = reference.reference(fwd, rows)
-            out = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-            E.run_regime(fwd, (x,), out, dim, "period")
-            reports = [("forward", compare_to_reference(fwd, rows, out.movedim(dim, -1), dtype, ref=want))]
-            y = torch.from_numpy(want).to(dtype).cuda().movedim(-1, dim).contiguous()
-            dy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
-            dx = torch.full(x.shape, float("nan"), device="cuda", dtype=dtype)
-            E.run_regime(fwd + "_backward", (y, dy), dx, dim, "period")
-            reports.append(("backward", compare_to_reference(fwd + "_backward", (y.movedim(dim, -1),
-                                                                                 dy.movedim(dim, -1)),
-                                                             dx.movedim(dim, -1), dtype)))
-            for what, r in reports:
+            for what, r in _both_ways(x, dim, log, dtype, g, "period")[0]:
                 n += 1
                 if not r.ok:
                     failures.append(f"period {shape} dim {dim} {what} log={log} {dtype}: {r.message}")

@@ -70,6 +70,7 @@ SOURCES = "onlinesoftmax/engines/cuda/kernels"
 ENGINE_OPS = tuple(op.name for op in SOFTMAX_OPS)
 DT_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # DT of the kernels
 REGIMES = ("warp", "block", "cluster", "group", "split", "columns", "strided", "bands", "chan", "flat", "period")
+COLUMN_REGIMES = ("columns", "strided", "bands", "chan", "period")  # over (outer, N, inner): a non-last dim
 
 # ---- tuning constants (the kernel-side ones must match softmax.cu) -------------------------------------
 WARP_THREADS = 256  # the same names in softmax.cu (an enum); the warp kernels' largest CTA
@@ -1052,7 +1053,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
     pre = "fwd" if fwd else "bwd"
     if window == 3 and fwd:
         raise Unsupported(f"{op}: window 3 (dy's rows unlike y's) is the backward's")
-    if layout == "strided" or regime in ("columns", "strided", "bands", "chan", "period"):
+    if layout == "strided" or regime in COLUMN_REGIMES:
         if layout == "rows":  # a (M, N) row input through the strided kernels: (outer=M, N, inner=1)
             inner = 1
         chan = chan_config(dtype, N, inner, vec) if regime in (None, "chan") else None

@@ -34,8 +34,8 @@ from ...runtime import native
 from ...runtime.launch import host_mapped  # noqa: F401 (ops/ reaches it through the engine: TargetCheck's slots)
 from ...runtime.launch import memset32
 from .compiled import kernel, sms
-from .plan import (DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan, stable_rows,
-                   vec_width)
+from .plan import (COLUMN_REGIMES, DT_CODE, Plan, Unsupported, cross_entropy_plan, flat_from, grid_for, plan,
+                   stable_rows, vec_width)
 
 ENTRY_CACHE = 256  # per cache (forward, backward, forced regime): exact tensor metadata -> _Entry
 PLAN_CACHE = 4096  # fitted plans by geometry; rows >= stable_rows share one (Plan.at moves it to the call's M)
@@ -323,7 +323,7 @@ def _plan_call(op: str, ins: tuple, out: torch.Tensor, dim: int, regime: Optiona
     N = shape[dim] if shape else 1
     strides = [tuple(t.stride()) for t in ins]
     rows = [_row_layout(shape, s, dim) for s in strides]
-    column_kernels = regime in ("columns", "strided", "bands", "chan", "period")
+    column_kernels = regime in COLUMN_REGIMES
     if not column_kernels and all(r is not None for r in rows):
         M = rows[0][0]
         rss = tuple(r[2] for r in rows)

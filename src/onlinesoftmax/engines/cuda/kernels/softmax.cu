@@ -2677,13 +2677,6 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
     for (int i = threadIdx.x; i < geo.L; i += blockDim.x) dst[i] = sh_pairs[i];
 }
 
-// A pair the kernel before wrote, read after os_grid_wait() (os_ld_after_wait's coherent load, two floats)
-__device__ __forceinline__ float2 os_ld2_after_wait(const float2* p) {
-    float2 v;
-    asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
-    return v;
-}
-
 template <int OP, int DT>
 __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long long outer, int inner, int bands,
                                                   int chunks) {
