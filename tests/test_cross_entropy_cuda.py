@@ -57,7 +57,7 @@ class _Kernel:
     def __init__(self, name, log, types):
         self.name, self.log, self.types, self.fits, self.resident = name, log, types, True, None
 
-    def bind(self, grid, tail, pointers, pdl=False):
+    def bind(self, grid, tail, pointers, pdl=False, coop=False):
         p = launch.PreparedLaunch(FakeLoadedKernel(), grid, (128,), tail, 0, pointers)
         name, log, types = self.name, self.log, self.types
 

@@ -93,7 +93,7 @@ class _Kernel:
     def __init__(self, name):
         self.name, self.fits, self.resident = name, True, None
 
-    def bind(self, grid, tail, pointers, pdl=False):
+    def bind(self, grid, tail, pointers, pdl=False, coop=False):
         lk = FakeLoadedKernel()
         lk.kernel = type("kernel", (), {"handle": 0x7F0000000000 + 0x100 * (hash(self.name) % 4096)})
         return launch.PreparedLaunch(lk, grid, (128, 2), tail, 4096, pointers)

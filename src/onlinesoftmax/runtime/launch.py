@@ -377,24 +377,25 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
                 ("num_attrs", ctypes.c_uint)]
 
 
+_COOPERATIVE = 2  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE: value 1
 _CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: value {x, y, z} CTAs
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: value 1
 
 
-def _launch_ex(pdl: bool, cluster: int):
+def _launch_ex(pdl: bool, cluster: int, coop: bool = False):
     """A cuLaunchKernel-shaped entry taking C values, as _driver_launch's, that launches through libcuda's
-    cuLaunchKernelEx (ctypes) with programmatic stream serialization (pdl) and clusters of `cluster` CTAs along x
-    (> 1), or None where that cannot be opened. Its config is its own: one per PreparedLaunch, filled under that
-    launch's lock."""
+    cuLaunchKernelEx (ctypes) with programmatic stream serialization (pdl), clusters of `cluster` CTAs along x
+    (> 1) and as a cooperative launch (coop: every CTA resident at once, or the launch fails), or None where that
+    cannot be opened. Its config is its own: one per PreparedLaunch, filled under that launch's lock."""
     ex = _libcuda_entry("cuLaunchKernelEx")
     if ex is None:
         return None
     ex.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     ex.restype = ctypes.c_int
-    attrs = (_LaunchAttribute * 2)()
+    attrs = (_LaunchAttribute * 3)()
     n = 0
     for on, id_, value in ((pdl, _PROGRAMMATIC_STREAM_SERIALIZATION, (1, 0, 0)),
-                           (cluster > 1, _CLUSTER_DIMENSION, (cluster, 1, 1))):
+                           (cluster > 1, _CLUSTER_DIMENSION, (cluster, 1, 1)), (coop, _COOPERATIVE, (1, 0, 0))):
         if on:
             attrs[n].id, attrs[n].value[:] = id_, value
             n += 1
@@ -452,7 +453,8 @@ class PreparedLaunch:
     (cuLaunchKernelEx), so that it may start while the kernel before it runs (the kernel waits with os_grid_wait
     for what that one writes); a plain launch where libcuda is not reached through ctypes. `cluster` > 1: the grid
     counts clusters of that many CTAs along x, launched through cuLaunchKernelEx with the cluster dimension (there
-    is no plain launch of a cluster kernel: without libcuda through ctypes it raises).
+    is no plain launch of a cluster kernel: without libcuda through ctypes it raises). `coop`: a cooperative launch
+    (the period kernels' grid barriers: every CTA resident at once, or the launch fails), as a cluster's.
 
     Through libcuda's ctypes entry every driver argument is a C value built here (`_args`); a call only sets the
     x-grid and the stream in them. Through cuda.bindings (`_args` None) they go as Python values."""
@@ -461,17 +463,17 @@ class PreparedLaunch:
                  "_args", "_gx", "_stream")
 
     def __init__(self, lk: LoadedKernel, grid, block, tail: Sequence, smem: int = 0, npointers: int = 3,
-                 pdl: bool = False, cluster: int = 1):
+                 pdl: bool = False, cluster: int = 1, coop: bool = False):
         lk.allow_smem(smem)
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         b = (block,) if isinstance(block, int) else tuple(block)
         self.lk, self.device, self.cluster = lk, lk.device, cluster
         self._launch, raw = _driver_launch()
-        ex = _launch_ex(pdl, cluster) if raw and (pdl or cluster > 1) else None
+        ex = _launch_ex(pdl, cluster, coop) if raw and (pdl or cluster > 1 or coop) else None
+        if (cluster > 1 or coop) and ex is None:
+            raise Unavailable(f"{lk.name}: a cluster or cooperative launch goes through libcuda's cuLaunchKernelEx, "
+                              "which ctypes cannot open here (libcuda.so.1)")
         if cluster > 1:
-            if ex is None:
-                raise Unavailable(f"{lk.name}: a cluster launch goes through libcuda's cuLaunchKernelEx, which "
-                                  "ctypes cannot open here (libcuda.so.1)")
             lk.allow_cluster(cluster)
         self._launch = ex or self._launch
         handle = int(lk.kernel.handle) if raw else lk.kernel.handle  # a CUkernel serves as a CUfunction

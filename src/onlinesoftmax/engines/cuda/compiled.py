@@ -80,7 +80,7 @@ class ShapedKernel:
     call of that shape. `resident`: how many of its clusters can be resident at once (None: unknown; 1 without a
     cluster), `fits`: whether one can; `resident_ctas`: how many of its CTAs (without a cluster: blocks an SM from
     the occupancy query times the SMs; None: unknown). bind() gives a launch with a fixed grid and scalar tail: a
-    PreparedLaunch (cuLaunchKernel; cuLaunchKernelEx with a cluster or PDL)."""
+    PreparedLaunch (cuLaunchKernel; cuLaunchKernelEx with a cluster, PDL or a cooperative launch)."""
 
     __slots__ = ("lk", "block", "smem", "cluster", "resident", "_ctas")
 
@@ -108,8 +108,8 @@ class ShapedKernel:
             self._ctas = None if per_sm is None else per_sm * rt_launch.sm_count(self.lk.device)
         return self._ctas
 
-    def bind(self, grid: int, tail: tuple, pointers: int, pdl: bool = False):
-        return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers, pdl, self.cluster)
+    def bind(self, grid: int, tail: tuple, pointers: int, pdl: bool = False, coop: bool = False):
+        return rt_launch.PreparedLaunch(self.lk, grid, self.block, tail, self.smem, pointers, pdl, self.cluster, coop)
 
 
 def kernel(name: str, device: int, block: tuple, smem: int, cluster: int) -> ShapedKernel:
