@@ -142,7 +142,7 @@ def test_kernels(sms: int) -> set:
     jobs, and every chan, flat and period instantiation (the layout tests' columns, the flat regime's tests and
     tune_rows --flat, the period tests)."""
     T = _test_module("test_gpu_production")
-    names = {k for k in P.instantiations() if "_chan<" in k or "_flat<" in k or "_period_" in k} | concurrency_kernels(sms)
+    names = {k for k in P.instantiations() if "_chan<" in k or "_flat<" in k or "_period<" in k} | concurrency_kernels(sms)
     for v in T._variants():
         regime = v.name.rsplit("_", 1)[1]
         for dtype in T.DTYPES:

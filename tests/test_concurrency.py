@@ -350,7 +350,7 @@ class _Recorder:
     def __init__(self, log):
         self.log, self.fits, self.resident, self.resident_ctas = log, True, None, 2 * SMS
 
-    def bind(self, grid, tail, pointers, pdl=False):
+    def bind(self, grid, tail, pointers, pdl=False, coop=False):
         p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
         ptrs = pointers
 
@@ -458,7 +458,7 @@ class _Named:
     def __init__(self, name, log):
         self.name, self.log, self.fits, self.resident = name, log, True, None
 
-    def bind(self, grid, tail, pointers, pdl=False):
+    def bind(self, grid, tail, pointers, pdl=False, coop=False):
         p = launch.PreparedLaunch(_Loaded(), grid, (128,), tail, 0, pointers)
         name, log = self.name, self.log
 
@@ -472,9 +472,18 @@ class _Named:
         return p
 
 
-def _binds(monkeypatch) -> list:
-    """run.kernel replaced by fakes that record each bind as (kernel name, scalar tail, pdl), into the list returned."""
-    bound = []
+class _Bound(list):
+    """Each bind as (kernel name, scalar tail, pdl); .coop: the names bound as cooperative launches; .launched: each
+    launch of a bound kernel as (kernel name, grid or None for the bound one, pointers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.coop, self.launched = [], []
+
+
+def _binds(monkeypatch) -> _Bound:
+    """run.kernel replaced by fakes that record each bind into the _Bound returned."""
+    bound = _Bound()
 
     class Kernel:
         fits, resident = True, None
@@ -482,8 +491,11 @@ def _binds(monkeypatch) -> list:
         def __init__(self, name):
             self.name = name
 
-        def bind(self, grid, tail, pointers, pdl=False):
+        def bind(self, grid, tail, pointers, pdl=False, coop=False):
             bound.append((self.name, tuple(tail), pdl))
+            if coop:
+                bound.coop.append(self.name)
+            return SimpleNamespace(rows=lambda g, M, *ptrs: bound.launched.append((self.name, g, ptrs)))
 
     monkeypatch.setattr(E, "kernel", lambda name, *a: Kernel(name))
     return bound
@@ -519,21 +531,29 @@ def test_bands_entries_bind_both_kernels(monkeypatch):
     assert p.parts == 2 and p.chunk == 512  # 1000 rows in two bands of 32 rows of threads x (7 + 9) accesses
 
 
-def test_period_entries_bind_three_kernels(monkeypatch):
-    """The period regime's three launches (stats, merge, apply) with the same (outer, N, inner, bands, chunks,
-    periods a band) after their four pointers (a, b, workspace, out): the stats plain, the merge and the apply
-    programmatic launches (each waits in the kernel for what the one before wrote); the workspace holds the stats'
-    pairs and the merge's column pairs (plan.period_workspace)."""
+def test_period_entry_binds_one_cooperative_launch(monkeypatch):
+    """The period regime's one kernel (stats, merge and apply, grid barriers between them) bound as a cooperative
+    launch (every CTA resident, or the launch fails), not a programmatic one, with (outer, N, inner, bands, chunks,
+    periods a band) after its four pointers (a, b, workspace, out); the workspace holds the barrier's counter (zeroed
+    before the launch), the stats' pairs and the merge's column pairs (plan.period_workspace)."""
     bound = _binds(monkeypatch)
     p = P.plan(1, 4097, torch.float32, "softmax", inner=1001, layout="strided", sms=SMS)
-    assert p.regime == "period" and p.kernels == tuple(f"fwd_period_{k}<0,0>" for k in ("stats", "merge", "apply"))
+    assert p.regime == "period" and p.kernels == ("fwd_period<0,0>",)
     E._Entry(p, 0, False, (0,), 0)
-    assert [(k, pdl) for k, _, pdl in bound] == list(zip(p.kernels, (False, True, True)))
-    assert all([int(v) for v in t] == [1, 4097, 1001, p.parts, p.strips, p.chunk] for _, t, _ in bound)
+    assert [(k, pdl) for k, _, pdl in bound] == [(p.kernels[0], False)] and bound.coop == list(p.kernels)
+    assert [int(v) for v in bound[0][1]] == [1, 4097, 1001, p.parts, p.strips, p.chunk, p.keep] and p.keep > 0
+    zeroed = []
+    monkeypatch.setattr(E, "memset32", lambda device, ptr, value, count: zeroed.append((ptr, value, count)))
+    e = E._Entry(p, 0, False, (0,), 0)
+    e(11, 0, 33, torch.empty(0))  # the call: the workspace's counter zeroed, then the kernel on (a, b, ws, out)
+    (name, grid, (a, b, ws, out)), = bound.launched
+    assert (name, grid, a, b, out) == (p.kernels[0], p.launches[0].grid, 11, 0, 33)
+    assert zeroed == [(ws, 0, P.PERIOD_HEAD)]
     g, Q, T, chunks, L, periods = P.period_geometry(torch.float32, 4097, 1001)
     assert (g, Q, T, chunks, L, periods) == (4, 1001, 512, 2, 1001, 1025) and p.strips == chunks
     assert p.parts * p.chunk >= periods > (p.parts - 1) * p.chunk  # every period in one band
-    assert p.workspace == 2 * (p.parts * chunks * L + 1001)
+    assert p.workspace == P.PERIOD_HEAD + 2 * (p.parts * chunks * L + 1001)
+    assert p.workspace_for(1) == (p.workspace, P.PERIOD_HEAD)
 
 
 def test_group_entries_bind_the_plans_wait(monkeypatch):

@@ -440,21 +440,65 @@ def test_period_layouts(dtype):
     assert not failures, "\n".join(failures)
 
 
-def _period_without_merge(self, M, a, b, out, x):
-    """Known wrong (E._Entry._period without its merge): the apply reads column pairs nobody wrote (NaN)."""
+def _period_without_barriers(self, M, a, b, out, x):
+    """Known wrong (E._Entry._grouped for the period kernel, its barrier's counter not zeroed but set past both
+    barriers' targets, the rest of the workspace NaN): no CTA waits, so merges and applies read pairs not yet
+    written."""
     ws = torch.full((self.plan.workspace_for(M)[0],), float("nan"), device=x.device)
-    for i in (0, 2):
-        self.calls[i].rows(P.grid_for(M, self.pers[i]), M, a, b, ws.data_ptr(), out)
+    ws[:P.PERIOD_HEAD].view(torch.int32).fill_(1 << 30)
+    self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
 
 
-def test_check_catches_period_without_merge(monkeypatch):
-    """Known wrong: a period call that skips the merge leaves the outputs wrong, and the check says so."""
-    monkeypatch.setattr(E._Entry, "_period", _period_without_merge)
+def test_check_catches_period_without_barriers(monkeypatch):
+    """Known wrong: a period call whose grid barriers do not wait leaves the outputs wrong, and the check says so."""
+    monkeypatch.setattr(E._Entry, "_grouped", _period_without_barriers)
     x = torch.randn(1537, 333, device="cuda")
     out = torch.zeros_like(x)
     E.run_regime("softmax", (x,), out, 0, "period")
     torch.cuda.synchronize()
     assert not _forward_report(out, x, 0, False, torch.float32).ok
+
+
+def test_period_calls_on_several_streams_at_once():
+    """Cooperative launches side by side: eight period calls (dim 0 of 4097 x 1001, forward and backward, fp32 and
+    bf16) on four streams of their own, queued behind a spin kernel so that they meet on the device, beside rows
+    kernels on the same streams. Every CTA of a cooperative launch is resident before any starts, so no barrier
+    waits on a CTA that cannot start (bounded by the test's timeout otherwise): NaN-poisoned outputs against
+    float64."""
+    g = torch.Generator(device="cuda").manual_seed(21)
+    streams = [torch.cuda.Stream() for _ in range(4)]
+    cases = []
+    for i in range(8):
+        dtype = (torch.float32, torch.bfloat16)[i % 2]
+        x = (torch.randn(4097, 1001, generator=g, device="cuda") * 3).to(dtype)
+        dy = torch.randn(4097, 1001, generator=g, device="cuda").to(dtype)
+        rows = torch.randn(64, 4096, generator=g, device="cuda")
+        y, dx, ry = (torch.full_like(t, float("nan")) for t in (x, x, rows))
+        cases.append((x, dy, y, dx, rows, ry, dtype))
+    E.forward(cases[0][0], cases[0][2], 0, False)  # compiled and planned before the storm
+    E.forward(cases[1][0], cases[1][2], 0, False)
+    torch.cuda.synchronize()
+    for c in cases:
+        c[2].fill_(float("nan"))
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(2_000_000)
+    for i, (x, dy, y, dx, rows, ry, dtype) in enumerate(cases):
+        with torch.cuda.stream(streams[i % 4]):
+            E.forward(rows, ry, 1, False)
+            E.forward(x, y, 0, False)
+            E.backward(y, dy, dx, 0, False)
+    torch.cuda.synchronize()
+    failures = []
+    for i, (x, dy, y, dx, rows, ry, dtype) in enumerate(cases):
+        assert E.plan_for("softmax", x, dim=0).regime == "period"
+        for what, rep in (("forward", _forward_report(y, x, 0, False, dtype)),
+                          ("backward", _backward_report(dx, y, dy, 0, False, dtype)),
+                          ("rows", _forward_report(ry, rows, 1, False, torch.float32))):
+            if not rep.ok:
+                failures.append(f"call {i} {what}: {rep.message}")
+    assert not failures, "\n".join(failures)
 
 
 def _bands_abandoning_case(dtype):
@@ -636,31 +680,33 @@ def test_side_stream_and_workspace():
     assert rep.ok, rep.message
 
 
-def test_split_and_group_regimes_in_a_cuda_graph(monkeypatch):
-    """The split and group regimes captured in a CUDA graph and replayed on new inputs: the split's two launches (the
-    second a programmatic one, which starts while the first runs), one row (plan.few_rows_split) and in waves (32
-    rows of 1000007 fp32, groups off: four waves reusing the workspace, from the graph's pool); the group's zeroed
-    workspace (a memset node: the tickets and counters start from zero on every replay) and launch (32 rows of 1000003
-    fp32, plan.GROUP_AUTOMATIC), forward and backward; NaN-poisoned outputs against float64 on every replay."""
+def test_split_group_and_period_regimes_in_a_cuda_graph(monkeypatch):
+    """The split, group and period regimes captured in a CUDA graph and replayed on new inputs: the split's two
+    launches (the second a programmatic one, which starts while the first runs), one row (plan.few_rows_split) and in
+    waves (32 rows of 1000007 fp32, groups off: four waves reusing the workspace, from the graph's pool); the group's
+    zeroed workspace (a memset node: the tickets and counters start from zero on every replay) and launch (32 rows of
+    1000003 fp32, plan.GROUP_AUTOMATIC); the period kernel's cooperative launch and its barrier's zeroed counter (dim
+    0 of 4097 x 1001 fp32), forward and backward; NaN-poisoned outputs against float64 on every replay."""
     g = torch.Generator(device="cuda").manual_seed(13)
     failures = []
     for M, N, dtype, regime in ((1, 262144, torch.bfloat16, "split"), (32, 1000003, torch.float32, "group"),
-                                (32, 1000007, torch.float32, "split")):
+                                (32, 1000007, torch.float32, "split"), (4097, 1001, torch.float32, "period")):
+        dim = 0 if regime == "period" else 1
         # (lengths no other test plans at these row counts: their cached plans stay as made here)
         monkeypatch.setattr(P, "GROUP_AUTOMATIC", regime == "group")
         x = torch.randn(M, N, device="cuda", dtype=dtype)
         dy = torch.randn(M, N, device="cuda", dtype=dtype)
         y, dx = torch.empty_like(x), torch.empty_like(x)
-        p, bp = E.plan_for("log_softmax", x), E.plan_for("log_softmax_backward", x, dy)
+        p, bp = E.plan_for("log_softmax", x, dim=dim), E.plan_for("log_softmax_backward", x, dy, dim=dim)
         if (p.regime, bp.regime) != (regime, regime) or (M > 1 and regime == "split" and not (p.wave and bp.wave)):
             failures.append(f"({M}, {N}): plans {p.regime} wave {p.wave}, {bp.regime} wave {bp.wave}")
-        E.forward(x, y, 1, True)  # compiled, planned and cached before the capture
-        E.backward(y, dy, dx, 1, True)
+        E.forward(x, y, dim, True)  # compiled, planned and cached before the capture
+        E.backward(y, dy, dx, dim, True)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            E.forward(x, y, 1, True)
-            E.backward(y, dy, dx, 1, True)
+            E.forward(x, y, dim, True)
+            E.backward(y, dy, dx, dim, True)
         for _ in range(2):
             x.copy_(torch.randn(M, N, device="cuda", generator=g) * 3)
             dy.copy_(torch.randn(M, N, device="cuda", generator=g))
@@ -668,10 +714,10 @@ def test_split_and_group_regimes_in_a_cuda_graph(monkeypatch):
             dx.fill_(float("nan"))
             graph.replay()
             torch.cuda.synchronize()
-            rep = _forward_report(y, x, 1, True, dtype)
+            rep = _forward_report(y, x, dim, True, dtype)
             if not rep.ok:
                 failures.append(f"({M}, {N}) forward: {rep.message}")
-            rep = _backward_report(dx, y, dy, 1, True, dtype)
+            rep = _backward_report(dx, y, dy, dim, True, dtype)
             if not rep.ok:
                 failures.append(f"({M}, {N}) backward: {rep.message}")
     assert not failures, "\n".join(failures)

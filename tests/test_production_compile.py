@@ -840,10 +840,14 @@ def test_period_rules():
     assert P.period_geometry(f32, 300, 5003) == (4, 5003, 512, 10, 2048, 75)
     p = P.plan(1, 4097, f32, "softmax", inner=1001, layout="strided", sms=SMS)
     assert (p.parts, p.chunk) == (65, 16) and p.launches[0].grid == p.parts * p.strips <= SMS  # 1025 periods
-    assert p.launches[1].grid == 32 and p.launches[1].block == (32, P.PERIOD_MERGE_ROWS)
-    assert p.launches[0].smem == p.launches[2].smem == 8 * 1001 and p.launches[1].smem == 0  # the chunk's pairs
-    q = forced(16, 300, 2025).at(1000)  # more slabs: the same bands, the grids and workspace of 1000
-    assert q.launches[0].grid == 1000 * q.parts * q.strips and q.launches[1].grid == 1000 * 64
+    assert len(p.launches) == 1 and p.launches[0].block == (512,)
+    # every CTA one item: its 16 periods kept from the stats to the apply, after the column pairs (16-byte aligned)
+    assert p.keep == 16 and p.launches[0].smem == 8 * 1002 + 16 * 512 * 16
+    b = P.plan(1, 4097, f32, "softmax_backward", inner=1001, layout="strided", sms=SMS)
+    assert b.keep == 12 and b.launches[0].smem == 8 * 1002 + 12 * 512 * 16 * 2 <= P.PERIOD_SMEM  # y and dy: 12 of 16
+    q = forced(16, 300, 2025).at(1000)  # more slabs: the same bands, the workspace of 1000, a CTA an SM at most
+    assert 1000 * q.parts * q.strips > SMS and q.launches[0].grid == SMS
+    assert forced(16, 300, 2025).keep == 0 and q.launches[0].smem == 8 * 2025  # CTAs of several items keep nothing
     assert q.workspace == P.period_workspace(f32, 1000, 300, 2025, q.parts)
 
 

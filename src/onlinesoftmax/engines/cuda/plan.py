@@ -33,7 +33,8 @@ Regimes (row layout), picked by `choose_regime` from N, M and the register budge
              L2 where the grid's strips fit it
     period   dim 0 of a matrix whose width is not whole 16-byte vectors (period_preferred): the slab read as vectors,
              g = V / gcd(inner, V) rows being whole ones, so a thread's vector of every period holds the same
-             columns; stats (pairs per band of periods), merge, apply (re-read from L2): three launches
+             columns; stats (pairs per band of periods), merge, apply (the band kept in shared memory, the rest
+             re-read from L2): three phases of one cooperative launch, a CTA an SM at most, two grid barriers
     flat     rows of N elements that are not whole 16-byte accesses, every tensor one contiguous aligned block (most
              tensors: `flat`): a CTA stages R rows (a whole number of accesses) in shared memory with 16-byte
              copies, 4..32 lanes per row compute there, 16-byte stores; N <= FLAT_MAX_N
@@ -141,9 +142,10 @@ BANDS_WORDS = 56  # bands: 32-bit registers of data a thread holds on the 16-byt
 BANDS_SMEM_WORDS = 96  # bands: the most 32-bit words of data a thread stages in shared memory beside them (16 bytes)
 BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every access its own 64-bit address)
 BANDS_FEW_STRIPS_BYTES = 128 << 10  # bands: the few-strips rule's least input bytes of a strided CTA's strip
-PERIOD_THREADS = 512  # period: the stats and apply CTAs' most threads (softmax.cu's enum; launch bound 2 an SM)
-PERIOD_MERGE_ROWS = 32  # period: the merge CTA's thread rows over the bands (32 columns a row)
+PERIOD_THREADS = 512  # period: the CTAs' most threads (softmax.cu's enum; launch bound 1 an SM)
+PERIOD_HEAD = 4  # period: the workspace's first words (the grid barrier's counter; softmax.cu's enum), zeroed
 PERIOD_MIN_INNER = 64  # period: the narrowest inner (a stats CTA merges its slots in a pass per inner elements)
+PERIOD_SMEM = 200 << 10  # period: the most dynamic shared memory a CTA takes (column pairs, kept periods)
 PERIOD_MIN_BYTES = 6 << 20  # period: the least slab (one input's N x inner) automatic plans give it (period_preferred)
 INT_MAX = 2**31 - 1
 
@@ -721,6 +723,16 @@ def period_bands(M: int, chunks: int, periods: int, sms: int) -> tuple[int, int]
     return cdiv(periods, PB), PB
 
 
+def period_keep(op: str, M: int, bands: int, chunks: int, T: int, L: int, PB: int, sms: int) -> int:
+    """Periods of a band the period kernel keeps in shared memory from its stats to its apply (read once from
+    DRAM instead of again from L2): where every CTA has one item (M x bands x chunks at most the grid), as many of
+    its PB as PERIOD_SMEM holds beside the column pairs, a multiple of 4 (the kernel's accesses a trip divide it)."""
+    if M * bands * chunks > sms:
+        return 0
+    per = T * 16 * (2 if op.endswith("_backward") else 1)  # a period's 16-byte vectors: x, or y and dy
+    return min(cdiv(PB, 4) * 4, (PERIOD_SMEM - 8 * (L + L % 2)) // per // 4 * 4)
+
+
 def period_possible(dtype, vec: bool, M: int, N: int, inner: int) -> bool:
     """Whether the period kernels take (outer = M, N, inner): every pointer 16-byte aligned, each slab starting on a
     vector (one slab, or N x inner whole vectors), inner at least PERIOD_MIN_INNER, and the slab's element offsets
@@ -735,18 +747,19 @@ def period_preferred(dtype, W: int, vec: bool, M: int, N: int, inner: int) -> bo
     Measured on an H100 (benchmarks/results/session79, layout_regimes.py, us, strided -> period): dim 0 of 4097 x
     1001 fp32 softmax 38 -> 29, its backward 47 -> 38, bf16 30 -> 26 and 37 -> 29; 2049 x 3001 fp32 50 -> 37 and 61
     -> 54, bf16 42 -> 30 and 49 -> 37; every op faster in these 16 cells (8.2-24.6 MB slabs). Smaller slabs lose to
-    the three launches' fixed cost (the timeline: stats 7-10 us, merge 4.3 us, apply 4-5 us at 1025 x 1001):
-    1025 x 1001 fp32 (4.1 MB) 13 -> 19, bf16 (2 MB) 12 -> 22. Several slabs measured slower at (16, 300, 45, 45) over
-    dim 1 (by 25-40%, the first form, call 3), so they stay strided."""
+    the fixed cost (the first form's three launches: stats 7-10 us, merge 4.3 us, apply 4-5 us at 1025 x 1001):
+    1025 x 1001 fp32 (4.1 MB) 13 -> 19, bf16 (2 MB) 12 -> 22; the one-launch form the same (19-20, 22-23; session
+    80). Several slabs measured slower at (16, 300, 45, 45) over dim 1 (by 25-40%, the first form, call 3; 46 -> 77-81
+    us fp32 in the one-launch form, where CTAs of several items keep nothing), so they stay strided."""
     return (W == 1 and M == 1 and N * inner * _SIZES[dtype] >= PERIOD_MIN_BYTES
             and period_possible(dtype, vec, M, N, inner))
 
 
 def period_workspace(dtype, M: int, N: int, inner: int, bands: int) -> int:
-    """fp32 words of a period call's workspace: the stats' pairs (M x bands x chunks x L), then each column's (M x
-    inner, the merge's)."""
+    """fp32 words of a period call's workspace: PERIOD_HEAD (the barrier's counter), the stats' pairs (M x bands x
+    chunks x L), then each column's (M x inner, the merge's)."""
     _, _, _, chunks, L, _ = period_geometry(dtype, N, inner)
-    return 2 * M * (bands * chunks * L + inner)
+    return PERIOD_HEAD + 2 * M * (bands * chunks * L + inner)
 
 
 def columns_slots(op: str, dtype, W: int) -> int:
@@ -881,7 +894,7 @@ class Launch:
     cluster: int = 1
     smem: int = 0  # dynamic shared memory bytes
     sig: str = "rows"  # argument signature: rows | warp | stats | apply | strided | flat | ce (ce_row) | group | fix | bands | bandsfix
-    #                    | pstats | pmerge | papply (period)
+    #                    | period
     per: tuple = (1, 1, 0)  # the grid rule: grid = grid_for(M, per)
 
 
@@ -910,6 +923,7 @@ class Plan:
     wave: int = 0  # split: rows per wave (split_wave), the two kernels launched wave by wave; 0: all rows at once
     rows: int = 0  # flat: rows per CTA
     wait: int = 0  # group, bands: GROUP_WAIT_NS when planned (the kernels' wait_ns)
+    keep: int = 0  # period: periods a band kept in shared memory from the stats to the apply (period_keep)
 
     @property
     def kernels(self) -> tuple:
@@ -934,14 +948,15 @@ class Plan:
 
     def workspace_for(self, M: int) -> tuple[int, int]:
         """(fp32 words, the first of them zeroed before the launch) of a call's workspace for M rows (outer indices):
-        split, 2 a chunk of a wave's rows, none zeroed; group, group_workspace, all zeroed; bands, bands_workspace."""
+        split, 2 a chunk of a wave's rows, none zeroed; group, group_workspace, all zeroed; bands, bands_workspace;
+        period, period_workspace, its barrier's counter zeroed."""
         if self.regime == "group":
             n = group_workspace(M, self.parts)
             return n, n
         if self.regime == "bands":
             return bands_workspace(M * self.strips, self.parts, self.launches[0].block[0] * self.W)
         if self.regime == "period":
-            return period_workspace(self.dtype, M, self.N, self.inner, self.parts), 0
+            return period_workspace(self.dtype, M, self.N, self.inner, self.parts), PERIOD_HEAD
         return 2 * (self.wave or M) * self.parts, 0
 
 
@@ -1072,12 +1087,13 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
                                   f">= {PERIOD_MIN_INNER} (M = {M}, N = {N}, inner = {inner}, aligned: {vec})")
             _, _, T, chunks, L, periods = period_geometry(dtype, N, inner)
             bands, PB = period_bands(M, chunks, periods, sms)
-            kernels = [f"{pre}_period_{k}<{o},{dt}>" for k in ("stats", "merge", "apply")]
-            launches = (_launch(M, kernels[0], (bands * chunks, 1, 0), (T,), smem=8 * L, sig="pstats"),
-                        _launch(M, kernels[1], (cdiv(inner, 32), 1, 0), (32, PERIOD_MERGE_ROWS), sig="pmerge"),
-                        _launch(M, kernels[2], (bands * chunks, 1, 0), (T,), smem=8 * L, sig="papply"))
+            keep = period_keep(op, M, bands, chunks, T, L, PB, sms)
+            smem = 8 * L if not keep else 8 * (L + L % 2) + keep * T * 16 * (2 if op.endswith("_backward") else 1)
+            # a cooperative launch: a CTA an SM at most (its launch bound), its CTAs looping over the items
+            launches = (_launch(M, f"{pre}_period<{o},{dt}>", (bands * chunks, 1, sms), (T,), smem=smem,
+                                sig="period"),)
             return Plan("period", op, dtype, M, N, V, launches, inner=inner, strips=chunks, items=M * chunks,
-                        parts=bands, chunk=PB)
+                        parts=bands, chunk=PB, keep=keep)
         cfg = columns_config(op, dtype, W, N, inner) if regime in (None, "columns") else None
         if regime is None and not columns_preferred(dtype, W, cfg):
             cfg = None

@@ -146,6 +146,9 @@ def _one_round(p: Plan, narrower, device: int) -> Plan:
     return p
 
 
+_ZEROED = ("group", "bands", "period")  # regimes with a workspace a call whose first words start zeroed (_grouped)
+
+
 class _Entry:
     """Everything one (op, shape, strides, dim, dtype, device, alignment) needs per call: the plan, whether the
     inputs are made contiguous first, and one bound launch per kernel (the pointers come per call). Immutable;
@@ -183,8 +186,8 @@ class _Entry:
                 tail = (i64(p.M), i32(p.N), i64(sa), i64(sb), i64(so), i32(p.parts))
                 tail += (i32(p.wait),) if l.sig == "group" else ()
                 pointers = 4
-            elif l.sig in ("pstats", "pmerge", "papply"):
-                tail = (i64(p.M), i32(p.N), i64(p.inner), i32(p.parts), i32(p.strips), i32(p.chunk))
+            elif l.sig == "period":
+                tail = (i64(p.M), i32(p.N), i64(p.inner), i32(p.parts), i32(p.strips), i32(p.chunk), i32(p.keep))
                 pointers = 4
             elif l.sig in ("bands", "bandsfix"):
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i32(p.parts), i32(p.chunk))
@@ -192,10 +195,11 @@ class _Entry:
                 pointers = 4
             else:  # strided
                 tail = (i64(p.M), i32(p.N), i64(p.inner), i64(p.strips), i64(p.items))
-            pdl = l.sig in ("apply", "fix", "bandsfix", "pmerge", "papply")
-            calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers, pdl))
+            pdl = l.sig in ("apply", "fix", "bandsfix")
+            calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers, pdl,
+                                                                                  coop=l.sig == "period"))
         self.calls = tuple(calls)
-        if len(calls) == 1 and p.regime not in ("group", "bands"):
+        if len(calls) == 1 and p.regime not in _ZEROED:
             self.single = calls[0]
 
     def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
@@ -217,29 +221,20 @@ class _Entry:
 
     def _with_workspace(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         regime = self.plan.regime
-        (self._grouped if regime in ("group", "bands") else self._period if regime == "period" else self._split)(
-            M, a, b, out, x)
-
-    def _period(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
-        # the stats' pairs and the merge's column pairs in a workspace of this call (as the split's, from torch's
-        # caching allocator on the current stream: see _split), every word written before it is read; the merge and
-        # the apply are programmatic launches
-        ws = torch.empty(self.plan.workspace_for(M)[0], dtype=torch.float32, device=x.device)
-        w = ws.data_ptr()
-        for call, per in zip(self.calls, self.pers):
-            call.rows(grid_for(M, per), M, a, b, w, out)
+        (self._grouped if regime in _ZEROED else self._split)(M, a, b, out, x)
 
     def _grouped(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # group and bands: the CTAs' ticket and each row's (strip's) arrival word, pairs and abandoned ranks
         # (Plan.workspace_for) in a workspace of this call, its counters zeroed on the current stream before the
         # launch (as the split's, from torch's caching allocator: see _split); then the kernel that writes what a
-        # CTA abandoned (grp_fix, bands_fix: a programmatic launch, it starts as the first one ends)
+        # CTA abandoned (grp_fix, bands_fix: a programmatic launch, it starts as the first one ends). period: its
+        # grid barrier's counter, then the stats' pairs and the merge's column pairs; one cooperative launch.
         n, zeroed = self.plan.workspace_for(M)
         ws = torch.empty(n, dtype=torch.float32, device=x.device)
         memset32(self.device, ws.data_ptr(), 0, zeroed)
-        (first, fix), (pg, pf), w = self.calls, self.pers, ws.data_ptr()
-        first.rows(grid_for(M, pg), M, a, b, w, out)
-        fix.rows(grid_for(M, pf), M, a, b, w, out)
+        w = ws.data_ptr()
+        for call, per in zip(self.calls, self.pers):
+            call.rows(grid_for(M, per), M, a, b, w, out)
 
     def _split(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # the partial states go to a workspace of this call (2 floats per chunk of a wave), from torch's caching

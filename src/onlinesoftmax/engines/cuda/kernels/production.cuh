@@ -506,6 +506,21 @@ __device__ __forceinline__ float2 os_ld2_after_wait(const float2* p) {
     asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
     return v;
 }
+// A grid barrier of a cooperative launch (every CTA resident at once): each CTA adds 1 to *cnt (zeroed before the
+// launch) (acq_rel) after its threads' writes, then waits until the count reaches `target` (the grid times the
+// barriers so far, this one included) with an acquire: what any CTA wrote before it is visible to every CTA after.
+__device__ __forceinline__ void os_grid_barrier(unsigned* cnt, unsigned target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned c;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(c) : "l"(cnt) : "memory");
+        for (c += 1; c < target;) {
+            __nanosleep(32);
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt) : "memory");
+        }
+    }
+    __syncthreads();
+}
 __device__ __forceinline__ void os_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void os_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 // All but the N groups committed last have landed (this thread's copies).

@@ -46,12 +46,13 @@
 //                                        group regime's bounded wait); fwd_bands_fix after it writes those abandoned
 // fwd_chan<OP,DT,W,CAP>                  a short non-last dim (N <= CAP <= 32: channels): a thread per access of W
 //                                        columns (4 bytes, or one 16-bit element) holds all N rows in registers
-// fwd_period_stats<OP,DT>                a non-last dim whose inner is not whole 16-byte vectors: the slab read as
+// fwd_period<OP,DT>                      a non-last dim whose inner is not whole 16-byte vectors: the slab read as
 //                                        vectors, whose g = V / gcd(inner, V) rows (a period) are whole ones, each
-//                                        thread the same columns in every period: pairs per band of periods
-// fwd_period_merge<OP,DT>, fwd_period_apply<OP,DT>  then each column's pair over the bands; the outputs
+//                                        thread the same columns in every period: pairs per band of periods, then
+//                                        each column's pair over the bands, then the outputs (a cooperative launch,
+//                                        two grid barriers)
 // bwd_warp / bwd_flat / bwd_row / bwd_grp / bwd_split_stats / bwd_split_apply / bwd_strided / bwd_bands / bwd_chan /
-// bwd_period_*: the
+// bwd_period: the
 //                                        same for OP 2, 3,
 //                                        one reduction: sum(dy*y) (softmax) or sum(dy) + "row alive" (log_softmax)
 //
@@ -2513,21 +2514,28 @@ bwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __r
 // V) rows are Q = g * inner / V whole vectors (a period), and vector t of every period holds the same V slots: element
 // e = t * V + j of a period is column e % inner. A thread reading vector t of each period keeps one pair per slot, and
 // a warp reads 512 contiguous bytes an access, where the strided kernel reads one element an access (a warp: 4 rows
-// of 32 bytes, where inner is odd). Three launches, each a 1-D grid:
-//   period_stats  a CTA (band, chunk, outer index): chunk = T consecutive vectors of the period, band = PB periods;
-//                 the pairs of its slots folded down its periods, a column's slots merged in shared memory (a pass per
-//                 row-in-period the chunk spans, each slot's place unique within its pass), L pairs to the workspace
-//   period_merge  a CTA (32 columns, outer index), 32 thread rows over the bands: each column's pairs over the bands
-//                 and the chunks that hold it, to `fin` (a programmatic launch)
-//   period_apply  the stats' grid: its slots' column pairs from fin, the band re-read (L2) and its outputs written (a
-//                 programmatic launch)
-// Workspace (fp32, plan.period_workspace): outer x bands x chunks x L pairs, then outer x inner pairs (fin). The
-// slab of each outer index starts on a 16-byte boundary (plan: outer 1, or N x inner whole vectors); the slab's last
-// vector, where N x inner is not whole vectors, is read and written element by element.
-enum { PERIOD_THREADS = 512, PERIOD_MERGE_ROWS = 32 };
+// of 32 bytes, where inner is odd). One cooperative launch (every CTA resident: plan.py gives it at most a CTA an
+// SM), its CTAs looping over the items of three phases, a grid barrier between them:
+//   stats  an item (band, chunk, outer index): chunk = T consecutive vectors of the period, band = PB periods; the
+//          pairs of its slots folded down its periods, a column's slots merged in shared memory (a pass per
+//          row-in-period the chunk spans, each slot's place unique within its pass), L pairs to the workspace
+//   merge  an item (32 columns, outer index), the CTA's warps over the bands: each column's pairs over the bands and
+//          the chunks that hold it, to `fin`
+//   apply  the stats' items: its slots' column pairs from fin, the band re-read and its outputs written
+// Where each CTA has one item, the stats keep the band's first K periods (plan.period_keep: as many as 200 KB of
+// shared memory holds) for the apply, which re-reads only the rest (from L2, where half of it missed: ncu, session
+// 80). Three launches in the first form (session 79: stats, then the merge and the apply as programmatic launches,
+// each apply re-reading its whole band) measured level with this one on an H100 before the kept periods, which took
+// fp32 3-9% lower (16-bit forward 1 us higher: the memset of the counter and the barriers; session 80).
+// Workspace (fp32, plan.period_workspace): PERIOD_HEAD words (the barrier's counter, zeroed before the launch), outer x
+// bands x chunks x L pairs, then outer x inner pairs (fin). The slab of each outer index starts on a 16-byte boundary
+// (plan: outer 1, or N x inner whole vectors); the slab's last vector, where N x inner is not whole vectors, is read
+// and written element by element.
+enum { PERIOD_THREADS = 512, PERIOD_HEAD = 4 };
 
-// accesses a thread has in flight a trip (64 registers): 2 for the 16-bit backward (two inputs, 8 pairs) and the
-// fp32 backward's apply (4 spilled 28 bytes beside its column pairs), 4 otherwise
+// accesses a thread has in flight a trip: 2 for the 16-bit backward (two inputs, 8 pairs) and the fp32 backward's
+// apply, 4 otherwise (set at 64 registers in the three-launch form; 8 fp32 and 6 16-bit forward, 4 backward, in
+// this one's 128 registers measured level: session 80)
 __host__ __device__ constexpr int period_unroll(int OP, int DT, bool apply) {
     return OP >= 2 && (DT != 0 || apply) ? 2 : 4;
 }
@@ -2603,13 +2611,31 @@ __device__ __forceinline__ void period_load_tail(typename op_traits<OP, DT, V>::
     rb = ub.r;
 }
 
-// (band, chunk, outer index) of a stats or apply CTA
+// The band's first K periods kept in shared memory from the stats to the apply (plan.period_keep): after the chunk's
+// L column pairs (rounded up to 16 bytes), period j of the band at [j][thread] (and dy's K x T after, backward).
+template <class op, int V>
+__device__ __forceinline__ typename op::raw* period_kept(float2* sh_pairs, const period_geo<V>& geo) {
+    return reinterpret_cast<typename op::raw*>(sh_pairs + ((geo.L + 1) & ~1));
+}
+template <class op, int U>
+__device__ __forceinline__ void period_keep(const typename op::raw (&ra)[U], const typename op::raw (&rb)[U],
+                                            const bool (&ok)[U], typename op::raw* kept, int j, int K, int T) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (ok[u] && j + u < K) {
+            kept[(j + u) * T + threadIdx.x] = ra[u];
+            if constexpr (!op::FWD) kept[(K + j + u) * T + threadIdx.x] = rb[u];
+        }
+    }
+}
+
+// (band, chunk, outer index) of a stats or apply item
 struct period_cta {
     int band, chunk;
     long long o;
-    __device__ __forceinline__ period_cta(int bands, int chunks) {
-        band = blockIdx.x % bands;
-        const long long rest = blockIdx.x / bands;
+    __device__ __forceinline__ period_cta(long long item, int bands, int chunks) {
+        band = (int)(item % bands);
+        const long long rest = item / bands;
         chunk = (int)(rest % chunks);
         o = rest / chunks;
     }
@@ -2618,14 +2644,14 @@ struct period_cta {
 template <int OP, int DT>
 __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, const void* __restrict__ b,
                                                   float* __restrict__ ws, long long outer, int N, int inner, int bands,
-                                                  int chunks, int PB) {
+                                                  int chunks, int PB, long long item, int K) {
     constexpr int V = 16 / sizeof(typename os_elem<DT>::type), U = period_unroll(OP, DT, false);
     typedef op_traits<OP, DT, V> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
     extern __shared__ float2 sh_pairs[];
     const period_geo<V> geo(inner);
-    const period_cta c(bands, chunks);
+    const period_cta c(item, bands, chunks);
     const int t = c.chunk * geo.T + threadIdx.x;  // the thread's vector of the period
     const bool valid = t < geo.Q;
     const long long E = (long long)N * inner, full = E / V;
@@ -2644,6 +2670,7 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
         raw ra[U], rb[U];
         bool ok[U];
         period_trip<op, false, U>(ra, rb, ok, A, B, valid, k, k1, geo.Q, t, full);
+        period_keep<op, U>(ra, rb, ok, period_kept<op>(sh_pairs, geo), k - k0, K, geo.T);
         period_fold<OP, DT, U, V>(ra, rb, ok, pa, pb);
     }
     if (E % V != 0 && valid && t == full % geo.Q && full / geo.Q >= k0 && full / geo.Q < k1) {
@@ -2677,17 +2704,17 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
     for (int i = threadIdx.x; i < geo.L; i += blockDim.x) dst[i] = sh_pairs[i];
 }
 
+// The item's 32 columns (blk: outer index x column blocks), each over the bands and the chunks that hold it: lane tx
+// a column, the CTA's warps (ty of rows) down the bands, then warp 0 folds the rows' pairs in shared memory
 template <int OP, int DT>
 __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long long outer, int inner, int bands,
-                                                  int chunks) {
+                                                  int chunks, long long blk) {
     constexpr int V = 16 / sizeof(typename os_elem<DT>::type), RED = op_traits<OP, DT, V>::RED;
-    __shared__ float sh_a[PERIOD_MERGE_ROWS][32], sh_b[PERIOD_MERGE_ROWS][32];
+    __shared__ float sh_a[PERIOD_THREADS / 32][32], sh_b[PERIOD_THREADS / 32][32];
     const period_geo<V> geo(inner);
-    const int tx = threadIdx.x, ty = threadIdx.y, blocks = (inner + 31) / 32;
-    const long long o = blockIdx.x / blocks;
-    const int col = (int)(blockIdx.x % blocks) * 32 + tx;
-    os_grid_wait();  // every stats pair written (no early trigger: the apply's CTAs, placed beside the merge's, would
-                     // crowd the SMs the merge leaves free; they start as its CTAs exit)
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, rows = blockDim.x >> 5, blocks = (inner + 31) / 32;
+    const long long o = blk / blocks;
+    const int col = (int)(blk % blocks) * 32 + tx;
     const float2* pairs = reinterpret_cast<const float2*>(ws) + o * bands * chunks * geo.L;
     float pa = os_id_a<RED>(), pb = 0.0f;
     if (col < inner) {
@@ -2697,7 +2724,7 @@ __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long l
             if (lc < 0) lc += inner;
             if (lc >= geo.L) continue;
 #pragma unroll 4
-            for (int bd = ty; bd < bands; bd += PERIOD_MERGE_ROWS) {
+            for (int bd = ty; bd < bands; bd += rows) {
                 const float2 v = os_ld2_after_wait(pairs + ((long long)bd * chunks + ch) * geo.L + lc);
                 os_combine<RED>(pa, pb, v.x, v.y);
             }
@@ -2707,8 +2734,8 @@ __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long l
     sh_b[ty][tx] = pb;
     __syncthreads();
     if (ty == 0 && col < inner) {
-#pragma unroll
-        for (int r = 1; r < PERIOD_MERGE_ROWS; r++) os_combine<RED>(pa, pb, sh_a[r][tx], sh_b[r][tx]);
+#pragma unroll 1
+        for (int r = 1; r < rows; r++) os_combine<RED>(pa, pb, sh_a[r][tx], sh_b[r][tx]);
         float2* fin = reinterpret_cast<float2*>(ws) + outer * bands * chunks * geo.L;
         fin[o * inner + col] = make_float2(pa, pb);
     }
@@ -2717,13 +2744,14 @@ __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long l
 template <int OP, int DT>
 __device__ __forceinline__ void period_apply_body(const void* __restrict__ a, const void* __restrict__ b,
                                                   float* __restrict__ ws, void* __restrict__ out, long long outer,
-                                                  int N, int inner, int bands, int chunks, int PB) {
+                                                  int N, int inner, int bands, int chunks, int PB, long long item,
+                                                  int K) {
     constexpr int V = 16 / sizeof(typename os_elem<DT>::type), U = period_unroll(OP, DT, true);
     typedef op_traits<OP, DT, V> op;
     typedef typename op::elem elem;
     typedef typename op::raw raw;
     const period_geo<V> geo(inner);
-    const period_cta c(bands, chunks);
+    const period_cta c(item, bands, chunks);
     extern __shared__ float2 sh_pairs[];
     const int t = c.chunk * geo.T + threadIdx.x;
     const long long E = (long long)N * inner, full = E / V;
@@ -2732,7 +2760,6 @@ __device__ __forceinline__ void period_apply_body(const void* __restrict__ a, co
     elem* D = static_cast<elem*>(out) + c.o * E;
     const int periods = (N + geo.g - 1) / geo.g;
     const int k0 = c.band * PB, k1 = min(k0 + PB, periods);
-    os_grid_wait();  // the merge's pairs written
     // the chunk's L column pairs, each read once a CTA in order (place lc is column (e0 + lc) % inner, as the stats
     // placed them): a pair a slot read from global memory by every thread took the forward's apply on 1025 x 1001
     // bf16 to 13 us, 8 reads of the same 8 KB a thread
@@ -2776,7 +2803,19 @@ __device__ __forceinline__ void period_apply_body(const void* __restrict__ a, co
     for (int k = k0; k < k1; k += U) {
         raw ra[U], rb[U];
         bool ok[U];
-        period_trip<op, true, U>(ra, rb, ok, A, B, true, k, k1, geo.Q, t, full);
+        if (k - k0 + U <= K) {  // the trip's periods kept by the stats (the same ok as its loads)
+            const raw* kept = period_kept<op>(sh_pairs, geo);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                ok[u] = k + u < k1 && (long long)(k + u) * geo.Q + t < full;
+                if (ok[u]) {
+                    ra[u] = kept[(k - k0 + u) * geo.T + threadIdx.x];
+                    if constexpr (!op::FWD) rb[u] = kept[(K + k - k0 + u) * geo.T + threadIdx.x];
+                }
+            }
+        } else {
+            period_trip<op, true, U>(ra, rb, ok, A, B, true, k, k1, geo.Q, t, full);
+        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (ok[u]) {
@@ -2799,45 +2838,49 @@ __device__ __forceinline__ void period_apply_body(const void* __restrict__ a, co
     }
 }
 
-// The entries: stats and apply two 512-thread CTAs an SM (64 registers), the merge 1024 threads (32 x 32).
+// The three phases in one grid of resident CTAs (a cooperative launch): each CTA loops over a phase's items, then
+// waits at the grid barrier for every CTA's (the counter at ws[0]: 1 x the grid after the stats, 2 x after the merge).
+// A CTA's threads meet at __syncthreads() between items (the shared memory is the next item's). The apply's threads
+// past the period (t >= Q) return from its body only: they still reach the barrier of the next item.
 template <int OP, int DT>
-__global__ void __launch_bounds__(PERIOD_THREADS, 2)
-fwd_period_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
-    period_stats_body<fwd_op<OP>::value, DT>(a, b, ws, outer, N, (int)inner, bands, chunks, PB);
+__device__ __forceinline__ void period_body(const void* __restrict__ a, const void* __restrict__ b,
+                                            float* __restrict__ ws, void* __restrict__ out, long long outer, int N,
+                                            int inner, int bands, int chunks, int PB, int keep) {
+    unsigned* const bar = reinterpret_cast<unsigned*>(ws);
+    float* const w = ws + PERIOD_HEAD;
+    const long long items = outer * bands * chunks, blks = outer * ((inner + 31) / 32);
+    const int K = items <= gridDim.x ? keep : 0;  // a CTA's one item kept from its stats to its apply
+#pragma unroll 1
+    for (long long it = blockIdx.x; it < items; it += gridDim.x) {
+        period_stats_body<OP, DT>(a, b, w, outer, N, inner, bands, chunks, PB, it, K);
+        __syncthreads();
+    }
+    os_grid_barrier(bar, gridDim.x);
+#pragma unroll 1
+    for (long long bk = blockIdx.x; bk < blks; bk += gridDim.x) {
+        period_merge_body<OP, DT>(w, outer, inner, bands, chunks, bk);
+        __syncthreads();
+    }
+    os_grid_barrier(bar, 2 * gridDim.x);
+#pragma unroll 1
+    for (long long it = blockIdx.x; it < items; it += gridDim.x) {
+        period_apply_body<OP, DT>(a, b, w, out, outer, N, inner, bands, chunks, PB, it, K);
+        __syncthreads();
+    }
+}
+
+// The entries: 512-thread CTAs, one an SM (plan.py's grid; 128 registers: at 64, two an SM, the loops over items
+// spilled 8-48 bytes in 8 of the 12 instantiations)
+template <int OP, int DT>
+__global__ void __launch_bounds__(PERIOD_THREADS, 1)
+fwd_period(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+           long long outer, int N, long long inner, int bands, int chunks, int PB, int keep) {
+    period_body<fwd_op<OP>::value, DT>(a, b, ws, out, outer, N, (int)inner, bands, chunks, PB, keep);
 }
 
 template <int OP, int DT>
-__global__ void __launch_bounds__(PERIOD_THREADS, 2)
-bwd_period_stats(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
-    period_stats_body<bwd_op<OP>::value, DT>(a, b, ws, outer, N, (int)inner, bands, chunks, PB);
-}
-
-template <int OP, int DT>
-__global__ void __launch_bounds__(32 * PERIOD_MERGE_ROWS)
-fwd_period_merge(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
-    period_merge_body<fwd_op<OP>::value, DT>(ws, outer, (int)inner, bands, chunks);
-}
-
-template <int OP, int DT>
-__global__ void __launch_bounds__(32 * PERIOD_MERGE_ROWS)
-bwd_period_merge(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
-    period_merge_body<bwd_op<OP>::value, DT>(ws, outer, (int)inner, bands, chunks);
-}
-
-template <int OP, int DT>
-__global__ void __launch_bounds__(PERIOD_THREADS, 2)
-fwd_period_apply(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
-    period_apply_body<fwd_op<OP>::value, DT>(a, b, ws, out, outer, N, (int)inner, bands, chunks, PB);
-}
-
-template <int OP, int DT>
-__global__ void __launch_bounds__(PERIOD_THREADS, 2)
-bwd_period_apply(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
-                 long long outer, int N, long long inner, int bands, int chunks, int PB) {
-    period_apply_body<bwd_op<OP>::value, DT>(a, b, ws, out, outer, N, (int)inner, bands, chunks, PB);
+__global__ void __launch_bounds__(PERIOD_THREADS, 1)
+bwd_period(const void* __restrict__ a, const void* __restrict__ b, float* __restrict__ ws, void* __restrict__ out,
+           long long outer, int N, long long inner, int bands, int chunks, int PB, int keep) {
+    period_body<bwd_op<OP>::value, DT>(a, b, ws, out, outer, N, (int)inner, bands, chunks, PB, keep);
 }
