@@ -723,14 +723,16 @@ def period_bands(M: int, chunks: int, periods: int, sms: int) -> tuple[int, int]
     return cdiv(periods, PB), PB
 
 
-def period_keep(op: str, M: int, bands: int, chunks: int, T: int, L: int, PB: int, sms: int) -> int:
-    """Periods of a band the period kernel keeps in shared memory from its stats to its apply (read once from
-    DRAM instead of again from L2): where every CTA has one item (M x bands x chunks at most the grid), as many of
-    its PB as PERIOD_SMEM holds beside the column pairs, a multiple of 4 (the kernel's accesses a trip divide it)."""
+def period_keep(op: str, M: int, bands: int, chunks: int, T: int, L: int, PB: int, sms: int) -> tuple[int, int]:
+    """(keep, dynamic shared memory bytes) of the period kernel: the periods of a band it keeps in shared memory from
+    its stats to its apply (read once from DRAM instead of again from L2), after the chunk's L column pairs (8 bytes
+    each; rounded up to 16 bytes before kept periods). Where every CTA has one item (M x bands x chunks at most the
+    grid), as many of its PB as PERIOD_SMEM holds, a multiple of 4 (the kernel's accesses a trip divide it)."""
     if M * bands * chunks > sms:
-        return 0
-    per = T * 16 * (2 if op.endswith("_backward") else 1)  # a period's 16-byte vectors: x, or y and dy
-    return min(cdiv(PB, 4) * 4, (PERIOD_SMEM - 8 * (L + L % 2)) // per // 4 * 4)
+        return 0, 8 * L
+    pairs, per = 8 * (L + L % 2), T * 16 * (2 if op.endswith("_backward") else 1)  # a period: x, or y and dy
+    keep = min(cdiv(PB, 4) * 4, (PERIOD_SMEM - pairs) // per // 4 * 4)
+    return keep, (pairs + keep * per if keep else 8 * L)
 
 
 def period_possible(dtype, vec: bool, M: int, N: int, inner: int) -> bool:
@@ -1087,8 +1089,7 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
                                   f">= {PERIOD_MIN_INNER} (M = {M}, N = {N}, inner = {inner}, aligned: {vec})")
             _, _, T, chunks, L, periods = period_geometry(dtype, N, inner)
             bands, PB = period_bands(M, chunks, periods, sms)
-            keep = period_keep(op, M, bands, chunks, T, L, PB, sms)
-            smem = 8 * L if not keep else 8 * (L + L % 2) + keep * T * 16 * (2 if op.endswith("_backward") else 1)
+            keep, smem = period_keep(op, M, bands, chunks, T, L, PB, sms)
             # a cooperative launch: a CTA an SM at most (its launch bound), its CTAs looping over the items
             launches = (_launch(M, f"{pre}_period<{o},{dt}>", (bands * chunks, 1, sms), (T,), smem=smem,
                                 sig="period"),)
