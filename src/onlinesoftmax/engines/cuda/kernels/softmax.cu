@@ -2551,8 +2551,14 @@ template <int V> struct period_geo {
     }
 };
 
-// The thread's vector t of periods k .. k + U - 1 read (ok[u]: a valid thread, inside its band (k1) and the slab's
-// whole vectors); LAST: the inputs' last read (the apply's, evict-first)
+// Whether vector vi of the slab, the thread's in period k, is read: a valid thread, inside its band (k1) and the
+// slab's whole vectors
+__device__ __forceinline__ bool period_in(bool valid, int k, int k1, long long vi, long long full) {
+    return valid && k < k1 && vi < full;
+}
+
+// The thread's vector t of periods k .. k + U - 1 read (ok[u]: period_in); LAST: the inputs' last read (the apply's,
+// evict-first)
 template <class op, bool LAST, int U>
 __device__ __forceinline__ void period_trip(typename op::raw (&ra)[U], typename op::raw (&rb)[U], bool (&ok)[U],
                                             const typename op::elem* A, const typename op::elem* B, bool valid, int k,
@@ -2560,7 +2566,7 @@ __device__ __forceinline__ void period_trip(typename op::raw (&ra)[U], typename 
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const long long vi = (long long)(k + u) * Q + t;
-        ok[u] = valid && k + u < k1 && vi < full;
+        ok[u] = period_in(valid, k + u, k1, vi, full);
         if (ok[u]) op::template load<LAST>(ra[u], rb[u], A, B, vi);
     }
 }
@@ -2617,6 +2623,7 @@ template <class op, int V>
 __device__ __forceinline__ typename op::raw* period_kept(float2* sh_pairs, const period_geo<V>& geo) {
     return reinterpret_cast<typename op::raw*>(sh_pairs + ((geo.L + 1) & ~1));
 }
+// The stats' trip of periods j .. j + U - 1 of the band into the kept ones (those read, below K) ...
 template <class op, int U>
 __device__ __forceinline__ void period_keep(const typename op::raw (&ra)[U], const typename op::raw (&rb)[U],
                                             const bool (&ok)[U], typename op::raw* kept, int j, int K, int T) {
@@ -2625,6 +2632,18 @@ __device__ __forceinline__ void period_keep(const typename op::raw (&ra)[U], con
         if (ok[u] && j + u < K) {
             kept[(j + u) * T + threadIdx.x] = ra[u];
             if constexpr (!op::FWD) kept[(K + j + u) * T + threadIdx.x] = rb[u];
+        }
+    }
+}
+// ... and the apply's trip read back from them (every period of the trip below K: those read, ok[u])
+template <class op, int U>
+__device__ __forceinline__ void period_unkeep(typename op::raw (&ra)[U], typename op::raw (&rb)[U],
+                                              const bool (&ok)[U], const typename op::raw* kept, int j, int K, int T) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (ok[u]) {
+            ra[u] = kept[(j + u) * T + threadIdx.x];
+            if constexpr (!op::FWD) rb[u] = kept[(K + j + u) * T + threadIdx.x];
         }
     }
 }
@@ -2804,15 +2823,9 @@ __device__ __forceinline__ void period_apply_body(const void* __restrict__ a, co
         raw ra[U], rb[U];
         bool ok[U];
         if (k - k0 + U <= K) {  // the trip's periods kept by the stats (the same ok as its loads)
-            const raw* kept = period_kept<op>(sh_pairs, geo);
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                ok[u] = k + u < k1 && (long long)(k + u) * geo.Q + t < full;
-                if (ok[u]) {
-                    ra[u] = kept[(k - k0 + u) * geo.T + threadIdx.x];
-                    if constexpr (!op::FWD) rb[u] = kept[(K + k - k0 + u) * geo.T + threadIdx.x];
-                }
-            }
+            for (int u = 0; u < U; u++) ok[u] = period_in(true, k + u, k1, (long long)(k + u) * geo.Q + t, full);
+            period_unkeep<op, U>(ra, rb, ok, period_kept<op>(sh_pairs, geo), k - k0, K, geo.T);
         } else {
             period_trip<op, true, U>(ra, rb, ok, A, B, true, k, k1, geo.Q, t, full);
         }
