@@ -8,6 +8,7 @@
 #         CSV per dtype, DTYPES) | shapes [sweep args] (the production GPU tests, then grid) | triton (issue 12: the Triton
 #         backend's pending checks, PARTS)
 #         | groups NAME GROUP... (the GPU tests of each GROUP, "file -k 'expr'", a pytest process each: run_groups)
+#         | checks NAME GROUP... (the same beside compute-sanitizer: TOOLS, SANITIZE_ARGS)
 #         | layouts-ab (benchmarks/layout_regimes.py a shape at a time, source trees interleaved: TREES, SHAPES)
 #         | any CLI command
 set -uo pipefail
@@ -236,6 +237,18 @@ case "$stage" in
   groups)  # groups NAME GROUP...: the pytest groups given, as the tests stage runs its own
     name=$1; shift
     run_groups "$name" "$@"
+    ;;
+  checks)  # checks NAME GROUP...: those groups beside benchmarks/sanitize.sh (TOOLS, default memcheck racecheck
+    # synccheck; SANITIZE_ARGS, e.g. "--regime period"; SANITIZE_TIMEOUT, 200 s) on the same GPU; the sanitizer's
+    # summary kept as $OUT/sanitize-summary.txt, its logs dropped (sessions 78-82 wrote this in each run script)
+    name=$1; shift
+    ( OUT="$OUT" TOOLS="${TOOLS:-memcheck racecheck synccheck}" timeout "${SANITIZE_TIMEOUT:-200}" \
+        bash benchmarks/sanitize.sh ${SANITIZE_ARGS:-} >"$OUT/sanitize.txt" 2>&1 ) &
+    run_groups "$name" "$@"
+    wait
+    cp "$OUT/sanitize/summary.txt" "$OUT/sanitize-summary.txt" 2>/dev/null \
+      || echo "no sanitizer summary" >"$OUT/sanitize-summary.txt"
+    rm -rf "${OUT:?}/sanitize" "$OUT/sanitize.txt"
     ;;
   layouts-ab)  # the A/B of a layouts kernel (bands, strided, columns, chan) change, alone on the GPU: for each of SHAPES
     # (';' between layout_regimes.py's shape args, e.g. "8192 8192 --dim 0;8 1000 64 64 --dim 1") each of TREES
