@@ -2519,8 +2519,8 @@ bwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __r
 //   stats  an item (band, chunk, outer index): chunk = T consecutive vectors of the period, band = PB periods; the
 //          pairs of its slots folded down its periods, a column's slots merged in shared memory (a pass per
 //          row-in-period the chunk spans, each slot's place unique within its pass), L pairs to the workspace
-//   merge  an item (32 columns, outer index), the CTA's warps over the bands: each column's pairs over the bands and
-//          the chunks that hold it, to `fin`
+//   merge  an item (PERIOD_MCOLS columns, outer index), the CTA's threads over the bands: each column's pairs over
+//          the bands and the chunks that hold it, to `fin`
 //   apply  the stats' items: its slots' column pairs from fin, the band re-read and its outputs written
 // Where each CTA has one item, the stats keep the band's first K periods (plan.period_keep: as many as 200 KB of
 // shared memory holds) for the apply, which re-reads only the rest (from L2, where half of it missed: ncu, session
@@ -2699,21 +2699,35 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
         period_fold<OP, DT, 1, V>(ra, rb, ok, pa, pb);
     }
     // the chunk's slots column by column: chunk element el is column (chunk * T * V + el) % inner, at place el % inner
-    // of pass el / inner (a place once a pass)
-    for (int i = threadIdx.x; i < geo.L; i += blockDim.x) sh_pairs[i] = make_float2(os_id_a<op::RED>(), 0.0f);
-    __syncthreads();
+    // of pass el / inner (a place once a pass). A thread's V elements lie in passes p0 and p0 + 1 (inner >= V), those
+    // below cut in p0. Pass 0 stores its places, [0, min(span, inner)); those no slot reaches, [span, L) of a short last
+    // chunk, take the identity. A thread takes its slots from j = rot on: the 16 lanes of a half-warp (one shared
+    // memory wavefront of float2s) on 16 distinct places mod 16, where in order they fell on 16 / V (8-way: V of them
+    // 16 x 8 bytes apart) and the 16-bit forward's passes took 4 of its 11 us of stats (session 81's stamps).
     const int el0 = threadIdx.x * V, span = min(geo.T, geo.Q - c.chunk * geo.T) * V;
-    const int passes = (span + inner - 1) / inner;
+    const int passes = (span + inner - 1) / inner, p0 = el0 / inner, cut = (p0 + 1) * inner - el0;
+    const int rot = (threadIdx.x & 15) / (16 / V);
+    for (int i = span + threadIdx.x; i < geo.L; i += blockDim.x) sh_pairs[i] = make_float2(os_id_a<op::RED>(), 0.0f);
 #pragma unroll 1
     for (int p = 0; p < passes; p++) {
-        if (valid) {
+        if (valid && (p == p0 || p == p0 + 1)) {
 #pragma unroll
-            for (int j = 0; j < V; j++) {
-                const int el = el0 + j;
-                if (el / inner == p) {
-                    float2 s = sh_pairs[el - p * inner];
-                    os_combine<op::RED>(s.x, s.y, pa[j], pb[j]);
-                    sh_pairs[el - p * inner] = s;
+            for (int u = 0; u < V; u++) {
+                const int j = (u + rot) & (V - 1);
+                float2 own = make_float2(pa[0], pb[0]);
+#pragma unroll
+                for (int i = 1; i < V; i++) {
+                    if (j == i) own = make_float2(pa[i], pb[i]);
+                }
+                if ((j < cut) == (p == p0)) {
+                    const int at = el0 + j - p * inner;
+                    if (p == 0) {
+                        sh_pairs[at] = own;
+                    } else {
+                        float2 s = sh_pairs[at];
+                        os_combine<op::RED>(s.x, s.y, own.x, own.y);
+                        sh_pairs[at] = s;
+                    }
                 }
             }
         }
@@ -2723,39 +2737,54 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
     for (int i = threadIdx.x; i < geo.L; i += blockDim.x) dst[i] = sh_pairs[i];
 }
 
-// The item's 32 columns (blk: outer index x column blocks), each over the bands and the chunks that hold it: lane tx
-// a column, the CTA's warps (ty of rows) down the bands, then warp 0 folds the rows' pairs in shared memory
+// The item's PERIOD_MCOLS columns (blk: outer index x column blocks), each over the bands and the chunks that hold it:
+// thread (ty, tx) column tx of parts ty, ty + R, ... (part q: band q / chunks, chunk q % chunks; R rows of the CTA's T
+// threads), a batch of loads in flight at once, then the R rows folded as a tree in shared memory. (32 columns an item, a warp a band at a time
+// with a load and a fold in turn, took 4 us at 4097 x 1001: 32 CTAs of 132 at work, nine L2 trips each; session 81.)
+enum { PERIOD_MCOLS = 8 };
 template <int OP, int DT>
 __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long long outer, int inner, int bands,
                                                   int chunks, long long blk) {
     constexpr int V = 16 / sizeof(typename os_elem<DT>::type), RED = op_traits<OP, DT, V>::RED;
-    __shared__ float sh_a[PERIOD_THREADS / 32][32], sh_b[PERIOD_THREADS / 32][32];
+    constexpr int B = 4;
+    __shared__ float2 sh[PERIOD_THREADS / PERIOD_MCOLS][PERIOD_MCOLS];
     const period_geo<V> geo(inner);
-    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, rows = blockDim.x >> 5, blocks = (inner + 31) / 32;
+    const int tx = threadIdx.x % PERIOD_MCOLS, ty = threadIdx.x / PERIOD_MCOLS, R = blockDim.x / PERIOD_MCOLS;
+    const int blocks = (inner + PERIOD_MCOLS - 1) / PERIOD_MCOLS, parts = bands * chunks;
     const long long o = blk / blocks;
-    const int col = (int)(blk % blocks) * 32 + tx;
-    const float2* pairs = reinterpret_cast<const float2*>(ws) + o * bands * chunks * geo.L;
+    const int col = (int)(blk % blocks) * PERIOD_MCOLS + tx;
+    const float2* pairs = reinterpret_cast<const float2*>(ws) + o * parts * geo.L;
     float pa = os_id_a<RED>(), pb = 0.0f;
-    if (col < inner) {
 #pragma unroll 1
-        for (int ch = 0; ch < chunks; ch++) {
-            int lc = col - (int)((long long)ch * geo.T * V % inner);  // the column's place in the chunk's pairs
+    for (int q0 = ty; col < inner && q0 < parts; q0 += B * R) {
+        float2 v[B];
+        bool ok[B];
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            const int q = q0 + u * R;
+            int lc = col - (int)((long long)(q % chunks) * geo.T * V % inner);  // the column's place in the pairs
             if (lc < 0) lc += inner;
-            if (lc >= geo.L) continue;
-#pragma unroll 4
-            for (int bd = ty; bd < bands; bd += rows) {
-                const float2 v = os_ld2_after_wait(pairs + ((long long)bd * chunks + ch) * geo.L + lc);
-                os_combine<RED>(pa, pb, v.x, v.y);
-            }
+            ok[u] = q < parts && lc < geo.L;
+            if (ok[u]) v[u] = os_ld2_after_wait(pairs + (long long)q * geo.L + lc);
+        }
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            if (ok[u]) os_combine<RED>(pa, pb, v[u].x, v[u].y);
         }
     }
-    sh_a[ty][tx] = pa;
-    sh_b[ty][tx] = pb;
+    sh[ty][tx] = make_float2(pa, pb);
     __syncthreads();
+#pragma unroll
+    for (int h = PERIOD_THREADS / PERIOD_MCOLS / 2; h > 0; h /= 2) {  // rows [h, min(2h, R)) onto [0, R - h)
+        if (ty < h && ty + h < R) {
+            const float2 w = sh[ty + h][tx];
+            os_combine<RED>(pa, pb, w.x, w.y);
+            sh[ty][tx] = make_float2(pa, pb);
+        }
+        __syncthreads();
+    }
     if (ty == 0 && col < inner) {
-#pragma unroll 1
-        for (int r = 1; r < rows; r++) os_combine<RED>(pa, pb, sh_a[r][tx], sh_b[r][tx]);
-        float2* fin = reinterpret_cast<float2*>(ws) + outer * bands * chunks * geo.L;
+        float2* fin = reinterpret_cast<float2*>(ws) + outer * parts * geo.L;
         fin[o * inner + col] = make_float2(pa, pb);
     }
 }
@@ -2861,7 +2890,7 @@ __device__ __forceinline__ void period_body(const void* __restrict__ a, const vo
                                             int inner, int bands, int chunks, int PB, int keep) {
     unsigned* const bar = reinterpret_cast<unsigned*>(ws);
     float* const w = ws + PERIOD_HEAD;
-    const long long items = outer * bands * chunks, blks = outer * ((inner + 31) / 32);
+    const long long items = outer * bands * chunks, blks = outer * ((inner + PERIOD_MCOLS - 1) / PERIOD_MCOLS);
     const int K = items <= gridDim.x ? keep : 0;  // a CTA's one item kept from its stats to its apply
 #pragma unroll 1
     for (long long it = blockIdx.x; it < items; it += gridDim.x) {
