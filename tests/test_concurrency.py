@@ -534,8 +534,9 @@ def test_bands_entries_bind_both_kernels(monkeypatch):
 def test_period_entry_binds_one_cooperative_launch(monkeypatch):
     """The period regime's one kernel (stats, merge and apply, grid barriers between them) bound as a cooperative
     launch (every CTA resident, or the launch fails), not a programmatic one, with (outer, N, inner, bands, chunks,
-    periods a band) after its four pointers (a, b, workspace, out); the workspace holds the barrier's counter (zeroed
-    before the launch), the stats' pairs and the merge's column pairs (plan.period_workspace)."""
+    periods a band) after its four pointers (a, b, workspace, out); the workspace holds the stats' pairs and the
+    merge's column pairs (plan.period_workspace), nothing of it zeroed: no memset before the launch (the grid
+    barriers are the driver's)."""
     bound = _binds(monkeypatch)
     p = P.plan(1, 4097, torch.float32, "softmax", inner=1001, layout="strided", sms=SMS)
     assert p.regime == "period" and p.kernels == ("fwd_period<0,0>",)
@@ -545,15 +546,15 @@ def test_period_entry_binds_one_cooperative_launch(monkeypatch):
     zeroed = []
     monkeypatch.setattr(E, "memset32", lambda device, ptr, value, count: zeroed.append((ptr, value, count)))
     e = E._Entry(p, 0, False, (0,), 0)
-    e(11, 0, 33, torch.empty(0))  # the call: the workspace's counter zeroed, then the kernel on (a, b, ws, out)
+    e(11, 0, 33, torch.empty(0))  # the call: the kernel on (a, b, ws, out) and nothing before it
     (name, grid, (a, b, ws, out)), = bound.launched
     assert (name, grid, a, b, out) == (p.kernels[0], p.launches[0].grid, 11, 0, 33)
-    assert zeroed == [(ws, 0, P.PERIOD_HEAD)]
+    assert zeroed == [] and ws != 0
     g, Q, T, chunks, L, periods = P.period_geometry(torch.float32, 4097, 1001)
     assert (g, Q, T, chunks, L, periods) == (4, 1001, 512, 2, 1001, 1025) and p.strips == chunks
     assert p.parts * p.chunk >= periods > (p.parts - 1) * p.chunk  # every period in one band
-    assert p.workspace == P.PERIOD_HEAD + 2 * (p.parts * chunks * L + 1001)
-    assert p.workspace_for(1) == (p.workspace, P.PERIOD_HEAD)
+    assert p.workspace == 2 * (p.parts * chunks * L + 1001)
+    assert p.workspace_for(1) == (p.workspace, 0)
 
 
 def test_group_entries_bind_the_plans_wait(monkeypatch):

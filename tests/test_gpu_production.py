@@ -30,6 +30,7 @@ from onlinesoftmax.harness.check import check_variant, compare_to_reference, run
 from onlinesoftmax.harness.runs import dtype_name  # noqa: E402
 from onlinesoftmax.harness.inputs import kinds_for, make_inputs, out_shape  # noqa: E402
 from onlinesoftmax.runtime import nvrtc  # noqa: E402
+from onlinesoftmax.runtime.bounded import BoundedCache  # noqa: E402
 from onlinesoftmax import opdefs  # noqa: E402
 from onlinesoftmax.engines.cuda import plan as P  # noqa: E402
 from onlinesoftmax.engines.cuda import run as E  # noqa: E402
@@ -440,18 +441,22 @@ def test_period_layouts(dtype):
     assert not failures, "\n".join(failures)
 
 
-def _period_without_barriers(self, M, a, b, out, x):
-    """Known wrong (E._Entry._grouped for the period kernel, its barrier's counter not zeroed but set past both
-    barriers' targets, the rest of the workspace NaN): no CTA waits, so merges and applies read pairs not yet
-    written."""
+def _period_without_waits(self, M, a, b, out, x):
+    """Known wrong (E._Entry._grouped, for the kernel test_check_catches_period_without_barriers builds): the period
+    call on a NaN workspace."""
     ws = torch.full((self.plan.workspace_for(M)[0],), float("nan"), device=x.device)
-    ws[:P.PERIOD_HEAD].view(torch.int32).fill_(1 << 30)
     self.calls[0].rows(P.grid_for(M, self.pers[0]), M, a, b, ws.data_ptr(), out)
 
 
 def test_check_catches_period_without_barriers(monkeypatch):
-    """Known wrong: a period call whose grid barriers do not wait leaves the outputs wrong, and the check says so."""
-    monkeypatch.setattr(E._Entry, "_grouped", _period_without_barriers)
+    """Known wrong: the period kernel built with OS_GRID_SYNC_NO_WAIT (its grid barriers arrive but do not wait), on
+    a NaN workspace: merges and applies read pairs not yet written, the outputs are wrong, and the check says so."""
+    no_wait = nvrtc.CompileOptions(defines=("OS_GRID_SYNC_NO_WAIT",))
+    monkeypatch.setattr(K, "module", lambda kernel, arch=K.DEFAULT_ARCH: nvrtc.compile_source(
+        K.FILE, [kernel], arch=arch, options=no_wait, package=K.SOURCES))
+    monkeypatch.setattr(K, "_kernels", BoundedCache(16))
+    monkeypatch.setattr(E, "_entries", BoundedCache(16))
+    monkeypatch.setattr(E._Entry, "_grouped", _period_without_waits)
     x = torch.randn(1537, 333, device="cuda")
     out = torch.zeros_like(x)
     E.run_regime("softmax", (x,), out, 0, "period")
@@ -685,8 +690,8 @@ def test_split_group_and_period_regimes_in_a_cuda_graph(monkeypatch):
     launches (the second a programmatic one, which starts while the first runs), one row (plan.few_rows_split) and in
     waves (32 rows of 1000007 fp32, groups off: four waves reusing the workspace, from the graph's pool); the group's
     zeroed workspace (a memset node: the tickets and counters start from zero on every replay) and launch (32 rows of
-    1000003 fp32, plan.GROUP_AUTOMATIC); the period kernel's cooperative launch and its barrier's zeroed counter (dim
-    0 of 4097 x 1001 fp32), forward and backward; NaN-poisoned outputs against float64 on every replay."""
+    1000003 fp32, plan.GROUP_AUTOMATIC); the period kernel's cooperative launch alone (the driver's grid barrier, nothing
+    zeroed: dim 0 of 4097 x 1001 fp32), forward and backward; NaN-poisoned outputs against float64 on every replay."""
     g = torch.Generator(device="cuda").manual_seed(13)
     failures = []
     for M, N, dtype, regime in ((1, 262144, torch.bfloat16, "split"), (32, 1000003, torch.float32, "group"),

@@ -143,7 +143,6 @@ BANDS_SMEM_WORDS = 96  # bands: the most 32-bit words of data a thread stages in
 BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every access its own 64-bit address)
 BANDS_FEW_STRIPS_BYTES = 128 << 10  # bands: the few-strips rule's least input bytes of a strided CTA's strip
 PERIOD_THREADS = 512  # period: the CTAs' most threads (softmax.cu's enum; launch bound 1 an SM)
-PERIOD_HEAD = 4  # period: the workspace's first words (the grid barrier's counter; softmax.cu's enum), zeroed
 PERIOD_MIN_INNER = 64  # period: the narrowest inner (a stats CTA merges its slots in a pass per inner elements)
 PERIOD_SMEM = 200 << 10  # period: the most dynamic shared memory a CTA takes (column pairs, kept periods)
 PERIOD_MIN_BYTES = 6 << 20  # period: the least slab (one input's N x inner) automatic plans give it (period_preferred)
@@ -758,10 +757,10 @@ def period_preferred(dtype, W: int, vec: bool, M: int, N: int, inner: int) -> bo
 
 
 def period_workspace(dtype, M: int, N: int, inner: int, bands: int) -> int:
-    """fp32 words of a period call's workspace: PERIOD_HEAD (the barrier's counter), the stats' pairs (M x bands x
-    chunks x L), then each column's (M x inner, the merge's)."""
+    """fp32 words of a period call's workspace: the stats' pairs (M x bands x chunks x L), then each column's (M x
+    inner, the merge's). Nothing of it is zeroed: the grid barriers are the driver's (softmax.cu's os_grid_sync)."""
     _, _, _, chunks, L, _ = period_geometry(dtype, N, inner)
-    return PERIOD_HEAD + 2 * M * (bands * chunks * L + inner)
+    return 2 * M * (bands * chunks * L + inner)
 
 
 def columns_slots(op: str, dtype, W: int) -> int:
@@ -951,14 +950,14 @@ class Plan:
     def workspace_for(self, M: int) -> tuple[int, int]:
         """(fp32 words, the first of them zeroed before the launch) of a call's workspace for M rows (outer indices):
         split, 2 a chunk of a wave's rows, none zeroed; group, group_workspace, all zeroed; bands, bands_workspace;
-        period, period_workspace, its barrier's counter zeroed."""
+        period, period_workspace, none zeroed."""
         if self.regime == "group":
             n = group_workspace(M, self.parts)
             return n, n
         if self.regime == "bands":
             return bands_workspace(M * self.strips, self.parts, self.launches[0].block[0] * self.W)
         if self.regime == "period":
-            return period_workspace(self.dtype, M, self.N, self.inner, self.parts), PERIOD_HEAD
+            return period_workspace(self.dtype, M, self.N, self.inner, self.parts), 0
         return 2 * (self.wave or M) * self.parts, 0
 
 

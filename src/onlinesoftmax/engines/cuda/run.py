@@ -146,7 +146,7 @@ def _one_round(p: Plan, narrower, device: int) -> Plan:
     return p
 
 
-_ZEROED = ("group", "bands", "period")  # regimes with a workspace a call whose first words start zeroed (_grouped)
+_GROUPED = ("group", "bands", "period")  # regimes whose launches share a workspace a call (_grouped)
 
 
 class _Entry:
@@ -199,7 +199,7 @@ class _Entry:
             calls.append(kernel(l.kernel, device, l.block, l.smem, l.cluster).bind(l.grid, tail, pointers, pdl,
                                                                                   coop=l.sig == "period"))
         self.calls = tuple(calls)
-        if len(calls) == 1 and p.regime not in _ZEROED:
+        if len(calls) == 1 and p.regime not in _GROUPED:
             self.single = calls[0]
 
     def __call__(self, a: int, b: int, out: int, x: torch.Tensor) -> None:
@@ -221,17 +221,19 @@ class _Entry:
 
     def _with_workspace(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         regime = self.plan.regime
-        (self._grouped if regime in _ZEROED else self._split)(M, a, b, out, x)
+        (self._grouped if regime in _GROUPED else self._split)(M, a, b, out, x)
 
     def _grouped(self, M: int, a: int, b: int, out: int, x: torch.Tensor) -> None:
         # group and bands: the CTAs' ticket and each row's (strip's) arrival word, pairs and abandoned ranks
         # (Plan.workspace_for) in a workspace of this call, its counters zeroed on the current stream before the
         # launch (as the split's, from torch's caching allocator: see _split); then the kernel that writes what a
         # CTA abandoned (grp_fix, bands_fix: a programmatic launch, it starts as the first one ends). period: its
-        # grid barrier's counter, then the stats' pairs and the merge's column pairs; one cooperative launch.
+        # stats' pairs and the merge's column pairs, nothing zeroed (its grid barriers are the driver's); one
+        # cooperative launch.
         n, zeroed = self.plan.workspace_for(M)
         ws = torch.empty(n, dtype=torch.float32, device=x.device)
-        memset32(self.device, ws.data_ptr(), 0, zeroed)
+        if zeroed:
+            memset32(self.device, ws.data_ptr(), 0, zeroed)
         w = ws.data_ptr()
         for call, per in zip(self.calls, self.pers):
             call.rows(grid_for(M, per), M, a, b, w, out)

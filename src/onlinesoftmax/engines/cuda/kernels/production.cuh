@@ -506,18 +506,27 @@ __device__ __forceinline__ float2 os_ld2_after_wait(const float2* p) {
     asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
     return v;
 }
-// A grid barrier of a cooperative launch (every CTA resident at once): each CTA adds 1 to *cnt (zeroed before the
-// launch) (acq_rel) after its threads' writes, then waits until the count reaches `target` (the grid times the
-// barriers so far, this one included) with an acquire: what any CTA wrote before it is visible to every CTA after.
-__device__ __forceinline__ void os_grid_barrier(unsigned* cnt, unsigned target) {
+// A grid barrier of a cooperative launch (every CTA resident at once), on the barrier word of the workspace the
+// driver gives every cooperative launch (its address in %envreg1:%envreg2, the word after its size: the ABI of
+// cooperative_groups' grid.sync(), whose headers NVRTC does not carry). Nothing is zeroed before the launch: CTA 0
+// adds 2^31 - (grid - 1) and every other CTA 1, so the word's top bit flips once all have arrived, whatever it held;
+// each CTA's add releases its threads' writes and its wait acquires them. OS_GRID_SYNC_NO_WAIT (defined by the tests'
+// known-wrong build only) arrives without waiting.
+__device__ __forceinline__ void os_grid_sync() {
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned c;
-        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(c) : "l"(cnt) : "memory");
-        for (c += 1; c < target;) {
+        unsigned hi, lo, old, now;
+        asm("mov.u32 %0, %%envreg1;" : "=r"(hi));
+        asm("mov.u32 %0, %%envreg2;" : "=r"(lo));
+        const unsigned long long bar = ((static_cast<unsigned long long>(hi) << 32) | lo) + 4;
+        const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+        asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(bar), "r"(add) : "memory");
+#ifndef OS_GRID_SYNC_NO_WAIT
+        do {
             __nanosleep(32);
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(cnt) : "memory");
-        }
+            asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(bar) : "memory");
+        } while (((old ^ now) & 0x80000000u) == 0);
+#endif
     }
     __syncthreads();
 }

@@ -2527,11 +2527,12 @@ bwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __r
 // 80). Three launches in the first form (session 79: stats, then the merge and the apply as programmatic launches,
 // each apply re-reading its whole band) measured level with this one on an H100 before the kept periods, which took
 // fp32 3-9% lower (16-bit forward 1 us higher: the memset of the counter and the barriers; session 80).
-// Workspace (fp32, plan.period_workspace): PERIOD_HEAD words (the barrier's counter, zeroed before the launch), outer x
-// bands x chunks x L pairs, then outer x inner pairs (fin). The slab of each outer index starts on a 16-byte boundary
-// (plan: outer 1, or N x inner whole vectors); the slab's last vector, where N x inner is not whole vectors, is read
-// and written element by element.
-enum { PERIOD_THREADS = 512, PERIOD_HEAD = 4 };
+// The grid barriers are the driver's (os_grid_sync): no counter in the workspace, no memset before the launch (2.4 us
+// of the H100's 4097 x 1001 dim 0: session 81's stamps). Workspace (fp32, plan.period_workspace): outer x bands x
+// chunks x L pairs, then outer x inner pairs (fin). The slab of each outer index starts on a 16-byte boundary (plan:
+// outer 1, or N x inner whole vectors); the slab's last vector, where N x inner is not whole vectors, is read and
+// written element by element.
+enum { PERIOD_THREADS = 512 };
 
 // accesses a thread has in flight a trip: 2 for the 16-bit backward (two inputs, 8 pairs) and the fp32 backward's
 // apply, 4 otherwise (set at 64 registers in the three-launch form; 8 fp32 and 6 16-bit forward, 4 backward, in
@@ -2698,12 +2699,13 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
         period_load_tail<OP, DT, V>(ra[0], rb[0], A, B, full, (int)(E - full * V));
         period_fold<OP, DT, 1, V>(ra, rb, ok, pa, pb);
     }
-    // the chunk's slots column by column: chunk element el is column (chunk * T * V + el) % inner, at place el % inner
-    // of pass el / inner (a place once a pass). A thread's V elements lie in passes p0 and p0 + 1 (inner >= V), those
-    // below cut in p0. Pass 0 stores its places, [0, min(span, inner)); those no slot reaches, [span, L) of a short last
-    // chunk, take the identity. A thread takes its slots from j = rot on: the 16 lanes of a half-warp (one shared
-    // memory wavefront of float2s) on 16 distinct places mod 16, where in order they fell on 16 / V (8-way: V of them
-    // 16 x 8 bytes apart) and the 16-bit forward's passes took 4 of its 11 us of stats (session 81's stamps).
+    // the chunk's slots column by column: chunk element el is column (chunk * T * V + el) % inner, at place
+    // el % inner of pass el / inner (a place once a pass). A thread's V elements lie in passes p0 and p0 + 1
+    // (inner >= V), those below cut in p0. Pass 0 stores its places, [0, min(span, inner)); those no slot reaches,
+    // [span, L) of a short last chunk, take the identity. A thread takes its slots from j = rot on: the 16 lanes of a
+    // half-warp (one shared memory wavefront of float2s) on 16 distinct places mod 16, where in order they fell on
+    // 16 / V (8-way: V of them 16 x 8 bytes apart) and the 16-bit forward's passes took 4 of its 11 us of stats
+    // (session 81's stamps).
     const int el0 = threadIdx.x * V, span = min(geo.T, geo.Q - c.chunk * geo.T) * V;
     const int passes = (span + inner - 1) / inner, p0 = el0 / inner, cut = (p0 + 1) * inner - el0;
     const int rot = (threadIdx.x & 15) / (16 / V);
@@ -2739,8 +2741,9 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
 
 // The item's PERIOD_MCOLS columns (blk: outer index x column blocks), each over the bands and the chunks that hold it:
 // thread (ty, tx) column tx of parts ty, ty + R, ... (part q: band q / chunks, chunk q % chunks; R rows of the CTA's T
-// threads), a batch of loads in flight at once, then the R rows folded as a tree in shared memory. (32 columns an item, a warp a band at a time
-// with a load and a fold in turn, took 4 us at 4097 x 1001: 32 CTAs of 132 at work, nine L2 trips each; session 81.)
+// threads), a batch of loads in flight at once, then the R rows folded as a tree in shared memory. (32 columns an
+// item, a warp a band at a time with a load and a fold in turn, took 4 us at 4097 x 1001: 32 CTAs of 132 at work,
+// nine L2 trips each; session 81.)
 enum { PERIOD_MCOLS = 8 };
 template <int OP, int DT>
 __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long long outer, int inner, int bands,
@@ -2881,15 +2884,13 @@ __device__ __forceinline__ void period_apply_body(const void* __restrict__ a, co
 }
 
 // The three phases in one grid of resident CTAs (a cooperative launch): each CTA loops over a phase's items, then
-// waits at the grid barrier for every CTA's (the counter at ws[0]: 1 x the grid after the stats, 2 x after the merge).
+// waits at the grid barrier (os_grid_sync) for every CTA's.
 // A CTA's threads meet at __syncthreads() between items (the shared memory is the next item's). The apply's threads
 // past the period (t >= Q) return from its body only: they still reach the barrier of the next item.
 template <int OP, int DT>
 __device__ __forceinline__ void period_body(const void* __restrict__ a, const void* __restrict__ b,
-                                            float* __restrict__ ws, void* __restrict__ out, long long outer, int N,
+                                            float* __restrict__ w, void* __restrict__ out, long long outer, int N,
                                             int inner, int bands, int chunks, int PB, int keep) {
-    unsigned* const bar = reinterpret_cast<unsigned*>(ws);
-    float* const w = ws + PERIOD_HEAD;
     const long long items = outer * bands * chunks, blks = outer * ((inner + PERIOD_MCOLS - 1) / PERIOD_MCOLS);
     const int K = items <= gridDim.x ? keep : 0;  // a CTA's one item kept from its stats to its apply
 #pragma unroll 1
@@ -2897,13 +2898,13 @@ __device__ __forceinline__ void period_body(const void* __restrict__ a, const vo
         period_stats_body<OP, DT>(a, b, w, outer, N, inner, bands, chunks, PB, it, K);
         __syncthreads();
     }
-    os_grid_barrier(bar, gridDim.x);
+    os_grid_sync();
 #pragma unroll 1
     for (long long bk = blockIdx.x; bk < blks; bk += gridDim.x) {
         period_merge_body<OP, DT>(w, outer, inner, bands, chunks, bk);
         __syncthreads();
     }
-    os_grid_barrier(bar, 2 * gridDim.x);
+    os_grid_sync();
 #pragma unroll 1
     for (long long it = blockIdx.x; it < items; it += gridDim.x) {
         period_apply_body<OP, DT>(a, b, w, out, outer, N, inner, bands, chunks, PB, it, K);
