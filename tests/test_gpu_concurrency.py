@@ -33,7 +33,7 @@ from onlinesoftmax.engines.cuda import run as E  # noqa: E402
 from onlinesoftmax.engines.cuda import compiled as K  # noqa: E402
 
 THREADS = 8
-# per thread, mode and job: 8 x (32 x 35 jobs + 2 x 3 group jobs, FEWER) = 9008 CUDA calls per mode, 18016 on one GPU
+# per thread, mode and job: 8 x (32 x 37 jobs + 2 x 3 group jobs, FEWER) = 9520 CUDA calls per mode, 19040 on one GPU
 # (fewer for a short run on a lent GPU: ONLINESOFTMAX_STORM_ITERS)
 ITERS = int(os.environ.get("ONLINESOFTMAX_STORM_ITERS", 32))
 F32, BF16 = torch.float32, torch.bfloat16
@@ -55,8 +55,9 @@ CASES = [
     ("chan", (4, 19, 128), BF16, 1, "chan", None),
     ("chan_bands", (4, 150, 64), F32, 1, "chan", None),  # 8 threads a column, merged through shared memory
     ("transposed", (300, 64), F32, -1, "warp", "t"),
-    ("strided16B", (2, 70000, 8), F32, 1, "strided", None),
-    ("strided1", (2, 70001, 3), BF16, 1, "strided", None),
+    ("strided16B", (16, 3000, 8), F32, 1, "strided", None),
+    ("bands16B", (2, 70000, 8), F32, 1, "bands", None),  # strided until the bands regime took it (session 82 saw)
+    ("strided1_long", (2, 70001, 3), BF16, 1, "strided", None),
 ]
 # backward through autograd: (name, shape, dtype, dim, regime of the backward plan)
 BACKWARD = [
