@@ -690,8 +690,9 @@ def test_split_group_and_period_regimes_in_a_cuda_graph(monkeypatch):
     launches (the second a programmatic one, which starts while the first runs), one row (plan.few_rows_split) and in
     waves (32 rows of 1000007 fp32, groups off: four waves reusing the workspace, from the graph's pool); the group's
     zeroed workspace (a memset node: the tickets and counters start from zero on every replay) and launch (32 rows of
-    1000003 fp32, plan.GROUP_AUTOMATIC); the period kernel's cooperative launch alone (the driver's grid barrier, nothing
-    zeroed: dim 0 of 4097 x 1001 fp32), forward and backward; NaN-poisoned outputs against float64 on every replay."""
+    1000003 fp32, plan.GROUP_AUTOMATIC); the period kernel's cooperative launch alone (the driver's grid barrier,
+    nothing zeroed: dim 0 of 4097 x 1001 fp32), forward and backward; NaN-poisoned outputs against float64 on every
+    replay."""
     g = torch.Generator(device="cuda").manual_seed(13)
     failures = []
     for M, N, dtype, regime in ((1, 262144, torch.bfloat16, "split"), (32, 1000003, torch.float32, "group"),

@@ -2704,8 +2704,9 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
     // (inner >= V), those below cut in p0. Pass 0 stores its places, [0, min(span, inner)); those no slot reaches,
     // [span, L) of a short last chunk, take the identity. A thread takes its slots from j = rot on: the 16 lanes of a
     // half-warp (one shared memory wavefront of float2s) on 16 distinct places mod 16, where in order they fell on
-    // 16 / V (8-way: V of them 16 x 8 bytes apart) and the 16-bit forward's passes took 4 of its 11 us of stats
-    // (session 81's stamps).
+    // 16 / V (8-way: V of them 16 x 8 bytes apart). Session 81's stamps put thread 0's loads' end to the pairs'
+    // at 4.1 us of the 16-bit forward's 11 us of stats before the rotation, 3.7 after: a span that also holds the
+    // wait at the first pass's barrier for the CTA's slowest warp (docs/tuning.md).
     const int el0 = threadIdx.x * V, span = min(geo.T, geo.Q - c.chunk * geo.T) * V;
     const int passes = (span + inner - 1) / inner, p0 = el0 / inner, cut = (p0 + 1) * inner - el0;
     const int rot = (threadIdx.x & 15) / (16 / V);
