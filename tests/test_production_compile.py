@@ -85,7 +85,7 @@ def test_occupancy_targets(inst, report):
     (16-bit data 6: backward, and forward up to 12 slots a lane), row kernels 1024 threads/SM, or as near as whole
     CTAs get (two 512-thread CTAs per SM for the block/cluster rows), strided 2 CTAs/SM, but 1 for 16-bit
     16-byte accesses (plan.strided_ctas); dynamic + static smem of two row CTAs fits an SM, and of four flat CTAs
-    with the largest chunk the plans give."""
+    with the largest chunk the plans give; a period CTA's (PERIOD_SMEM at most) fits the 227 KB a CTA may take."""
     for k, r in report.items():
         fam = k.split("<")[0].split("_", 1)[1]
         if fam not in ("warp", "row", "grp", "cols", "strided", "chan", "flat"):  # not cross-entropy's small launches
@@ -125,6 +125,9 @@ def test_occupancy_targets(inst, report):
             dyn = P.smem_bytes("softmax_backward" if fam.startswith("bwd") else "softmax", 4, threads, sslots)
             assert 2 * (dyn + r["smem"] + 1024) <= SMEM_PER_SM, (k, dyn, r["smem"])
             checked.add((fam, sslots))
+    for k, r in report.items():  # the period kernels: PERIOD_SMEM and their static shared memory in one CTA's 227 KB
+        if "_period<" in k:
+            assert P.PERIOD_SMEM + r["smem"] <= SMEM_PER_SM - 1024, (k, r["smem"])
     most = max(P.BWD_WIDE_SLOTS.values())
     assert ("bwd_row", most) in checked and ("fwd_row", P.smem_slots("softmax", torch.bfloat16, 8)) in checked
     assert ("fwd_grp", P.smem_slots("softmax", torch.bfloat16, 8)) in checked
@@ -841,13 +844,13 @@ def test_period_rules():
     p = P.plan(1, 4097, f32, "softmax", inner=1001, layout="strided", sms=SMS)
     assert (p.parts, p.chunk) == (65, 16) and p.launches[0].grid == p.parts * p.strips <= SMS  # 1025 periods
     assert len(p.launches) == 1 and p.launches[0].block == (512,)
-    # every CTA one item: its 16 periods kept from the stats to the apply, after the column pairs (16-byte aligned)
-    assert p.keep == 16 and p.launches[0].smem == 8 * 1002 + 16 * 512 * 16
+    # every CTA one item: its 16 periods kept from the stats to the apply, after the stats' T x V pairs
+    assert p.keep == 16 and p.launches[0].smem == 8 * 512 * 4 + 16 * 512 * 16
     b = P.plan(1, 4097, f32, "softmax_backward", inner=1001, layout="strided", sms=SMS)
-    assert b.keep == 12 and b.launches[0].smem == 8 * 1002 + 12 * 512 * 16 * 2 <= P.PERIOD_SMEM  # y and dy: 12 of 16
+    assert b.keep == 12 and b.launches[0].smem == 8 * 512 * 4 + 12 * 512 * 16 * 2 <= P.PERIOD_SMEM  # y, dy: 12 of 16
     q = forced(16, 300, 2025).at(1000)  # more slabs: the same bands, the workspace of 1000, a CTA an SM at most
     assert 1000 * q.parts * q.strips > SMS and q.launches[0].grid == SMS
-    assert forced(16, 300, 2025).keep == 0 and q.launches[0].smem == 8 * 2025  # CTAs of several items keep nothing
+    assert forced(16, 300, 2025).keep == 0 and q.launches[0].smem == 8 * 512 * 4  # CTAs of several items keep nothing
     assert q.workspace == P.period_workspace(f32, 1000, 300, 2025, q.parts)
 
 

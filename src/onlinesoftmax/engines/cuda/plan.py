@@ -144,7 +144,8 @@ BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every ac
 BANDS_FEW_STRIPS_BYTES = 128 << 10  # bands: the few-strips rule's least input bytes of a strided CTA's strip
 PERIOD_THREADS = 512  # period: the CTAs' most threads (softmax.cu's enum; launch bound 1 an SM)
 PERIOD_MIN_INNER = 64  # period: the narrowest inner (a stats CTA merges its slots in a pass per inner elements)
-PERIOD_SMEM = 200 << 10  # period: the most dynamic shared memory a CTA takes (column pairs, kept periods)
+PERIOD_SMEM = 220 << 10  # period: the most dynamic shared memory a CTA takes (stats' pairs, kept periods; 227 KB less
+#                          the merge's 4 KB of static shared memory)
 PERIOD_MIN_BYTES = 6 << 20  # period: the least slab (one input's N x inner) automatic plans give it (period_preferred)
 INT_MAX = 2**31 - 1
 
@@ -722,16 +723,17 @@ def period_bands(M: int, chunks: int, periods: int, sms: int) -> tuple[int, int]
     return cdiv(periods, PB), PB
 
 
-def period_keep(op: str, M: int, bands: int, chunks: int, T: int, L: int, PB: int, sms: int) -> tuple[int, int]:
+def period_keep(op: str, M: int, bands: int, chunks: int, T: int, V: int, PB: int, sms: int) -> tuple[int, int]:
     """(keep, dynamic shared memory bytes) of the period kernel: the periods of a band it keeps in shared memory from
-    its stats to its apply (read once from DRAM instead of again from L2), after the chunk's L column pairs (8 bytes
-    each; rounded up to 16 bytes before kept periods). Where every CTA has one item (M x bands x chunks at most the
-    grid), as many of its PB as PERIOD_SMEM holds, a multiple of 4 (the kernel's accesses a trip divide it)."""
+    its stats to its apply (read once from DRAM instead of again from L2), after the stats' T x V pairs (8 bytes
+    each, merged by column from there). Where every CTA has one item (M x bands x chunks at most the grid), as many
+    of its PB as PERIOD_SMEM holds, a multiple of 4 (the kernel's accesses a trip divide it)."""
+    pairs = 8 * T * V
     if M * bands * chunks > sms:
-        return 0, 8 * L
-    pairs, per = 8 * (L + L % 2), T * 16 * (2 if op.endswith("_backward") else 1)  # a period: x, or y and dy
+        return 0, pairs
+    per = T * 16 * (2 if op.endswith("_backward") else 1)  # a period: x, or y and dy
     keep = min(cdiv(PB, 4) * 4, (PERIOD_SMEM - pairs) // per // 4 * 4)
-    return keep, (pairs + keep * per if keep else 8 * L)
+    return keep, pairs + keep * per
 
 
 def period_possible(dtype, vec: bool, M: int, N: int, inner: int) -> bool:
@@ -1086,9 +1088,9 @@ def _plan(M: int, N: int, dtype, op: str, vec: bool, window: int, inner: int, la
             if not period_possible(dtype, vec, M, N, inner):
                 raise Unsupported(f"the period kernels take 16-byte aligned slabs of N x inner < 2^31 elements, inner "
                                   f">= {PERIOD_MIN_INNER} (M = {M}, N = {N}, inner = {inner}, aligned: {vec})")
-            _, _, T, chunks, L, periods = period_geometry(dtype, N, inner)
+            _, _, T, chunks, _, periods = period_geometry(dtype, N, inner)
             bands, PB = period_bands(M, chunks, periods, sms)
-            keep, smem = period_keep(op, M, bands, chunks, T, L, PB, sms)
+            keep, smem = period_keep(op, M, bands, chunks, T, V, PB, sms)
             # a cooperative launch: a CTA an SM at most (its launch bound), its CTAs looping over the items
             launches = (_launch(M, f"{pre}_period<{o},{dt}>", (bands * chunks, 1, sms), (T,), smem=smem,
                                 sig="period"),)

@@ -2517,12 +2517,12 @@ bwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __r
 // of 32 bytes, where inner is odd). One cooperative launch (every CTA resident: plan.py gives it at most a CTA an
 // SM), its CTAs looping over the items of three phases, a grid barrier between them:
 //   stats  an item (band, chunk, outer index): chunk = T consecutive vectors of the period, band = PB periods; the
-//          pairs of its slots folded down its periods, a column's slots merged in shared memory (a pass per
-//          row-in-period the chunk spans, each slot's place unique within its pass), L pairs to the workspace
+//          pairs of its slots folded down its periods, its T x V pairs stored to shared memory and each column's
+//          merged by one thread, L pairs to the workspace
 //   merge  an item (PERIOD_MCOLS columns, outer index), the CTA's threads over the bands: each column's pairs over
 //          the bands and the chunks that hold it, to `fin`
 //   apply  the stats' items: its slots' column pairs from fin, the band re-read and its outputs written
-// Where each CTA has one item, the stats keep the band's first K periods (plan.period_keep: as many as 200 KB of
+// Where each CTA has one item, the stats keep the band's first K periods (plan.period_keep: as many as 220 KB of
 // shared memory holds) for the apply, which re-reads only the rest (from L2, where half of it missed: ncu, session
 // 80). Three launches in the first form (session 79: stats, then the merge and the apply as programmatic launches,
 // each apply re-reading its whole band) measured level with this one on an H100 before the kept periods, which took
@@ -2619,10 +2619,10 @@ __device__ __forceinline__ void period_load_tail(typename op_traits<OP, DT, V>::
 }
 
 // The band's first K periods kept in shared memory from the stats to the apply (plan.period_keep): after the chunk's
-// L column pairs (rounded up to 16 bytes), period j of the band at [j][thread] (and dy's K x T after, backward).
+// T x V pairs (the stats' merge), period j of the band at [j][thread] (and dy's K x T after, backward).
 template <class op, int V>
 __device__ __forceinline__ typename op::raw* period_kept(float2* sh_pairs, const period_geo<V>& geo) {
-    return reinterpret_cast<typename op::raw*>(sh_pairs + ((geo.L + 1) & ~1));
+    return reinterpret_cast<typename op::raw*>(sh_pairs + geo.T * V);
 }
 // The stats' trip of periods j .. j + U - 1 of the band into the kept ones (those read, below K) ...
 template <class op, int U>
@@ -2699,45 +2699,37 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
         period_load_tail<OP, DT, V>(ra[0], rb[0], A, B, full, (int)(E - full * V));
         period_fold<OP, DT, 1, V>(ra, rb, ok, pa, pb);
     }
-    // the chunk's slots column by column: chunk element el is column (chunk * T * V + el) % inner, at place
-    // el % inner of pass el / inner (a place once a pass). A thread's V elements lie in passes p0 and p0 + 1
-    // (inner >= V), those below cut in p0. Pass 0 stores its places, [0, min(span, inner)); those no slot reaches,
-    // [span, L) of a short last chunk, take the identity. A thread takes its slots from j = rot on: the 16 lanes of a
-    // half-warp (one shared memory wavefront of float2s) on 16 distinct places mod 16, where in order they fell on
-    // 16 / V (8-way: V of them 16 x 8 bytes apart). Session 81's stamps put thread 0's loads' end to the pairs'
-    // at 4.1 us of the 16-bit forward's 11 us of stats before the rotation, 3.7 after: a span that also holds the
-    // wait at the first pass's barrier for the CTA's slowest warp (docs/tuning.md).
+    // the chunk's pairs merged column by column: chunk element el (thread el / V's slot el % V) is column
+    // (chunk * T * V + el) % inner, at place el % inner. Every thread stores its V pairs at el, from slot rot on (a
+    // half-warp's 16 stores on 16 distinct banks, where in order they fell V x 8 bytes apart), and after one barrier
+    // each place's pairs, el = place + p x inner below span, are folded in order by one thread and written out;
+    // places no element reaches ([span, L) of a short last chunk) take the identity. (Session 81's form merged
+    // in place, a pass and a barrier per row of places: 3 passes in fp32 and 5 in 16-bit at inner 1001, 2.0 and
+    // 3.7 us of its stamps, taken after a barrier at the loads' end.)
     const int el0 = threadIdx.x * V, span = min(geo.T, geo.Q - c.chunk * geo.T) * V;
-    const int passes = (span + inner - 1) / inner, p0 = el0 / inner, cut = (p0 + 1) * inner - el0;
     const int rot = (threadIdx.x & 15) / (16 / V);
-    for (int i = span + threadIdx.x; i < geo.L; i += blockDim.x) sh_pairs[i] = make_float2(os_id_a<op::RED>(), 0.0f);
-#pragma unroll 1
-    for (int p = 0; p < passes; p++) {
-        if (valid && (p == p0 || p == p0 + 1)) {
+    if (valid) {
 #pragma unroll
-            for (int u = 0; u < V; u++) {
-                const int j = (u + rot) & (V - 1);
-                float2 own = make_float2(pa[0], pb[0]);
+        for (int u = 0; u < V; u++) {
+            const int j = (u + rot) & (V - 1);
+            float2 own = make_float2(pa[0], pb[0]);
 #pragma unroll
-                for (int i = 1; i < V; i++) {
-                    if (j == i) own = make_float2(pa[i], pb[i]);
-                }
-                if ((j < cut) == (p == p0)) {
-                    const int at = el0 + j - p * inner;
-                    if (p == 0) {
-                        sh_pairs[at] = own;
-                    } else {
-                        float2 s = sh_pairs[at];
-                        os_combine<op::RED>(s.x, s.y, own.x, own.y);
-                        sh_pairs[at] = s;
-                    }
-                }
+            for (int i = 1; i < V; i++) {
+                if (j == i) own = make_float2(pa[i], pb[i]);
             }
+            sh_pairs[el0 + j] = own;
         }
-        __syncthreads();
     }
+    __syncthreads();
     float2* dst = reinterpret_cast<float2*>(ws) + ((c.o * bands + c.band) * chunks + c.chunk) * geo.L;
-    for (int i = threadIdx.x; i < geo.L; i += blockDim.x) dst[i] = sh_pairs[i];
+    for (int i = threadIdx.x; i < geo.L; i += blockDim.x) {
+        float2 s = i < span ? sh_pairs[i] : make_float2(os_id_a<op::RED>(), 0.0f);
+        for (int el = i + inner; el < span; el += inner) {
+            const float2 o = sh_pairs[el];
+            os_combine<op::RED>(s.x, s.y, o.x, o.y);
+        }
+        dst[i] = s;
+    }
 }
 
 // The item's PERIOD_MCOLS columns (blk: outer index x column blocks), each over the bands and the chunks that hold it:
