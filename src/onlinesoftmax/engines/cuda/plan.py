@@ -143,7 +143,7 @@ BANDS_SMEM_WORDS = 96  # bands: the most 32-bit words of data a thread stages in
 BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every access its own 64-bit address)
 BANDS_FEW_STRIPS_BYTES = 128 << 10  # bands: the few-strips rule's least input bytes of a strided CTA's strip
 PERIOD_THREADS = 512  # period: the CTAs' most threads (softmax.cu's enum; launch bound 1 an SM)
-PERIOD_MIN_INNER = 64  # period: the narrowest inner (a stats CTA merges its slots in a pass per inner elements)
+PERIOD_MIN_INNER = 64  # period: the narrowest inner (a stats CTA folds T x V / inner of its pairs into each column)
 PERIOD_SMEM = 220 << 10  # period: the most dynamic shared memory a CTA takes (stats' pairs, kept periods; 227 KB less
 #                          the merge's 4 KB of static shared memory)
 PERIOD_MIN_BYTES = 6 << 20  # period: the least slab (one input's N x inner) automatic plans give it (period_preferred)
