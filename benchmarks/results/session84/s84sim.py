@@ -9,6 +9,16 @@ import math
 import random
 
 
+def butterflies(states, MC):
+    """os_xor_merge over lane offsets MC, 2 MC, ... below 32 (the kernel's loop): each lane's state summed with its
+    partner's, every warp of the list at once."""
+    off = MC
+    while off < 32:
+        states = [states[t] + states[t ^ off] for t in range(len(states))]
+        off *= 2
+    return states
+
+
 def merge(inner, V, T, chunks, bands, MC=8, B=4):
     assert T % 32 == 0
     L, R, parts, warps = min(inner, T * V), T // MC, bands * chunks, T // 32
@@ -27,10 +37,7 @@ def merge(inner, V, T, chunks, bands, MC=8, B=4):
                     if q < parts and lc < L:
                         acc[tid] += pairs[q][lc]
                 q0 += B * R
-        off = MC
-        while off < 32:  # xor butterflies within each warp (all 32 lanes hold a state)
-            acc = [acc[t] + acc[t ^ off] for t in range(T)]
-            off *= 2
+        acc = butterflies(acc, MC)  # within each warp (all 32 lanes hold a state)
         sh = {}
         for tid in range(T):
             w, lane = tid // 32, tid % 32
@@ -47,10 +54,7 @@ def merge(inner, V, T, chunks, bands, MC=8, B=4):
                 reads[(w, tx)] = reads.get((w, tx), 0) + 1
                 w += 32 // MC
         assert all(reads.get((w, tx)) == 1 for w in range(warps) for tx in range(MC))
-        off = MC
-        while off < 32:
-            st = [st[t] + st[t ^ off] for t in range(32)]
-            off *= 2
+        st = butterflies(st, MC)
         for tx in range(MC):
             col = blk * MC + tx
             if col < inner:
