@@ -240,8 +240,14 @@ case "$stage" in
     ;;
   checks)  # checks NAME GROUP...: those groups beside benchmarks/sanitize.sh (TOOLS, default memcheck racecheck
     # synccheck; SANITIZE_ARGS, e.g. "--regime period"; SANITIZE_TIMEOUT, 200 s) on the same GPU; the sanitizer's
-    # summary kept as $OUT/sanitize-summary.txt, its logs dropped (sessions 78-82 wrote this in each run script)
+    # summary kept as $OUT/sanitize-summary.txt, its logs dropped (sessions 78-82 wrote this in each run script).
+    # GROUP "period": the period kernel's checks (its tests, the layouts and CUDA graphs, the concurrency storm),
+    # as sessions 83-84 ran them
     name=$1; shift
+    if [ "$*" = period ]; then
+      set -- "tests/test_gpu_production.py -k 'period and not cuda_graph'" \
+        "tests/test_gpu_production.py -k 'forward_backward_layouts or cuda_graph'" "tests/test_gpu_concurrency.py"
+    fi
     ( OUT="$OUT" TOOLS="${TOOLS:-memcheck racecheck synccheck}" timeout "${SANITIZE_TIMEOUT:-200}" \
         bash benchmarks/sanitize.sh ${SANITIZE_ARGS:-} >"$OUT/sanitize.txt" 2>&1 ) &
     run_groups "$name" "$@"

@@ -28,10 +28,7 @@ SHAPE_TIMEOUT=60 AB_NAME=layouts-shfl TREES="shfl=$PWD/src=period head=$PWD/.ab/
   bash benchmarks/device.sh layouts-ab >/dev/null
 echo "A/B $SECONDS s"
 grep -E "^##|%" "$OUT"/layouts-shfl.txt | sed -E 's/\| torch.*//; s/\(err [^)]*\)//g' | cut -c1-200
-SANITIZE_ARGS="--regime period" TEST_TIMEOUT=240 bash benchmarks/device.sh checks tests \
-  "tests/test_gpu_production.py -k 'period and not cuda_graph'" \
-  "tests/test_gpu_production.py -k 'forward_backward_layouts or cuda_graph'" \
-  "tests/test_gpu_concurrency.py" >/dev/null
+SANITIZE_ARGS="--regime period" TEST_TIMEOUT=240 bash benchmarks/device.sh checks tests period >/dev/null
 echo "checks $SECONDS s" | tee -a "$OUT/tests-summary.txt"
 cat "$OUT"/tests-summary.txt "$OUT/sanitize-summary.txt" 2>/dev/null
 ONLINESOFTMAX_CACHE=/tmp/osm-cache timeout 120 python3 benchmarks/results/session81/call1-h100-period-cpa-trace/s81trace.py \
