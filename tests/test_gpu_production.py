@@ -408,7 +408,8 @@ def _forced_failures(layouts, regime: str, dtype) -> list[str]:
 def _period_layouts(dtype):
     """Non-last dims for the period kernels (forced): odd widths (a period of V rows) in one chunk and in two, inner
     even but not whole vectors (a period of 2 or 4 rows), a period of ten chunks, N below a period, N = 1, slabs
-    ending inside a vector (4097 x 1001, 1537 x 333, 999 x 70: the last one read element by element), several slabs
+    ending inside a vector (4097 x 1001, 12289 x 1001, 1537 x 333, 999 x 70: the last one read element by element;
+    12289 x 1001 keeps from 12 of its band's periods to all of them, the 16-bit forward in 224 KB), several slabs
     of whole vectors, and adversarial columns: all -inf; -inf but for one finite value in the middle; a NaN; huge
     magnitudes; an outlier."""
     g = torch.Generator(device="cuda").manual_seed(2)
@@ -424,6 +425,7 @@ def _period_layouts(dtype):
     adv[:, 9] = 1e4 * torch.sign(adv[:, 9])
     adv[128, 11] = 3e4
     return [("dim 0 of 4097 x 1001", rnd(4097, 1001), 0),
+            ("dim 0 of 12289 x 1001", rnd(12289, 1001), 0),  # kept: fp32 24 / 12 of 47, 16-bit 24 (224 KB) / 12 of 24
             ("dim 0 of 1537 x 333", rnd(1537, 333), 0),
             ("dim 0 of 999 x 70", rnd(999, 70), 0),
             ("dim 0 of 300 x 5003", rnd(300, 5003), 0),

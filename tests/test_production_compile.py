@@ -848,6 +848,10 @@ def test_period_rules():
     assert p.keep == 16 and p.launches[0].smem == 8 * 512 * 4 + 16 * 512 * 16
     b = P.plan(1, 4097, f32, "softmax_backward", inner=1001, layout="strided", sms=SMS)
     assert b.keep == 12 and b.launches[0].smem == 8 * 512 * 4 + 12 * 512 * 16 * 2 <= P.PERIOD_SMEM  # y, dy: 12 of 16
+    h = P.plan(1, 8193, bf16, "softmax_backward", inner=1001, layout="strided", sms=SMS)  # 16-bit: pairs of 8 slots
+    assert h.keep == 12 and h.launches[0].smem == 8 * 512 * 8 + 12 * 512 * 16 * 2 <= P.PERIOD_SMEM  # 12 of 16
+    f = P.plan(1, 12289, bf16, "softmax", inner=1001, layout="strided", sms=SMS)
+    assert f.keep == 24 and f.launches[0].smem == 8 * 512 * 8 + 24 * 512 * 16 <= P.PERIOD_SMEM  # 24 of 24: 224 KB
     q = forced(16, 300, 2025).at(1000)  # more slabs: the same bands, the workspace of 1000, a CTA an SM at most
     assert 1000 * q.parts * q.strips > SMS and q.launches[0].grid == SMS
     assert forced(16, 300, 2025).keep == 0 and q.launches[0].smem == 8 * 512 * 4  # CTAs of several items keep nothing

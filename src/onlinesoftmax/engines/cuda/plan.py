@@ -144,8 +144,8 @@ BANDS_SCALAR_WORDS = 16  # bands: registers of data on the scalar path (every ac
 BANDS_FEW_STRIPS_BYTES = 128 << 10  # bands: the few-strips rule's least input bytes of a strided CTA's strip
 PERIOD_THREADS = 512  # period: the CTAs' most threads (softmax.cu's enum; launch bound 1 an SM)
 PERIOD_MIN_INNER = 64  # period: the narrowest inner (a stats CTA folds T x V / inner of its pairs into each column)
-PERIOD_SMEM = 220 << 10  # period: the most dynamic shared memory a CTA takes (stats' pairs, kept periods; 227 KB less
-#                          the merge's 4 KB of static shared memory)
+PERIOD_SMEM = 227 << 10  # period: the most dynamic shared memory a CTA takes (stats' pairs, kept periods; the kernels
+#                          have no static shared memory: the merge phase folds its warps' rows in the pairs' place)
 PERIOD_MIN_BYTES = 6 << 20  # period: the least slab (one input's N x inner) automatic plans give it (period_preferred)
 INT_MAX = 2**31 - 1
 

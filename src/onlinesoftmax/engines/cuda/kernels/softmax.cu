@@ -2522,11 +2522,11 @@ bwd_bands_fix(const void* __restrict__ a, const void* __restrict__ b, float* __r
 //   merge  an item (PERIOD_MCOLS columns, outer index), the CTA's threads over the bands: each column's pairs over
 //          the bands and the chunks that hold it, to `fin`
 //   apply  the stats' items: its slots' column pairs from fin, the band re-read and its outputs written
-// Where each CTA has one item, the stats keep the band's first K periods (plan.period_keep: as many as 220 KB of
-// shared memory holds) for the apply, which re-reads only the rest (from L2, where half of it missed: ncu, session
-// 80). Three launches in the first form (session 79: stats, then the merge and the apply as programmatic launches,
-// each apply re-reading its whole band) measured level with this one on an H100 before the kept periods, which took
-// fp32 3-9% lower (16-bit forward 1 us higher: the memset of the counter and the barriers; session 80).
+// Where each CTA has one item, the stats keep the band's first K periods (plan.period_keep: as many as 227 KB of shared
+// memory holds, PERIOD_SMEM) for the apply, which re-reads only the rest (from L2, where half of it missed: ncu,
+// session 80). Three launches in the first form (session 79: stats, then the merge and the apply as programmatic
+// launches, each apply re-reading its whole band) measured level with this one on an H100 before the kept periods,
+// which took fp32 3-9% lower (16-bit forward 1 us higher: the memset of the counter and the barriers; session 80).
 // The grid barriers are the driver's (os_grid_sync): no counter in the workspace, no memset before the launch (2.4 us
 // of the H100's 4097 x 1001 dim 0: session 81's stamps). Workspace (fp32, plan.period_workspace): outer x bands x
 // chunks x L pairs, then outer x inner pairs (fin). The slab of each outer index starts on a 16-byte boundary (plan:
@@ -2734,16 +2734,17 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
 
 // The item's PERIOD_MCOLS columns (blk: outer index x column blocks), each over the bands and the chunks that hold it:
 // thread (ty, tx) column tx of parts ty, ty + R, ... (part q: band q / chunks, chunk q % chunks; R rows of the CTA's T
-// threads), a batch of loads in flight at once, then the R rows folded as a tree in shared memory. (32 columns an
-// item, a warp a band at a time with a load and a fold in turn, took 4 us at 4097 x 1001: 32 CTAs of 132 at work,
-// nine L2 trips each; session 81.)
+// threads), a batch of loads in flight at once, then the R rows folded: a warp's four by shuffles, the warps' by the
+// first warp from the stats' pairs in shared memory (T / 4 of their T x V places; one barrier where a tree of static
+// shared memory took one a level: 7 at 512 threads). (32 columns an item, a warp a band at a time with a load and a
+// fold in turn, took 4 us at 4097 x 1001: 32 CTAs of 132 at work, nine L2 trips each; session 81.)
 enum { PERIOD_MCOLS = 8 };
 template <int OP, int DT>
 __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long long outer, int inner, int bands,
                                                   int chunks, long long blk) {
     constexpr int V = 16 / sizeof(typename os_elem<DT>::type), RED = op_traits<OP, DT, V>::RED;
     constexpr int B = 4;
-    __shared__ float2 sh[PERIOD_THREADS / PERIOD_MCOLS][PERIOD_MCOLS];
+    extern __shared__ float2 sh_pairs[];  // the stats' pairs: a warp's row of columns at [warp x PERIOD_MCOLS]
     const period_geo<V> geo(inner);
     const int tx = threadIdx.x % PERIOD_MCOLS, ty = threadIdx.x / PERIOD_MCOLS, R = blockDim.x / PERIOD_MCOLS;
     const int blocks = (inner + PERIOD_MCOLS - 1) / PERIOD_MCOLS, parts = bands * chunks;
@@ -2768,18 +2769,21 @@ __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long l
             if (ok[u]) os_combine<RED>(pa, pb, v[u].x, v[u].y);
         }
     }
-    sh[ty][tx] = make_float2(pa, pb);
-    __syncthreads();
+    static_assert(32 % PERIOD_MCOLS == 0, "a warp holds whole rows of the item's columns");
 #pragma unroll
-    for (int h = PERIOD_THREADS / PERIOD_MCOLS / 2; h > 0; h /= 2) {  // rows [h, min(2h, R)) onto [0, R - h)
-        if (ty < h && ty + h < R) {
-            const float2 w = sh[ty + h][tx];
-            os_combine<RED>(pa, pb, w.x, w.y);
-            sh[ty][tx] = make_float2(pa, pb);
-        }
-        __syncthreads();
+    for (int off = PERIOD_MCOLS; off < 32; off *= 2) os_xor_merge<RED>(pa, pb, off);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane < PERIOD_MCOLS) sh_pairs[warp * PERIOD_MCOLS + lane] = make_float2(pa, pb);
+    __syncthreads();
+    if (warp != 0) return;
+    pa = os_id_a<RED>(), pb = 0.0f;
+    for (int w = lane / PERIOD_MCOLS; w < (int)blockDim.x / 32; w += 32 / PERIOD_MCOLS) {
+        const float2 s = sh_pairs[w * PERIOD_MCOLS + tx];
+        os_combine<RED>(pa, pb, s.x, s.y);
     }
-    if (ty == 0 && col < inner) {
+#pragma unroll
+    for (int off = PERIOD_MCOLS; off < 32; off *= 2) os_xor_merge<RED>(pa, pb, off);
+    if (lane < PERIOD_MCOLS && col < inner) {
         float2* fin = reinterpret_cast<float2*>(ws) + outer * parts * geo.L;
         fin[o * inner + col] = make_float2(pa, pb);
     }
