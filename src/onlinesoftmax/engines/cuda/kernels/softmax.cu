@@ -2739,6 +2739,13 @@ __device__ __forceinline__ void period_stats_body(const void* __restrict__ a, co
 // shared memory took one a level: 7 at 512 threads). (32 columns an item, a warp a band at a time with a load and a
 // fold in turn, took 4 us at 4097 x 1001: 32 CTAs of 132 at work, nine L2 trips each; session 81.)
 enum { PERIOD_MCOLS = 8 };
+// A warp's rows of the item's columns folded (lanes tx, tx + 8, tx + 16, tx + 24): every lane ends with its column's
+// state over the warp
+template <int RED> __device__ __forceinline__ void period_warp_rows(float& a, float& b) {
+    static_assert(32 % PERIOD_MCOLS == 0, "a warp holds whole rows of the item's columns");
+#pragma unroll
+    for (int off = PERIOD_MCOLS; off < 32; off *= 2) os_xor_merge<RED>(a, b, off);
+}
 template <int OP, int DT>
 __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long long outer, int inner, int bands,
                                                   int chunks, long long blk) {
@@ -2769,9 +2776,7 @@ __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long l
             if (ok[u]) os_combine<RED>(pa, pb, v[u].x, v[u].y);
         }
     }
-    static_assert(32 % PERIOD_MCOLS == 0, "a warp holds whole rows of the item's columns");
-#pragma unroll
-    for (int off = PERIOD_MCOLS; off < 32; off *= 2) os_xor_merge<RED>(pa, pb, off);
+    period_warp_rows<RED>(pa, pb);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane < PERIOD_MCOLS) sh_pairs[warp * PERIOD_MCOLS + lane] = make_float2(pa, pb);
     __syncthreads();
@@ -2781,8 +2786,7 @@ __device__ __forceinline__ void period_merge_body(float* __restrict__ ws, long l
         const float2 s = sh_pairs[w * PERIOD_MCOLS + tx];
         os_combine<RED>(pa, pb, s.x, s.y);
     }
-#pragma unroll
-    for (int off = PERIOD_MCOLS; off < 32; off *= 2) os_xor_merge<RED>(pa, pb, off);
+    period_warp_rows<RED>(pa, pb);
     if (lane < PERIOD_MCOLS && col < inner) {
         float2* fin = reinterpret_cast<float2*>(ws) + outer * parts * geo.L;
         fin[o * inner + col] = make_float2(pa, pb);
